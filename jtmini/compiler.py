@@ -119,7 +119,7 @@ def _version(path, *option_lists):
         match = re.search(r"\d+(?:\.\d+)+", done.stdout)
         if done.returncode == 0 and match:
             return match.group(0)
-        failures.append(f"{shlex.join(argv)}: exit status {done.returncode} {done.stderr.strip()}")
+        failures.append(f"{shlex.join(argv)}: exit status {done.returncode} {done.stderr}".strip())
     raise ToolchainError(f"compiler {path} does not work: " + "; ".join(failures))
 
 
