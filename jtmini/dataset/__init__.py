@@ -1,0 +1,11 @@
+"""Data loading: ``Dataset`` (batching, shuffling, MPI sharding, prefetch) and ``MNIST``.
+
+    >>> from jtmini.dataset import MNIST                  # doctest: +SKIP
+    >>> for images, labels in MNIST(batch_size=64, shuffle=True):   # doctest: +SKIP
+    ...     pass
+"""
+from jtmini.dataset.dataset import Dataset, collate, map_arrays, prefetched, shard_bounds, to_var
+from jtmini.dataset.mnist import MNIST, ToNormalizedTensor
+
+__all__ = ["Dataset", "MNIST", "ToNormalizedTensor", "collate", "map_arrays", "prefetched",
+           "shard_bounds", "to_var"]

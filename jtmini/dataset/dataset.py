@@ -1,0 +1,293 @@
+"""``Dataset``: batching, shuffling, MPI sharding and optional prefetch, Jittor style.
+
+A subclass says how to read ONE sample (``__getitem__``) and how many there are (``__len__``
+returning the sample count, or ``set_attrs(total_len=...)``); iterating yields collated batches::
+
+    >>> class Squares(Dataset):
+    ...     def __getitem__(self, i):
+    ...         return i, i * i
+    >>> ds = Squares(keep_numpy_array=True).set_attrs(total_len=5, batch_size=2)
+    >>> len(ds), [x.tolist() for x, _ in ds]
+    (3, [[0, 1], [2, 3], [4]])
+
+A subclass that holds whole arrays overrides ``get_batch(indices)`` to assemble a batch with one
+fancy-index gather instead of one ``__getitem__`` call per sample (see ``MNIST``).
+
+Under mpirun (``world.in_mpi``) ``batch_size`` is the GLOBAL batch. Every rank draws the same
+permutation (seeded by ``seed`` and the epoch number, no communication) and cuts each global batch
+into ``world_size`` contiguous shards; see ``shard_bounds`` for who gets what.
+"""
+import functools
+import queue
+import threading
+from collections.abc import Mapping
+
+import numpy as np
+
+from jtmini import world
+
+
+def shard_bounds(n, rank, world_size):
+    """This rank's ``[lo, hi)`` slice of a global batch of ``n`` samples.
+
+    Shards are contiguous and as even as possible: the first ``n % world_size`` ranks get one
+    sample more. A global batch smaller than ``world_size`` leaves the last ranks an empty shard.
+
+    >>> [shard_bounds(10, r, 4) for r in range(4)]
+    [(0, 3), (3, 6), (6, 8), (8, 10)]
+    """
+    base, extra = divmod(n, world_size)
+    lo = rank * base + min(rank, extra)
+    return lo, lo + base + (rank < extra)
+
+
+def _shard_size(n, rank, world_size):
+    lo, hi = shard_bounds(n, rank, world_size)
+    return hi - lo
+
+
+def collate(samples):
+    """Stack a list of samples into one batch, field by field (numpy in, numpy out).
+
+    ndarrays are stacked on a new axis 0; Python ints become int32 and floats float32 (Jittor's
+    defaults), numpy scalars keep their dtype; tuples, lists and dicts are collated per field;
+    strings stay a list. An object with a ``numpy()`` method (a ``Var``) is collated as its array.
+
+    >>> x, y = collate([(np.zeros(2), 1), (np.ones(2), 2)])
+    >>> x.shape, y.dtype
+    ((2, 2), dtype('int32'))
+    """
+    first = samples[0]
+    if isinstance(first, np.ndarray):
+        return np.stack(samples)
+    # np.generic before float/int: np.float64 subclasses float but must keep its dtype
+    if isinstance(first, np.generic):
+        return np.array(samples)
+    if isinstance(first, bool):
+        return np.array(samples, dtype=np.bool_)
+    if isinstance(first, int):
+        return np.array(samples, dtype=np.int32)
+    if isinstance(first, float):
+        return np.array(samples, dtype=np.float32)
+    if isinstance(first, (str, bytes)):
+        return list(samples)
+    if isinstance(first, Mapping):
+        return {key: collate([s[key] for s in samples]) for key in first}
+    if isinstance(first, (tuple, list)):
+        return type(first)(collate(list(field)) for field in zip(*samples))
+    if hasattr(first, "numpy"):
+        return np.stack([s.numpy() for s in samples])
+    raise TypeError(f"collate: cannot batch samples of type {type(first).__name__}")
+
+
+def map_arrays(fn, batch):
+    """Apply ``fn`` to every ndarray in a (nested tuple/list/dict) batch, keep the structure."""
+    if isinstance(batch, np.ndarray):
+        return fn(batch)
+    if isinstance(batch, Mapping):
+        return {key: map_arrays(fn, value) for key, value in batch.items()}
+    if isinstance(batch, (tuple, list)):
+        return type(batch)(map_arrays(fn, item) for item in batch)
+    return batch
+
+
+@functools.lru_cache(maxsize=None)
+def _var_array():
+    # imported on first use, not at import: keeps `import jtmini` cheap and avoids an import
+    # cycle. Until jtmini.creation exists in a checkout, batches stay numpy arrays.
+    try:
+        from jtmini import creation
+    except ModuleNotFoundError as err:
+        if err.name != "jtmini.creation":
+            raise
+        return None
+    return creation.array
+
+
+def to_var(array):
+    """A numpy array as a framework ``Var`` (``jtmini.creation.array``, i.e. ``jt.array``); the
+    array itself in a checkout without that module."""
+    make = _var_array()
+    return array if make is None else make(array)
+
+
+_END = object()
+
+
+def _put(q, item, stop):
+    """Put unless ``stop`` is set; the timeout lets an abandoned producer notice ``stop``."""
+    while not stop.is_set():
+        try:
+            q.put(item, timeout=0.1)
+            return True
+        except queue.Full:
+            pass
+    return False
+
+
+def prefetched(source):
+    """Yield the items of ``source`` (an iterator) while a daemon thread builds the next one.
+
+    Order is unchanged. An exception in the thread is re-raised here. Leaving the loop early
+    stops the thread and waits for it, so it never touches the dataset after we return.
+
+    >>> list(prefetched(iter(range(3))))
+    [0, 1, 2]
+    """
+    q, stop = queue.Queue(maxsize=1), threading.Event()
+
+    def produce():
+        try:
+            for item in source:
+                if not _put(q, (item, None), stop):
+                    return
+            _put(q, (_END, None), stop)
+        except BaseException as err:  # handed to the consumer, which re-raises it
+            _put(q, (None, err), stop)
+
+    thread = threading.Thread(target=produce, name="jtmini-prefetch", daemon=True)
+    thread.start()
+    try:
+        while True:
+            item, err = q.get()
+            if err is not None:
+                raise err
+            if item is _END:
+                return
+            yield item
+    finally:
+        stop.set()
+        thread.join()
+
+
+def _rank_and_size():
+    # read at use time: single_process_scope switches the world off for a while
+    return (world.rank, world.world_size) if world.in_mpi else (0, 1)
+
+
+class Dataset:
+    """Base class: subclass it, define ``__getitem__``, give a length, iterate.
+
+    Attributes (all settable with ``set_attrs``):
+      batch_size        GLOBAL batch size (split across ranks under mpirun), default 16
+      shuffle           new random order each epoch, the same on every rank
+      drop_last         drop the last, short global batch
+      total_len         number of samples (default: the subclass's ``__len__``)
+      num_workers       > 0 turns on the prefetch thread (no worker processes in jtmini)
+      prefetch          build the next batch in a background thread while this one is used
+      seed, epoch_id    the shuffle order of an epoch is a function of (seed, epoch_id) only;
+                        every ``iter()`` starts a new epoch and increments ``epoch_id``
+      keep_numpy_array  yield numpy arrays instead of ``Var``s
+
+    ``len(dataset)`` is the number of batches per epoch, which is the same on every rank
+    (Jittor's meaning), unless a subclass overrides ``__len__`` to count samples.
+
+    >>> class Pairs(Dataset):
+    ...     def __getitem__(self, i):
+    ...         return np.full(3, i, np.float32), i
+    ...     def __len__(self):
+    ...         return 10
+    >>> ds = Pairs(batch_size=4, shuffle=True, keep_numpy_array=True)
+    >>> [tuple(x.shape) for x, y in ds]
+    [(4, 3), (4, 3), (2, 3)]
+    """
+
+    def __init__(self, batch_size=16, shuffle=False, drop_last=False, num_workers=0,
+                 prefetch=False, seed=0, keep_numpy_array=False):
+        self.total_len = None
+        self.batch_size = batch_size
+        self.shuffle = shuffle
+        self.drop_last = drop_last
+        self.num_workers = num_workers
+        self.prefetch = prefetch
+        self.seed = seed
+        self.epoch_id = 0
+        self.keep_numpy_array = keep_numpy_array
+
+    def __getitem__(self, index):
+        raise NotImplementedError(f"{type(self).__name__} must define __getitem__")
+
+    def __len__(self):
+        return self.batch_len
+
+    def set_attrs(self, **attrs):
+        """Set existing attributes and return ``self`` for chaining.
+
+        >>> Dataset().set_attrs(total_len=100, batch_size=32).batch_len
+        4
+        """
+        for name, value in attrs.items():
+            if not hasattr(self, name):
+                raise AttributeError(f"{type(self).__name__} has no attribute {name!r} to set")
+            setattr(self, name, value)
+        return self
+
+    def get_batch(self, indices):
+        """The collated batch for sample ``indices`` (an int array); override to vectorise.
+
+        An empty ``indices`` (a rank's shard of a tiny last batch) gives a zero-length batch of
+        the usual structure, so every rank still yields the same number of batches.
+        """
+        if len(indices) == 0:
+            return map_arrays(lambda a: a[:0], self.collate_batch([self[0]]))
+        return self.collate_batch([self[int(i)] for i in indices])
+
+    def collate_batch(self, samples):
+        """Turn a list of samples into a batch; override for custom structures."""
+        return collate(samples)
+
+    @property
+    def sample_count(self):
+        """``total_len``, taken from the subclass's ``__len__`` the first time if unset."""
+        if self.total_len is None:
+            if type(self).__len__ is Dataset.__len__:
+                raise TypeError(f"{type(self).__name__}: define __len__ or set_attrs(total_len=...)")
+            self.total_len = len(self)
+        return self.total_len
+
+    @property
+    def batch_len(self):
+        """Batches per epoch (global batches, which is also the count each rank yields)."""
+        full, rest = divmod(self.sample_count, self.batch_size)
+        return full + (rest > 0 and not self.drop_last)
+
+    @property
+    def real_batch_size(self):
+        """This rank's share of a full global batch (``batch_size`` outside mpirun)."""
+        return _shard_size(self.batch_size, *_rank_and_size())
+
+    @property
+    def real_len(self):
+        """Samples this rank sees per epoch (``total_len`` outside mpirun, without drop_last)."""
+        full, rest = divmod(self.sample_count, self.batch_size)
+        last = 0 if self.drop_last else _shard_size(rest, *_rank_and_size())
+        return full * self.real_batch_size + last
+
+    def __iter__(self):
+        # the epoch's shards are cut here, in the caller's thread, from the world as it is now
+        shards = self._rank_batches(self._epoch_order(), *_rank_and_size())
+        batches = map(self.get_batch, shards)
+        if self.prefetch or self.num_workers > 0:
+            batches = prefetched(batches)
+        for batch in batches:
+            yield batch if self.keep_numpy_array else map_arrays(to_var, batch)
+
+    def _epoch_order(self):
+        """Sample order of the next epoch; identical on all ranks without talking to them."""
+        n, epoch = self.sample_count, self.epoch_id
+        self.epoch_id += 1
+        if not self.shuffle:
+            return np.arange(n)
+        return np.random.default_rng((self.seed, epoch)).permutation(n)
+
+    def _rank_batches(self, order, rank, world_size):
+        """This rank's index array (a view of ``order``) for each global batch."""
+        if self.batch_size < world_size:
+            raise ValueError(f"batch_size {self.batch_size} is the global batch and must be at "
+                             f"least world_size {world_size}")
+        shards = []
+        for start in range(0, self.batch_len * self.batch_size, self.batch_size):
+            batch = order[start:start + self.batch_size]
+            lo, hi = shard_bounds(len(batch), rank, world_size)
+            shards.append(batch[lo:hi])
+        return shards

@@ -1,0 +1,204 @@
+"""MNIST from the four standard IDX files, with batches gathered in one vectorised step.
+
+Where the files come from, in order (each file must match its md5; a mismatching one is never
+used):
+
+1. ``data_root`` (argument), else ``$JTMINI_MNIST_DIR``, else ``<flags.cache_dir>/dataset/mnist``;
+2. with ``download=True``: a copy installed by ``pip install --no-deps jittor-offline==0.0.7``
+   (read in place from its package folder), then the public mirrors in ``MIRRORS``, saved into
+   the root directory atomically.
+
+    >>> train = MNIST(batch_size=100, shuffle=True)       # doctest: +SKIP
+    >>> images, labels = next(iter(train))                 # doctest: +SKIP
+    >>> images.shape, labels.shape                          # doctest: +SKIP
+    ((100, 1, 28, 28), (100,))
+"""
+import gzip
+import hashlib
+import importlib.util
+import os
+import shutil
+import sys
+import tempfile
+
+import numpy as np
+
+from jtmini.dataset.dataset import Dataset
+from jtmini.flags import flags
+
+MD5 = {
+    "train-images-idx3-ubyte.gz": "f68b3c2dcbeaaa9fbdd348bbdeb94873",
+    "train-labels-idx1-ubyte.gz": "d53e105ee54ea40749a09fcbcd1e9432",
+    "t10k-images-idx3-ubyte.gz": "9fb629c4189551a2d022fa330f9573f3",
+    "t10k-labels-idx1-ubyte.gz": "ec29112dd5afa0611ce80d1b7f02629c",
+}
+# (images, labels) file of each split, keyed by ``train``
+SPLITS = {
+    True: ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz"),
+    False: ("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"),
+}
+MIRRORS = (
+    "https://ossci-datasets.s3.amazonaws.com/mnist/",
+    "https://storage.googleapis.com/cvdf-datasets/mnist/",
+)
+DOWNLOAD_TIMEOUT_S = 10
+OFFLINE_PACKAGE = "jittor_offline"
+OFFLINE_PIP = "pip install --no-deps jittor-offline==0.0.7"
+
+
+def default_root():
+    """``$JTMINI_MNIST_DIR`` if set, else ``<flags.cache_dir>/dataset/mnist``."""
+    return os.environ.get("JTMINI_MNIST_DIR") or os.path.join(flags.cache_dir, "dataset", "mnist")
+
+
+def _md5_ok(path, name):
+    if not os.path.isfile(path):
+        return False
+    digest = hashlib.md5()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest() == MD5[name]
+
+
+def _installed_copy(name):
+    """Path of ``name`` inside an installed jittor-offline package, if there and intact."""
+    # find_spec locates the package without importing it
+    spec = importlib.util.find_spec(OFFLINE_PACKAGE)
+    for folder in (spec.submodule_search_locations or []) if spec else []:
+        path = os.path.join(folder, name)
+        if _md5_ok(path, name):
+            return path
+    return None
+
+
+def _fetch(url, path, name):
+    """Download ``url`` to ``path`` if it arrives intact; True on success."""
+    # imported here: http/ssl cost ~20 ms at import and only downloads need them
+    from http.client import HTTPException
+    from urllib.request import urlopen
+
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    # a private temp file + os.replace: concurrent ranks never see a half-written file
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=name + ".", suffix=".part")
+    try:
+        print(f"jtmini: downloading {url}", file=sys.stderr)
+        with os.fdopen(fd, "wb") as out, urlopen(url, timeout=DOWNLOAD_TIMEOUT_S) as response:
+            shutil.copyfileobj(response, out)
+        if _md5_ok(tmp, name):
+            os.replace(tmp, path)
+            return True
+    except (OSError, HTTPException):
+        pass
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+    return False
+
+
+def _missing_message(name, root, download):
+    path = os.path.join(root, name)
+    problem = f"{path} has the wrong md5" if os.path.exists(path) else f"{name} is not in {root}"
+    tried = ("no installed jittor-offline copy was found and every mirror failed" if download
+             else "download=False, so only that folder was looked at")
+    return (f"MNIST: {problem} ({tried}). To get the file, either\n"
+            f"  - run `{OFFLINE_PIP}` (it ships all four MNIST files) and use download=True, or\n"
+            f"  - put {name} (md5 {MD5[name]}) into {root}\n"
+            f"    (or pass data_root=..., or set JTMINI_MNIST_DIR to the folder holding it), or\n"
+            f"  - use download=True with internet access (mirrors: {', '.join(MIRRORS)}).")
+
+
+def locate(name, root, download=True):
+    """Path of an intact copy of MNIST file ``name``; RuntimeError saying how to get it if none.
+
+    >>> locate("t10k-labels-idx1-ubyte.gz", default_root())   # doctest: +SKIP
+    '.../site-packages/jittor_offline/t10k-labels-idx1-ubyte.gz'
+    """
+    path = os.path.join(root, name)
+    if _md5_ok(path, name):
+        return path
+    if download:
+        installed = _installed_copy(name)
+        if installed:
+            return installed
+        if any(_fetch(mirror + name, path, name) for mirror in MIRRORS):
+            return path
+    raise RuntimeError(_missing_message(name, root, download))
+
+
+def read_idx(path, ndim):
+    """The uint8 array in a gzip'd IDX file (magic ``00 00 08 <ndim>``, big-endian dims).
+
+    >>> read_idx(locate("t10k-labels-idx1-ubyte.gz", default_root()), ndim=1).shape  # doctest: +SKIP
+    (10000,)
+    """
+    try:
+        with gzip.open(path, "rb") as f:
+            data = f.read()
+    except (OSError, EOFError) as err:
+        raise ValueError(f"{path}: not a readable gzip file ({err})") from None
+    if data[:4] != bytes([0, 0, 8, ndim]):
+        raise ValueError(f"{path}: bad IDX magic {data[:4].hex()}, expected 000008{ndim:02x}")
+    header = 4 + 4 * ndim
+    dims = [int(d) for d in np.frombuffer(data[4:header], ">u4")]
+    if len(data) != header + int(np.prod(dims)):
+        raise ValueError(f"{path}: IDX header says {dims} but the file holds {len(data) - header} bytes")
+    return np.frombuffer(data, np.uint8, offset=header).reshape(dims)
+
+
+class ToNormalizedTensor:
+    """uint8 image(s) ``(..., H, W)`` -> float32 ``(..., 1, H, W)``: /255, then (x - mean) / std.
+
+    Vectorised: takes one image or a whole batch (``batched = True`` tells ``MNIST`` so).
+
+    >>> ToNormalizedTensor()(np.zeros((2, 28, 28), np.uint8)).shape
+    (2, 1, 28, 28)
+    """
+
+    batched = True
+
+    def __init__(self, mean=0.1307, std=0.3081):
+        self.mean, self.std = mean, std
+
+    def __call__(self, images):
+        # one multiply and one subtract on the float copy instead of three passes
+        out = np.multiply(images[..., None, :, :], np.float32(1 / (255 * self.std)),
+                          dtype=np.float32)
+        out -= np.float32(self.mean / self.std)
+        return out
+
+
+class MNIST(Dataset):
+    """The MNIST digits: 60000 training or 10000 test samples of (image, label).
+
+    An image is float32 ``(1, 28, 28)``, normalised by ``transform`` (default
+    ``ToNormalizedTensor()``: mean 0.1307, std 0.3081); a label is an int (int32 in batches).
+    A transform with ``batched = True`` is applied once per batch, any other once per sample.
+    Extra keyword arguments are ``Dataset`` attributes (drop_last, prefetch, seed, ...).
+
+    >>> test = MNIST(train=False, batch_size=100)           # doctest: +SKIP
+    >>> len(test), test.total_len                           # doctest: +SKIP
+    (100, 10000)
+    """
+
+    def __init__(self, data_root=None, train=True, download=True, batch_size=16, shuffle=False,
+                 transform=None, **attrs):
+        super().__init__(batch_size=batch_size, shuffle=shuffle, **attrs)
+        self.data_root = data_root or default_root()
+        self.train = train
+        self.transform = ToNormalizedTensor() if transform is None else transform
+        images_file, labels_file = SPLITS[bool(train)]
+        self.images = read_idx(locate(images_file, self.data_root, download), ndim=3)
+        self.labels = read_idx(locate(labels_file, self.data_root, download), ndim=1).astype(np.int32)
+        if len(self.images) != len(self.labels):
+            raise ValueError(f"MNIST: {len(self.images)} images but {len(self.labels)} labels")
+        self.set_attrs(total_len=len(self.labels))
+
+    def __getitem__(self, index):
+        return self.transform(self.images[index]), int(self.labels[index])
+
+    def get_batch(self, indices):
+        """One fancy-index gather for images and labels, then the transform on the whole batch."""
+        if not getattr(self.transform, "batched", False):
+            return super().get_batch(indices)
+        return self.transform(self.images[indices]), self.labels[indices]
