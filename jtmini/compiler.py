@@ -27,7 +27,7 @@ import subprocess
 import sys
 import threading
 
-from jtmini import stats
+from jtmini import counters
 from jtmini.flags import flags
 
 VERSION = "0.1.0"  # part of every cache key: a new jtmini never loads an old one's kernels
@@ -212,15 +212,15 @@ def build_many(sources):
 def _ensure(base, source, tc):
     """Return ``base.so``, compiling it unless a valid copy is on disk; at most one process compiles."""
     if _valid(base):
-        stats.bump("cache_hits")
+        counters.bump("cache_hits")
         return base + ".so"
     os.makedirs(os.path.dirname(base), exist_ok=True)
     with _file_lock(base + ".lock"):
         if _valid(base):  # another process built it while we waited for the lock
-            stats.bump("cache_hits")
+            counters.bump("cache_hits")
         else:
             _compile_and_publish(base, source, tc)
-            stats.bump("kernels_compiled")
+            counters.bump("kernels_compiled")
     return base + ".so"
 
 

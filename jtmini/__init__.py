@@ -1,0 +1,32 @@
+"""jtmini: a small JIT-compiled deep-learning operator framework in the style of Jittor.
+
+    >>> import jtmini as jt
+    >>> a, b = jt.randn(1000), jt.randn(1000)
+    >>> (jt.relu(a * b + 1)).sum().item()     # one fused, compiled kernel
+"""
+from . import creation, ops, world
+from .autograd import grad
+from .compiler import VERSION as __version__
+from .flags import flag_scope, flags
+from .counters import reset_stats, stats
+from .var import Var, install_methods, pending_roots
+
+install_methods()
+globals().update(ops.FUNCTIONS)
+
+in_mpi = world.in_mpi
+rank = world.rank
+world_size = world.world_size
+local_rank = world.local_rank
+mpi = None
+
+
+def sync(vars_):
+    """Compute all of ``vars_`` together, in one schedule (shared work is done once)."""
+    from .executor import realize
+    realize(list(vars_))
+
+
+def sync_all():
+    """Compute every Var that is still pending."""
+    sync(pending_roots())

@@ -1,0 +1,265 @@
+"""Kernel -> C++ source. Index and value expressions are built here; the Jinja templates in
+``templates/cpu`` lay out signature and loops.
+
+Sources depend on structure only (ops, dtypes, ranks, wiring), never on sizes or constant values:
+dims arrive in ``ip`` and constants in ``ip``/``fp`` at run time, so a new batch size or learning
+rate reuses the compiled kernel. ``generate`` memoises on that structural signature.
+"""
+import re
+from dataclasses import dataclass
+
+import jinja2
+
+from . import dtypes
+from .ops.registry import OPS
+
+GRAIN = 16384          # below this many iterations a kernel runs on one thread
+_env = jinja2.Environment(loader=jinja2.PackageLoader("jtmini", "templates"), undefined=jinja2.StrictUndefined,
+                          trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
+_memo = {}
+
+
+@dataclass(frozen=True)
+class KernelCode:
+    """Generated source plus how to fill its arguments: ``consts`` lists, per const node position,
+    whether its value goes to ``ip`` (integers) or ``fp``."""
+    source: str
+    int_consts: tuple     # node positions whose value is appended to ip (after all dims)
+    float_consts: tuple   # node positions whose value goes to fp
+
+
+def _structural(v):
+    skip = set(OPS[v.op].runtime_attrs) | {"shape"}
+    return tuple(sorted((k, val) for k, val in v.attrs.items() if k not in skip))
+
+
+def signature(kernel):
+    where = {id(v): ("in", k) for k, v in enumerate(kernel.inputs)}
+    where.update({id(v): ("t", k) for k, v in enumerate(kernel.nodes)})
+    return (kernel.kind, tuple((v.dtype, v.ndim) for v in kernel.inputs),
+            tuple((v.op, _structural(v), v.dtype, v.ndim, tuple(where[id(i)] for i in v.inputs))
+                  for v in kernel.nodes))
+
+
+def generate(kernel):
+    """The KernelCode of a schedule.Kernel (memoised on its signature)."""
+    sig = signature(kernel)
+    code = _memo.get(sig)
+    if code is None:
+        code = _memo[sig] = _Builder(sig).build()
+    return code
+
+
+class _Builder:
+    """Renders one kernel from its signature alone (so equal signatures give equal source)."""
+
+    def __init__(self, sig):
+        self.kind, self.ins, self.nodes = sig
+        self.lines, self.counter = [], 0
+        self.flat = self.kind in ("map", "reduce") and not any(OPS[op].kind == "reindex" for op, *_ in self.nodes)
+        if self.kind == "reduce":       # flat only when everything is reduced: one 1-D loop
+            op, attrs, dtype, ndim, inputs = self.nodes[-1]
+            self.flat = self.flat and len(dict(attrs)["dims"]) == self.in_ndim(inputs[0])
+        self.symbols = [f"in{k}_{d}" for k, (_, nd) in enumerate(self.ins) for d in range(nd)]
+        self.symbols += [f"t{k}_{d}" for k, node in enumerate(self.nodes) for d in range(node[3])]
+
+    def in_ndim(self, ref):
+        kind, k = ref
+        return self.ins[k][1] if kind == "in" else self.nodes[k][3]
+
+    def dims(self, ref):
+        kind, k = ref
+        ndim = self.ins[k][1] if kind == "in" else self.nodes[k][3]
+        return [f"{kind}{k}_{d}" for d in range(ndim)]
+
+    def fresh(self, prefix):
+        self.counter += 1
+        return f"{prefix}{self.counter}"
+
+    # --- values ----------------------------------------------------------------------------------
+    def value(self, ref, idx, guarded=False):
+        """C expression for the value of ``ref`` at index ``idx`` (list of C index expressions)."""
+        kind, k = ref
+        if kind == "in":
+            return f"in{k}[{self.offset(ref, idx, guarded)}]"
+        op, attrs, dtype, ndim, inputs = self.nodes[k]
+        spec, ctype = OPS[op], dtypes.C_TYPES[dtype]
+        if spec.kind == "const":
+            return f"c{k}"
+        if spec.kind == "elementwise":
+            args = [self.value(r, idx, guarded) for r in inputs]
+            expr = spec.c_expr(self.in_dtypes(inputs), dtype, dict(attrs)) if callable(spec.c_expr) else spec.c_expr
+            return self.let(ctype, expr.format(*args, T=ctype))
+        return self.reindexed(k, idx, guarded)
+
+    def in_dtypes(self, refs):
+        return [self.ins[k][0] if kind == "in" else self.nodes[k][2] for kind, k in refs]
+
+    def offset(self, ref, idx, guarded):
+        if self.flat:
+            return idx[0]
+        dims = self.dims(ref)
+        expr = "0"
+        for i, n in zip(idx, dims):
+            i = f"jt_clamp<int64_t>({i}, {n})" if guarded else i
+            expr = i if expr == "0" else f"({expr})*{n}+{i}"
+        return expr
+
+    def let(self, ctype, expr):
+        name = self.fresh("v")
+        self.lines.append(f"const {ctype} {name} = {expr};")
+        return name
+
+    def index_map(self, k, idx):
+        """New index names for node k's first input, and the conditions under which it is read."""
+        op, attrs, dtype, ndim, inputs = self.nodes[k]
+        spec = OPS[op]
+        src_dims = self.dims(inputs[0])
+        imap = spec.index(dict(attrs), len(src_dims), ndim)
+        subst = self.substituter(idx, src_dims, self.dims(("t", k)), inputs[1:])
+        names = []
+        for expr in imap.exprs:
+            names.append(self.fresh("j"))
+            self.lines.append(f"const int64_t {names[-1]} = {subst(expr)};")
+        conds = [f"{j} >= 0 && {j} < {n}" for j, n in zip(names, src_dims)] if imap.checked else []
+        conds += [f"!({subst(c)})" for c in imap.conditions]
+        return names, conds, imap
+
+    def reindexed(self, k, idx, guarded):
+        op, attrs, dtype, ndim, inputs = self.nodes[k]
+        names, conds, imap = self.index_map(k, idx)
+        if not conds:
+            return self.value(inputs[0], names, guarded)
+        inner = self.value(inputs[0], names, guarded=True)
+        ctype = dtypes.C_TYPES[dtype]
+        return self.let(ctype, f"({' && '.join(conds)}) ? {inner} : ({ctype})({imap.overflow_value})")
+
+    def substituter(self, idx, xdims, ydims, extras):
+        def extra(match):
+            args = [subst(a.strip()) for a in match.group(2).split(",")]
+            return self.value(extras[int(match.group(1))], args)
+
+        def name(match):
+            kind, k = match.group(1), int(match.group(2))
+            table = {"i": idx, "xshape": xdims, "yshape": ydims}[kind]
+            if k >= len(table):
+                raise ValueError(f"index expression refers to {kind}{k}, beyond rank {len(table)}")
+            return f"({table[k]})"
+
+        def subst(expr):
+            expr = re.sub(r"@e(\d+)\(([^()]*)\)", extra, expr)
+            return re.sub(r"\b(i|xshape|yshape)(\d+)\b", name, expr)
+        return subst
+
+    # --- kernels ---------------------------------------------------------------------------------
+    def build(self):
+        root = ("t", len(self.nodes) - 1)
+        out_dtype = self.nodes[-1][2]
+        context = getattr(self, f"build_{self.kind}")(root)
+        buffers = [{"name": f"in{k}", "ctype": "const " + dtypes.C_TYPES[dt]} for k, (dt, _) in enumerate(self.ins)]
+        buffers.append({"name": "out", "ctype": dtypes.C_TYPES[out_dtype]})
+        int_consts, float_consts, consts = [], [], []
+        for k, (op, attrs, dtype, *_rest) in enumerate(self.nodes):
+            if OPS[op].kind == "const":
+                pool = float_consts if dtypes.is_float(dtype) else int_consts
+                source = f"fp[{len(pool)}]" if pool is float_consts else f"ip[{len(self.symbols)} + {len(pool)}]"
+                pool.append(k)
+                consts.append({"name": f"c{k}", "ctype": dtypes.C_TYPES[dtype], "source": source})
+        template = "reduce" if self.kind == "argreduce" else self.kind
+        source = _env.get_template(f"cpu/{template}.cc.j2").render(
+            title=" ".join(op for op, *_ in self.nodes), buffers=buffers, symbols=self.symbols,
+            consts=consts, body=self.lines, grain=GRAIN, **context)
+        return KernelCode(source, tuple(int_consts), tuple(float_consts))
+
+    def loops(self, dims):
+        return [(f"i{d}", n) for d, n in enumerate(dims)]
+
+    def build_map(self, root):
+        dims = self.dims(root)
+        if self.flat:
+            numel = " * ".join(dims) or "1"
+            loops = [("i0", "n")]
+            idx = ["i0"]
+        else:
+            numel, loops, idx = " * ".join(dims) or "1", self.loops(dims), [f"i{d}" for d in range(len(dims))]
+        value = self.value(root, idx)
+        return {"numel": numel, "loops": loops, "value": value, "out_index": self.offset(root, idx, False)}
+
+    def build_reduce(self, root, arg=False):
+        op, attrs, dtype, ndim, (src,) = self.nodes[root[1]]
+        attrs = dict(attrs)
+        src_dims = self.dims(src)
+        reduced = (attrs["dim"],) if arg else attrs["dims"]
+        if self.flat:
+            src_dims, reduced = [" * ".join(src_dims) or "1"], (0,) if src_dims else ()
+        loops = self.loops(src_dims)
+        outer = [loops[d] for d in range(len(loops)) if d not in reduced]
+        inner = [loops[d] for d in range(len(loops)) if d in reduced]
+        value = self.value(src, [v for v, _ in loops])
+        out_index = "0"
+        for var, n in outer:
+            out_index = var if out_index == "0" else f"({out_index})*{n}+{var}"
+        context = {"outer": outer, "inner": inner, "out_index": out_index,
+                   "n_out": " * ".join(n for _, n in outer) or "1",
+                   "n_red": " * ".join(n for _, n in inner) or "1"}
+        src_dtype = self.in_dtypes([src])[0]
+        context.update(_accumulator(attrs["op"], src_dtype, dtype, value, inner[0][0] if arg else None))
+        return context
+
+    def build_argreduce(self, root):
+        return self.build_reduce(root, arg=True)
+
+    def build_scatter(self, root):
+        k = root[1]
+        op, attrs, dtype, ndim, inputs = self.nodes[k]
+        attrs = dict(attrs)
+        src_dims = self.dims(inputs[0])
+        loops = self.loops(src_dims)
+        idx = [v for v, _ in loops]
+        value = self.value(inputs[0], idx)
+        out_dims = self.dims(root)
+        imap = OPS[op].index(attrs, len(src_dims), ndim)
+        subst = self.substituter(idx, src_dims, out_dims, inputs[1:])
+        names = []
+        for expr in imap.exprs:
+            names.append(self.fresh("j"))
+            self.lines.append(f"const int64_t {names[-1]} = {subst(expr)};")
+        conds = [f"{j} >= 0 && {j} < {n}" for j, n in zip(names, out_dims)]
+        conds += [f"!({subst(c)})" for c in imap.conditions]
+        out_index = "0"
+        for j, n in zip(names, out_dims):
+            out_index = j if out_index == "0" else f"({out_index})*{n}+{j}"
+        ctype = dtypes.C_TYPES[dtype]
+        red = attrs["op"]
+        init = {"add": "0", "mul": "1", "max": f"std::numeric_limits<{ctype}>::lowest()",
+                "min": f"std::numeric_limits<{ctype}>::max()", "replace": "0"}[red]
+        accumulate = {"add": f"out[o] += {value};", "mul": f"out[o] *= {value};",
+                      "max": f"out[o] = jt_max(out[o], {value});", "min": f"out[o] = jt_min(out[o], {value});",
+                      "replace": f"out[o] = {value};"}[red]
+        sync = "atomic" if red in ("add", "mul") and dtype != "bool" else ("critical" if red != "replace" else "none")
+        return {"n_out": " * ".join(out_dims) or "1", "n_in": " * ".join(src_dims) or "1", "loops": loops,
+                "init": f"({ctype}){init}", "in_range": " && ".join(conds) or "true",
+                "out_index": out_index, "accumulate": accumulate, "sync": sync}
+
+
+def _accumulator(op, src_dtype, out_dtype, value, arg_var):
+    """Declarations and statements of the accumulator ``acc`` for a reduce (or argreduce)."""
+    ctype = dtypes.C_TYPES[src_dtype]
+    if arg_var is not None:
+        cmp = ">" if op == "max" else "<"
+        init = "lowest()" if op == "max" else "max()"
+        return {"acc_type": ctype, "can_split": "false", "merge": "",
+                "acc_decl": f"{ctype} acc = std::numeric_limits<{ctype}>::{init}; int64_t acc_i = 0;",
+                "combine": f"if ({value} {cmp} acc || ({value} != {value} && acc == acc)) {{ acc = {value}; acc_i = {arg_var}; }}",
+                "result": "(int32_t)acc_i"}
+    acc_type = {"float32": "double", "bool": "int64_t", "int32": "int64_t"}.get(src_dtype, ctype) \
+        if op in ("add", "mul") else ctype
+    init = {"add": "0", "mul": "1", "max": f"std::numeric_limits<{ctype}>::lowest()",
+            "min": f"std::numeric_limits<{ctype}>::max()"}[op]
+    if dtypes.is_float(src_dtype) and op in ("max", "min"):
+        init = ("-" if op == "max" else "") + "INFINITY"
+    step = {"add": "acc += {0};", "mul": "acc *= {0};", "max": "acc = jt_max<{1}>(acc, {0});",
+            "min": "acc = jt_min<{1}>(acc, {0});"}[op]
+    return {"acc_type": acc_type, "can_split": "true", "acc_decl": f"{acc_type} acc = ({acc_type}){init};",
+            "combine": step.format(f"({acc_type}){value}", acc_type), "merge": step.format("parts[t]", acc_type),
+            "result": f"({dtypes.C_TYPES[out_dtype]})acc"}

@@ -1,0 +1,134 @@
+"""Functions that make Vars: from data, constants, random numbers and ranges.
+
+    >>> jt.seed(0)
+    >>> w = jt.randn(3, 4)                     # float32, a leaf
+    >>> b = jt.zeros((4,))                     # a constant: no buffer until used
+    >>> jt.array(np.arange(6).reshape(2, 3))   # int64 numpy -> int64 Var (a copy)
+"""
+import numbers
+
+import numpy as np
+
+from . import dtypes
+from .ops.registry import export
+from .var import Var
+
+_rng = np.random.default_rng()
+
+
+@export("seed", method=False)
+def seed(n):
+    """Seed jtmini's random numbers (rand, randn, randint, init, dropout)."""
+    global _rng
+    _rng = np.random.default_rng(n)
+
+
+def rng():
+    return _rng
+
+
+@export("array", method=False)
+def array(data, dtype=None):
+    """A leaf Var holding a copy of ``data`` (numpy array, nested lists, scalar or Var)."""
+    if isinstance(data, Var):
+        return data.cast(dtypes.canonical(dtype)) if dtype is not None else data.detach()
+    arr = np.asarray(data)
+    if arr.dtype == object:
+        raise TypeError(f"cannot make a Var from {type(data).__name__} holding objects")
+    if dtype is not None:
+        name = dtypes.canonical(dtype)
+    elif arr.dtype.kind == "f" and not isinstance(data, np.ndarray):
+        name = dtypes.DEFAULT_FLOAT            # Python floats default to float32, as in Jittor
+    else:
+        name = dtypes.from_numpy(arr.dtype)
+    arr = np.array(arr, dtype=name, order="C", copy=True)
+    arr.flags.writeable = False
+    return Var(None, (), {}, arr.shape, name, arr)
+
+
+def as_var(value, like=None, dtype=None):
+    """``value`` as a Var: Vars pass through, Python scalars become constants whose dtype follows
+    the weak-scalar rule against ``like``, anything else goes through ``array``."""
+    if isinstance(value, Var):
+        return value
+    if isinstance(value, (numbers.Number, np.bool_)) and not isinstance(value, np.ndarray):
+        if dtype is None:
+            dtype = dtypes.scalar_dtype(value, like.dtype) if like is not None else \
+                ("bool" if isinstance(value, (bool, np.bool_)) else
+                 "int32" if isinstance(value, numbers.Integral) else dtypes.DEFAULT_FLOAT)
+        return full((), value, dtype)
+    return array(value, dtype)
+
+
+def _shape(shape):
+    if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+        shape = tuple(shape[0])
+    shape = tuple(int(s) for s in shape)
+    if any(s < 0 for s in shape):
+        raise ValueError(f"negative dimension in shape {shape}")
+    return shape
+
+
+@export("full", method=False)
+def full(shape, value, dtype="float32"):
+    """A constant Var: ``value`` is a kernel argument, so changing it never recompiles."""
+    shape = _shape((shape,) if isinstance(shape, (tuple, list)) else (shape,))
+    return Var.node("const", [], shape=shape, dtype=dtypes.canonical(dtype), value=value)
+
+
+@export("zeros", method=False)
+def zeros(*shape, dtype="float32"):
+    return full(_shape(shape), 0, dtype)
+
+
+@export("ones", method=False)
+def ones(*shape, dtype="float32"):
+    return full(_shape(shape), 1, dtype)
+
+
+@export("zeros_like")
+def zeros_like(x, dtype=None):
+    return full(x.shape, 0, dtype or x.dtype)
+
+
+@export("ones_like")
+def ones_like(x, dtype=None):
+    return full(x.shape, 1, dtype or x.dtype)
+
+
+@export("full_like")
+def full_like(x, value, dtype=None):
+    return full(x.shape, value, dtype or x.dtype)
+
+
+@export("rand", method=False)
+def rand(*shape, dtype="float32"):
+    """Uniform on [0, 1)."""
+    return array(_rng.random(_shape(shape)), dtypes.canonical(dtype))
+
+
+@export("randn", method=False)
+def randn(*shape, dtype="float32"):
+    """Standard normal."""
+    return array(_rng.standard_normal(_shape(shape)), dtypes.canonical(dtype))
+
+
+@export("randint", method=False)
+def randint(low, high=None, shape=(1,), dtype="int32"):
+    """Integers in [low, high) (or [0, low) when high is omitted), as in Jittor."""
+    if high is None:
+        low, high = 0, low
+    if high <= low:
+        raise ValueError(f"randint: empty range [{low}, {high})")
+    return array(_rng.integers(low, high, size=_shape((shape,))), dtypes.canonical(dtype))
+
+
+@export("arange", method=False)
+def arange(start, stop=None, step=1, dtype=None):
+    """Like numpy.arange; integer arguments give int32, any float gives float32."""
+    if stop is None:
+        start, stop = 0, start
+    if dtype is None:
+        is_int = all(isinstance(v, numbers.Integral) for v in (start, stop, step))
+        dtype = "int32" if is_int else "float32"
+    return array(np.arange(start, stop, step), dtypes.canonical(dtype))

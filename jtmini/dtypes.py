@@ -1,0 +1,56 @@
+"""The five dtypes, their C types, and the promotion rule used by binary ops.
+
+Promotion follows numpy's order bool < int32 < int64 < float32 < float64, except that Python scalars
+are "weak" (``float32_var * 2.0`` stays float32, ``int_var * 0.5`` becomes float32), as in Jittor.
+"""
+import numpy as np
+
+C_TYPES = {"bool": "bool", "int32": "int32_t", "int64": "int64_t",
+           "float32": "float", "float64": "double"}
+_ORDER = ["bool", "int32", "int64", "float32", "float64"]
+_ALIASES = {"float": "float32", "int": "int32", "bool_": "bool", "double": "float64", "long": "int64"}
+DEFAULT_FLOAT = "float32"
+
+
+def canonical(dtype):
+    """Normalise a dtype given as a string, numpy dtype or Python type; TypeError if unsupported."""
+    if dtype is float:
+        return "float32"
+    if dtype is int:
+        return "int32"
+    if dtype is bool:
+        return "bool"
+    name = _ALIASES.get(str(dtype), str(dtype))
+    if name not in C_TYPES:
+        try:
+            name = np.dtype(dtype).name
+        except TypeError:
+            name = None
+    if name not in C_TYPES:
+        raise TypeError(f"unsupported dtype {dtype!r}; jtmini supports {', '.join(_ORDER)}")
+    return name
+
+
+def from_numpy(np_dtype):
+    """Map a numpy array's dtype to ours: float16 and friends are rejected, uint8 widens to int32."""
+    name = np.dtype(np_dtype).name
+    if name in ("uint8", "int8", "int16", "uint16"):
+        return "int32"
+    return canonical(name)
+
+
+def is_float(dtype):
+    return dtype in ("float32", "float64")
+
+
+def promote(a, b):
+    return a if _ORDER.index(a) >= _ORDER.index(b) else b
+
+
+def scalar_dtype(value, other):
+    """The dtype a Python scalar takes when combined with a Var of dtype ``other`` (weak scalars)."""
+    if isinstance(value, (bool, np.bool_)):
+        return other
+    if isinstance(value, (int, np.integer)):
+        return other if other != "bool" else "int32"
+    return other if is_float(other) else DEFAULT_FLOAT

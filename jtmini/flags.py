@@ -1,0 +1,81 @@
+"""Global flags: each has a name, a default, a doc line and an environment override.
+
+    >>> import jtmini as jt
+    >>> jt.flags.num_threads = 1          # set for the rest of the process
+    >>> with jt.flag_scope(dump_kernels=True):
+    ...     (jt.ones(3) * 2).sync()      # prints the generated source and compile command
+
+Environment variables (read once, when the flag is first looked at) use the upper-case name with a
+``JTMINI_`` prefix, e.g. ``JTMINI_NUM_THREADS=2``.
+"""
+import contextlib
+import os
+
+
+def _default_threads():
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def _parse_bool(text):
+    return text.strip().lower() not in ("", "0", "false", "no", "off")
+
+
+# name: (default or zero-argument callable, parser of the env text, doc)
+_SPECS = {
+    "num_threads": (_default_threads, int,
+                    "threads each CPU kernel (and BLAS) may use; under mpirun cores are divided among local ranks"),
+    "dump_kernels": (False, _parse_bool, "print each generated kernel's source and compile command"),
+    "cache_dir": (lambda: os.path.join(os.path.expanduser("~"), ".cache", "jtmini"), str,
+                  "where compiled kernels (and downloaded data sets) are kept"),
+    "compile_jobs": (_default_threads, int, "compiler processes run at once for missing kernels"),
+    "use_cuda": (False, _parse_bool, "run on the GPU (CUDA backend)"),
+}
+
+
+class Flags:
+    """Attribute access to the flags; unknown names raise AttributeError naming the known ones."""
+
+    def __init__(self):
+        object.__setattr__(self, "_values", {})
+
+    def __getattr__(self, name):
+        values = object.__getattribute__(self, "_values")
+        if name not in values:
+            if name not in _SPECS:
+                raise AttributeError(f"unknown flag {name!r}; known flags: {', '.join(sorted(_SPECS))}")
+            default, parse, _ = _SPECS[name]
+            env = os.environ.get("JTMINI_" + name.upper())
+            values[name] = parse(env) if env is not None else (default() if callable(default) else default)
+        return values[name]
+
+    def __setattr__(self, name, value):
+        if name not in _SPECS:
+            raise AttributeError(f"unknown flag {name!r}; known flags: {', '.join(sorted(_SPECS))}")
+        self._values[name] = value
+
+    def __dir__(self):
+        return sorted(_SPECS)
+
+    @staticmethod
+    def doc():
+        """One line per flag: name, environment variable, meaning."""
+        return "\n".join(f"{n:<14} JTMINI_{n.upper():<16} {d}" for n, (_, _, d) in _SPECS.items())
+
+
+flags = Flags()
+
+
+@contextlib.contextmanager
+def flag_scope(**changes):
+    """Set flags for the duration of a ``with`` block, then restore them."""
+    saved = {name: getattr(flags, name) for name in changes}
+    try:
+        for name, value in changes.items():
+            setattr(flags, name, value)
+        yield
+    finally:
+        for name, value in saved.items():
+            setattr(flags, name, value)

@@ -1,0 +1,208 @@
+"""Elementwise ops: each row declares the C expression and the gradient side by side.
+
+Operands reaching a kernel always have equal shapes and dtypes: the front end (``binary``) applies
+numpy broadcasting (explicit ``broadcast_to`` nodes) and dtype promotion (explicit ``cast`` nodes).
+"""
+from .. import dtypes
+from ..var import Var
+from .registry import OpSpec, export, register
+
+
+def _same(inputs, attrs):
+    return inputs[0].shape, inputs[0].dtype
+
+
+def _to_bool(inputs, attrs):
+    return inputs[0].shape, "bool"
+
+
+def _floats(x):
+    return x if dtypes.is_float(x.dtype) else x.cast(dtypes.DEFAULT_FLOAT)
+
+
+# --- constants, casts, identity ----------------------------------------------------------------
+register(OpSpec("const", "const", infer=lambda inputs, a: (a["shape"], a["dtype"]),
+                runtime_attrs=("value",)))
+register(OpSpec("cast", "elementwise", infer=lambda inputs, a: (inputs[0].shape, a["dtype"]),
+                c_expr="(({T})({0}))",
+                grad=lambda d, out, x, a: [d.cast(x[0].dtype) if dtypes.is_float(x[0].dtype) else None]))
+register(OpSpec("detach", "elementwise", infer=_same, c_expr="{0}", grad=lambda d, out, x, a: [None]))
+
+
+@export("cast", "astype")
+def cast(x, dtype):
+    """``x`` converted to ``dtype`` (float to int truncates toward zero, nonzero to bool is True)."""
+    dtype = dtypes.canonical(dtype)
+    return x if x.dtype == dtype else Var.node("cast", [x], dtype=dtype)
+
+
+def _cast_method(dtype):
+    return lambda x: cast(x, dtype)
+
+
+for _name in ("float32", "float64", "int32", "int64", "bool"):
+    export(_name, function=False)(_cast_method(_name))
+export("float", function=False)(_cast_method("float32"))
+export("int", function=False)(_cast_method("int32"))
+
+
+# --- unary -------------------------------------------------------------------------------------
+# name: (C expression, gradient as fn(dout, out, x), float-only?)
+UNARY = {
+    "neg": ("(-{0})", lambda d, out, x: -d, False),
+    "abs": ("std::abs({0})", lambda d, out, x: d * x.sign(), False),
+    "exp": ("std::exp({0})", lambda d, out, x: d * out, True),
+    "log": ("std::log({0})", lambda d, out, x: d / x, True),
+    "sqrt": ("std::sqrt({0})", lambda d, out, x: d / (out * 2), True),
+    "sin": ("std::sin({0})", lambda d, out, x: d * x.cos(), True),
+    "cos": ("std::cos({0})", lambda d, out, x: -d * x.sin(), True),
+    "tanh": ("std::tanh({0})", lambda d, out, x: d * (1 - out * out), True),
+    "sigmoid": ("(({T})1 / (({T})1 + std::exp(-{0})))", lambda d, out, x: d * out * (1 - out), True),
+    "relu": ("({0} > ({T})0 ? {0} : ({T})0)", lambda d, out, x: d * (x > 0), False),
+    "floor": ("std::floor({0})", None, False),
+    "ceil": ("std::ceil({0})", None, False),
+    "round": ("std::nearbyint({0})", None, False),       # half to even, as numpy
+    "sign": ("(({T})({0} > ({T})0) - ({T})({0} < ({T})0))", None, False),
+    "logical_not": ("(!{0})", None, False),
+}
+
+
+def _unary_grad(rule):
+    if rule is None:
+        return lambda d, out, x, a: [None]
+    return lambda d, out, x, a: [rule(d, out, x[0]) if dtypes.is_float(x[0].dtype) else None]
+
+
+def _unary_front(name, float_only):
+    def op(x):
+        if name == "logical_not":
+            x = cast(x, "bool")
+        elif float_only:
+            x = _floats(x)
+        elif x.dtype == "bool" and name != "abs":
+            raise TypeError(f"{name} is not defined for bool Vars; cast first")
+        elif name in ("floor", "ceil", "round") and not dtypes.is_float(x.dtype):
+            return x
+        return Var.node(name, [x])
+    op.__name__ = name
+    op.__doc__ = f"Elementwise {name}."
+    return op
+
+
+for _name, (_expr, _rule, _float_only) in UNARY.items():
+    register(OpSpec(_name, "elementwise", infer=_to_bool if _name == "logical_not" else _same,
+                    c_expr=_expr, grad=_unary_grad(_rule)))
+    export(_name)(_unary_front(_name, _float_only))
+
+
+# --- binary ------------------------------------------------------------------------------------
+def _max_grad(d, out, x, a):
+    a_wins = (x[0] > x[1]) + (x[0] == x[1]) * 0.5       # ties split the gradient, as in PyTorch
+    return [d * a_wins, d * (1 - a_wins)]
+
+
+def _min_grad(d, out, x, a):
+    a_wins = (x[0] < x[1]) + (x[0] == x[1]) * 0.5
+    return [d * a_wins, d * (1 - a_wins)]
+
+
+def _pow_grad(d, out, x, a):
+    base, exponent = x
+    return [d * exponent * base ** (exponent - 1), d * out * base.log()]
+
+
+# name: (C expression, gradient as fn(dout, out, inputs, attrs) or None, result kind)
+# result kind: "same" keeps the promoted dtype, "float" forces a float, "bool" for predicates
+BINARY = {
+    "add": ("({0} + {1})", lambda d, out, x, a: [d, d], "same"),
+    "sub": ("({0} - {1})", lambda d, out, x, a: [d, -d], "same"),
+    "mul": ("({0} * {1})", lambda d, out, x, a: [d * x[1], d * x[0]], "same"),
+    "div": ("({0} / {1})", lambda d, out, x, a: [d / x[1], -d * out / x[1]], "float"),
+    "floordiv": ("jt_floordiv({0}, {1})", None, "same"),
+    "mod": ("jt_mod({0}, {1})", lambda d, out, x, a: [d, -d * x[0].floordiv(x[1])], "same"),
+    "pow": ("jt_pow({0}, {1})", _pow_grad, "same"),
+    "maximum": ("jt_max({0}, {1})", _max_grad, "same"),
+    "minimum": ("jt_min({0}, {1})", _min_grad, "same"),
+    "equal": ("({0} == {1})", None, "bool"),
+    "not_equal": ("({0} != {1})", None, "bool"),
+    "less": ("({0} < {1})", None, "bool"),
+    "less_equal": ("({0} <= {1})", None, "bool"),
+    "greater": ("({0} > {1})", None, "bool"),
+    "greater_equal": ("({0} >= {1})", None, "bool"),
+    "logical_and": ("({0} && {1})", None, "logical"),
+    "logical_or": ("({0} || {1})", None, "logical"),
+    "logical_xor": ("({0} != {1})", None, "logical"),
+}
+
+
+def _binary_grad(rule):
+    def grad(d, out, x, a):
+        if rule is None or not dtypes.is_float(x[0].dtype):
+            return [None, None]
+        return rule(d, out, x, a)
+    return grad
+
+
+def operands(*values):
+    """Vars of one dtype and one broadcast shape from Vars and Python scalars (weak scalars)."""
+    from ..creation import as_var
+    like = next((v for v in values if isinstance(v, Var)), None)
+    vars_ = [as_var(v, like=like) for v in values]
+    dtype = vars_[0].dtype
+    for v in vars_[1:]:
+        dtype = dtypes.promote(dtype, v.dtype)
+    shape = broadcast_shapes(*(v.shape for v in vars_))
+    return [cast(v, dtype).broadcast_to(shape) for v in vars_]
+
+
+def broadcast_shapes(*shapes):
+    """numpy's broadcasting rule; ValueError naming the shapes when they are incompatible."""
+    ndim = max(len(s) for s in shapes)
+    out = []
+    for k in range(ndim):
+        dims = {s[len(s) - ndim + k] for s in shapes if len(s) - ndim + k >= 0} - {1}
+        if len(dims) > 1:
+            raise ValueError(f"shapes {' and '.join(str(tuple(s)) for s in shapes)} cannot be broadcast together")
+        out.append(dims.pop() if dims else 1)
+    return tuple(out)
+
+
+def _binary_front(name, result):
+    def op(a, b):
+        if result == "logical":
+            a, b = (cast(v, "bool") if isinstance(v, Var) else bool(v) for v in (a, b))
+        a, b = operands(a, b)
+        if result == "float":
+            a, b = _floats(a), _floats(b)
+        return Var.node(name, [a, b])
+    op.__name__ = name
+    op.__doc__ = f"Elementwise {name} with numpy broadcasting."
+    return op
+
+
+for _name, (_expr, _rule, _result) in BINARY.items():
+    register(OpSpec(_name, "elementwise", c_expr=_expr, grad=_binary_grad(_rule),
+                    infer=_to_bool if _result in ("bool", "logical") else _same))
+    export(_name)(_binary_front(_name, _result))
+
+
+# --- ternary -----------------------------------------------------------------------------------
+def _where_grad(d, out, x, a):
+    if not dtypes.is_float(out.dtype):
+        return [None, None, None]
+    zero = d.zeros_like()
+    return [None, Var.node("where", [x[0], d, zero]), Var.node("where", [x[0], zero, d])]
+
+
+register(OpSpec("where", "elementwise", infer=lambda inputs, a: (inputs[1].shape, inputs[1].dtype),
+                c_expr="({0} ? {1} : {2})", grad=_where_grad))
+
+
+@export("where")
+def where(condition, x, y):
+    """``x`` where ``condition`` is true, else ``y``, with broadcasting over all three."""
+    from ..creation import as_var
+    condition = cast(as_var(condition), "bool")
+    x, y = operands(x, y)
+    shape = broadcast_shapes(condition.shape, x.shape)
+    return Var.node("where", [condition.broadcast_to(shape), x.broadcast_to(shape), y.broadcast_to(shape)])

@@ -1,0 +1,55 @@
+"""Matrix product, the library-backed op: numpy's ``matmul`` hands float32/float64 to BLAS."""
+import numpy as np
+
+from .. import dtypes
+from ..var import Var
+from .registry import OpSpec, export, register
+
+
+def _matmul_infer(inputs, a):
+    x, y = inputs
+    if x.ndim < 2 or y.ndim < 2 or x.shape[-1] != y.shape[-2]:
+        raise ValueError(f"matmul: shapes {x.shape} and {y.shape} do not line up")
+    from .elementwise import broadcast_shapes
+    batch = broadcast_shapes(x.shape[:-2], y.shape[:-2])
+    return batch + (x.shape[-2], y.shape[-1]), x.dtype
+
+
+def sum_to(x, shape):
+    """Sum the broadcast dims of ``x`` away so it has ``shape`` again."""
+    lead = x.ndim - len(shape)
+    dims = tuple(range(lead)) + tuple(k + lead for k, s in enumerate(shape) if s == 1 and x.shape[k + lead] != 1)
+    return (x.sum(dims=dims, keepdims=True) if dims else x).reshape(shape)
+
+
+def _matmul_grad(d, out, inputs, a):
+    x, y = inputs
+    if not dtypes.is_float(out.dtype):
+        return [None, None]
+    return [sum_to(matmul(d, y.transpose(-1, -2)), x.shape), sum_to(matmul(x.transpose(-1, -2), d), y.shape)]
+
+
+register(OpSpec("matmul", "library", infer=_matmul_infer, grad=_matmul_grad,
+                run=lambda arrays, a: np.matmul(*arrays)))
+
+
+@export("matmul")
+def matmul(x, y):
+    """numpy-style matrix product with batch broadcasting; 1-D operands act as a row / column.
+
+    >>> (jt.randn(8, 3, 4) @ jt.randn(4, 5)).shape
+    (8, 3, 5)
+    """
+    if x.dtype != y.dtype:
+        x, y = (v.cast(dtypes.promote(x.dtype, y.dtype)) for v in (x, y))
+    if x.ndim == 0 or y.ndim == 0:
+        raise ValueError(f"matmul: operands must have at least one dim, got {x.shape} and {y.shape}")
+    squeeze = []
+    if x.ndim == 1:
+        x, squeeze = x.reshape(1, -1), squeeze + [-2]
+    if y.ndim == 1:
+        y, squeeze = y.reshape(-1, 1), squeeze + [-1]
+    out = Var.node("matmul", [x, y])
+    if squeeze:
+        out = out.reshape(tuple(s for k, s in enumerate(out.shape) if k - out.ndim not in squeeze))
+    return out

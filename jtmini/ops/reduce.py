@@ -1,0 +1,109 @@
+"""Reductions: sum/prod/max/min over ``dims`` (``keepdims``), their front ends (mean, all, any),
+and argmax/argmin. A reduction ends a fused kernel: its input chain is computed inside the loop."""
+from .. import dtypes
+from ..var import Var
+from .registry import OpSpec, export, register
+from .reindex import normalize_dim
+
+
+def _reduce_infer(inputs, a):
+    x = inputs[0]
+    shape = tuple(1 if k in a["dims"] else s for k, s in enumerate(x.shape) if a["keepdims"] or k not in a["dims"])
+    widen = a["op"] in ("add", "mul") and x.dtype in ("bool", "int32")
+    return shape, "int64" if widen else x.dtype
+
+
+def _kept_shape(x, dims):
+    return tuple(1 if k in dims else s for k, s in enumerate(x.shape))
+
+
+def _reduce_grad(d, out, x, a):
+    x = x[0]
+    if not dtypes.is_float(x.dtype):
+        return [None]
+    kept = _kept_shape(x, a["dims"])
+    d_b = d.reshape(kept).broadcast_to(x.shape)
+    if a["op"] == "add":
+        return [d_b]
+    out_b = out.reshape(kept).broadcast_to(x.shape)
+    if a["op"] == "mul":
+        return [d_b * out_b / x]
+    hit = (x == out_b).cast(x.dtype)                      # ties share the gradient equally
+    count = hit.sum(dims=a["dims"], keepdims=True).broadcast_to(x.shape)
+    return [d_b * hit / count]
+
+
+register(OpSpec("reduce", "reduce", infer=_reduce_infer, grad=_reduce_grad))
+
+
+def _dims(x, dims):
+    if dims is None:
+        return tuple(range(x.ndim))
+    dims = [dims] if isinstance(dims, int) else list(dims)
+    return tuple(sorted({normalize_dim(d, x.ndim) for d in dims}))
+
+
+def _front(op):
+    def reduce(x, dims=None, keepdims=False, *, dim=None, axis=None, keepdim=False):
+        dims = _dims(x, next((v for v in (dims, dim, axis) if v is not None), None))
+        keepdims = keepdims or keepdim
+        if op in ("max", "min") and x.numel() == 0:
+            raise ValueError(f"{op} of an empty Var (shape {x.shape})")
+        if not dims:
+            return x
+        return Var.node("reduce", [x], op=op, dims=dims, keepdims=keepdims)
+    return reduce
+
+
+sum_ = export("sum")(_front("add"))
+prod = export("prod")(_front("mul"))
+max_ = export("max")(_front("max"))
+min_ = export("min")(_front("min"))
+
+
+@export("mean")
+def mean(x, dims=None, keepdims=False, **kw):
+    """Arithmetic mean over ``dims`` (all dims when omitted); ints give float32."""
+    if not dtypes.is_float(x.dtype):
+        x = x.cast(dtypes.DEFAULT_FLOAT)
+    total = sum_(x, dims, keepdims, **kw)
+    return total * (total.numel() / max(x.numel(), 1)) if x.numel() else total
+
+
+@export("all")
+def all_(x, dims=None, keepdims=False, **kw):
+    return min_(x.cast("bool"), dims, keepdims, **kw) if x.numel() else Var.node("const", [], shape=(), dtype="bool", value=True)
+
+
+@export("any")
+def any_(x, dims=None, keepdims=False, **kw):
+    return max_(x.cast("bool"), dims, keepdims, **kw) if x.numel() else Var.node("const", [], shape=(), dtype="bool", value=False)
+
+
+def _arg_infer(inputs, a):
+    x, dim = inputs[0], a["dim"]
+    return tuple(1 if k == dim else s for k, s in enumerate(x.shape) if a["keepdims"] or k != dim), "int32"
+
+
+register(OpSpec("argreduce", "argreduce", infer=_arg_infer, grad=lambda d, out, x, a: [None]))
+
+
+def _arg_front(op):
+    def arg(x, dim=None, keepdims=False, *, axis=None, keepdim=False):
+        """Index (int32) of the first extreme along ``dim``, and the extreme values, as Jittor:
+        ``pred, value = logits.argmax(dim=1)``. With no dim, the index into the flattened Var."""
+        dim = axis if dim is None else dim
+        if dim is None:
+            x, dim = x.reshape(-1), 0
+        dim = normalize_dim(dim, x.ndim)
+        if x.shape[dim] == 0:
+            raise ValueError(f"arg{op} over an empty dim {dim} of shape {x.shape}")
+        keep = keepdims or keepdim
+        index = Var.node("argreduce", [x], op=op, dim=dim, keepdims=keep)
+        return index, Var.node("reduce", [x], op=op, dims=(dim,), keepdims=keep)
+    arg.__name__ = f"arg{op}"
+    return arg
+
+
+argmax = export("argmax")(_arg_front("max"))
+argmin = export("argmin")(_arg_front("min"))

@@ -1,0 +1,85 @@
+"""The op registry: every op is one ``OpSpec`` (data), and the user-facing functions that build
+nodes of it are exported from the same module that declares it.
+
+Kinds and what the pipeline does with them:
+
+==============  ============================================================================
+elementwise     same-shape inputs, one C expression (``c_expr``); fused into any kernel
+const           a value known on the host (a kernel argument, never baked into the source)
+reindex         output element ``i`` reads input element ``index(i)`` (movement ops, views,
+                padding, Jittor's ``reindex``); fused by substituting index expressions
+reduce          reduction over ``dims``; ends a kernel whose input chain is fused into it
+argreduce       index of the max/min over one dim; ends a kernel like reduce
+scatter         ``reindex_reduce``: input element ``i`` is accumulated into output ``index(i)``
+library         computed by a library call on whole buffers (BLAS matmul)
+collective      MPI collectives (never fused, issued in program order)
+==============  ============================================================================
+"""
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+KINDS = ("elementwise", "const", "reindex", "reduce", "argreduce", "scatter", "library", "collective")
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    """One op, declared once.
+
+    ``infer(inputs, attrs) -> (shape, dtype)`` validates and infers; ``grad(dout, out, inputs,
+    attrs) -> [Var | None per input]`` is the backward rule written with other ops.
+    ``c_expr`` (elementwise) is a format string over ``{0} {1} {2}`` (operands) and ``{T}`` (the C
+    type of the output), or a function ``(in_dtypes, out_dtype, attrs) -> str`` returning one.
+    ``index(attrs, in_ndim, out_ndim) -> IndexMap`` (reindex, scatter) maps output indices to input
+    indices. ``run(arrays, attrs) -> array`` computes a library op. ``numpy_view(array, attrs)``
+    lets a movement op be applied to a buffer without a copy (used to feed library ops).
+    ``runtime_attrs`` are attrs passed to the kernel as arguments rather than compiled in.
+    """
+    name: str
+    kind: str
+    infer: Callable
+    grad: Optional[Callable] = None
+    c_expr: object = None
+    index: Optional[Callable] = None
+    run: Optional[Callable] = None
+    numpy_view: Optional[Callable] = None
+    runtime_attrs: tuple = ()
+
+    def __post_init__(self):
+        if self.kind not in KINDS:
+            raise ValueError(f"op {self.name}: unknown kind {self.kind!r}")
+
+
+@dataclass(frozen=True)
+class IndexMap:
+    """Index expressions in C over ``i0, i1, ...`` (output indices), ``xshape0, ...`` (input dims)
+    and ``yshape0, ...`` (output dims). ``checked``: out-of-range input indices read
+    ``overflow_value`` (Jittor's semantics) instead of being trusted to be in range; ``conditions``
+    are extra C conditions under which the read also yields ``overflow_value``."""
+    exprs: tuple
+    checked: bool = False
+    overflow_value: float = 0
+    conditions: tuple = ()
+
+
+OPS = {}          # op name -> OpSpec
+FUNCTIONS = {}    # name -> callable, exported as jt.<name>
+METHODS = {}      # name -> callable, installed as Var.<name>
+
+
+def register(spec):
+    if spec.name in OPS:
+        raise ValueError(f"op {spec.name!r} registered twice")
+    OPS[spec.name] = spec
+    return spec
+
+
+def export(*names, method=True, function=True):
+    """Decorator: publish a front-end function as ``jt.<name>`` and/or ``Var.<name>``."""
+    def decorate(fn):
+        for name in names or (fn.__name__,):
+            if function:
+                FUNCTIONS[name] = fn
+            if method:
+                METHODS[name] = fn
+        return fn
+    return decorate

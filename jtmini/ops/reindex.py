@@ -1,0 +1,316 @@
+"""Reindex ops: output element ``i`` reads input element ``index(i)``.
+
+Jittor's ``reindex``/``reindex_reduce`` are the general form (convolution and pooling are built from
+them); the movement ops (broadcast, reshape, transpose, slice, flip, pad) are reindexes with their
+own cheaper gradients. All of them fuse: codegen substitutes the index expressions.
+Index expressions use ``i0, i1, ...`` (output indices), ``xshape0, ...`` (input dims),
+``yshape0, ...`` (output dims) and ``@e0(i0, i1)`` (value of extra input 0 at an output index).
+"""
+import math
+
+from ..var import Var
+from .registry import IndexMap, OpSpec, export, register
+
+
+def _flat(dims, prefix):
+    """C expression of the row-major flat index of ``prefix0..`` in a shape named ``dims``."""
+    expr = "0"
+    for k in range(dims):
+        expr = f"{prefix}{k}" if expr == "0" else f"({expr})*yshape{k}+{prefix}{k}"
+    return expr
+
+
+# --- reindex / reindex_reduce (Jittor's general primitives) ------------------------------------
+def _reindex_infer(inputs, a):
+    for e in inputs[1:]:
+        if e.dtype not in ("int32", "int64", "bool", "float32", "float64"):
+            raise TypeError(f"reindex extras must be numeric, got {e.dtype}")
+    if len(a["exprs"]) != inputs[0].ndim:
+        raise ValueError(f"reindex needs one index expression per input dim ({inputs[0].ndim}), "
+                         f"got {len(a['exprs'])}")
+    return a["shape"], inputs[0].dtype
+
+
+def _reindex_grad(d, out, x, a):
+    return [Var.node("reindex_reduce", [d, *x[1:]], op="add", shape=x[0].shape, exprs=a["exprs"],
+                     conditions=a["conditions"])] + [None] * (len(x) - 1)
+
+
+register(OpSpec("reindex", "reindex", infer=_reindex_infer, grad=_reindex_grad,
+                index=lambda a, nin, nout: IndexMap(a["exprs"], True, a["overflow_value"], a["conditions"])))
+
+
+@export("reindex")
+def reindex(x, shape, indexes, overflow_value=0, overflow_conditions=(), extras=()):
+    """Jittor's reindex: ``y[i0, i1, ...] = x[indexes...]`` with ``overflow_value`` where an index
+    falls outside ``x`` or an ``overflow_conditions`` entry holds.
+
+    >>> x.reindex([n, c, h - 2, w - 2, 3, 3], ["i0", "i1", "i2+i4", "i3+i5"])   # 3x3 windows
+    """
+    return Var.node("reindex", [x, *extras], shape=tuple(int(s) for s in shape),
+                    exprs=tuple(indexes), overflow_value=overflow_value,
+                    conditions=tuple(overflow_conditions))
+
+
+def _scatter_grad(d, out, x, a):
+    gathered = Var.node("reindex", [d, *x[1:]], shape=x[0].shape, exprs=a["exprs"], overflow_value=0,
+                        conditions=a["conditions"])
+    if a["op"] in ("max", "min"):
+        hit = Var.node("reindex", [out, *x[1:]], shape=x[0].shape, exprs=a["exprs"],
+                       overflow_value=0, conditions=a["conditions"]) == x[0]
+        gathered = gathered * hit
+    elif a["op"] not in ("add", "replace"):
+        raise NotImplementedError(f"no gradient for reindex_reduce op {a['op']!r}")
+    return [gathered] + [None] * (len(x) - 1)
+
+
+register(OpSpec("reindex_reduce", "scatter", grad=_scatter_grad,
+                infer=lambda inputs, a: (a["shape"], inputs[0].dtype),
+                index=lambda a, nin, nout: IndexMap(a["exprs"], True, 0, a["conditions"])))
+
+
+@export("reindex_reduce")
+def reindex_reduce(x, op, shape, indexes, overflow_conditions=(), extras=()):
+    """Jittor's reindex_reduce: ``y[indexes(i)] op= x[i]`` for every index ``i`` of ``x``; ``op`` is
+    add, mul, max, min or replace; ``indexes`` outside ``shape`` are dropped. Here ``i0..`` are
+    indices of ``x`` and ``yshape0..`` the dims of the result."""
+    if op == "sum":
+        op = "add"
+    if op not in ("add", "mul", "max", "min", "replace"):
+        raise ValueError(f"reindex_reduce op must be add, mul, max, min or replace, got {op!r}")
+    if len(indexes) != len(shape):
+        raise ValueError(f"reindex_reduce needs one index per output dim ({len(shape)}), got {len(indexes)}")
+    return Var.node("reindex_reduce", [x, *extras], op=op, shape=tuple(int(s) for s in shape),
+                    exprs=tuple(indexes), conditions=tuple(overflow_conditions))
+
+
+# --- broadcast ---------------------------------------------------------------------------------
+def _broadcast_infer(inputs, a):
+    shape, x = a["shape"], inputs[0]
+    lead = len(shape) - x.ndim
+    if lead < 0 or any(s not in (1, t) for s, t in zip(x.shape, shape[lead:])):
+        raise ValueError(f"shape {x.shape} cannot be broadcast to {shape}")
+    return shape, x.dtype
+
+
+def _broadcast_index(a, nin, nout):
+    lead = nout - nin
+    return IndexMap(tuple("0" if stretched else f"i{k + lead}" for k, stretched in enumerate(a["stretched"])))
+
+
+def _broadcast_grad(d, out, x, a):
+    lead = out.ndim - x[0].ndim
+    dims = tuple(range(lead)) + tuple(k + lead for k, s in enumerate(a["stretched"]) if s)
+    return [d.sum(dims=dims).reshape(x[0].shape) if dims else d.reshape(x[0].shape)]
+
+
+register(OpSpec("broadcast_to", "reindex", infer=_broadcast_infer, index=_broadcast_index,
+                grad=_broadcast_grad))
+
+
+@export("broadcast_to")
+def broadcast_to(x, shape):
+    """``x`` repeated along dims of size 1 (and new leading dims) to ``shape`` (numpy rules)."""
+    shape = tuple(int(s) for s in shape)
+    if x.shape == shape:
+        return x
+    if x.op == "const" and x._data is None:             # a constant is the same at every index
+        _broadcast_infer([x], {"shape": shape})
+        return Var.node("const", [], shape=shape, dtype=x.dtype, value=x.attrs["value"])
+    lead = len(shape) - x.ndim
+    stretched = tuple(s == 1 and t != 1 for s, t in zip(x.shape, shape[lead:])) if lead >= 0 else ()
+    return Var.node("broadcast_to", [x], shape=shape, stretched=stretched)
+
+
+@export("broadcast")
+def broadcast(x, shape, dims=()):
+    """Jittor's broadcast: ``shape`` may be a Var (its shape is used); ``dims`` are the output dims
+    that ``x`` lacks, e.g. ``x`` of shape (3,) to (2, 3, 4) with ``dims=[0, 2]``."""
+    shape = tuple(shape.shape) if isinstance(shape, Var) else tuple(shape)
+    if dims:
+        dims = sorted(d % len(shape) for d in dims)
+        kept = [k for k in range(len(shape)) if k not in dims]
+        if len(kept) != x.ndim:
+            raise ValueError(f"broadcast: x has {x.ndim} dims but {len(shape)} - {len(dims)} are kept")
+        x = x.reshape([shape[k] if k in kept and x.shape[kept.index(k)] != 1 else 1
+                       for k in range(len(shape))])
+    return broadcast_to(x, shape)
+
+
+# --- reshape, transpose ------------------------------------------------------------------------
+def _reshape_index(a, nin, nout):
+    flat = _flat(nout, "i")
+    exprs, inner = [], "1"
+    for k in reversed(range(nin)):
+        exprs.append(f"(({flat})/({inner}))%xshape{k}" if k else f"({flat})/({inner})")
+        inner = f"{inner}*xshape{k}"
+    return IndexMap(tuple(reversed(exprs)))
+
+
+register(OpSpec("reshape", "reindex", infer=lambda inputs, a: (a["shape"], inputs[0].dtype),
+                index=_reshape_index, grad=lambda d, out, x, a: [d.reshape(x[0].shape)],
+                numpy_view=lambda arr, a: arr.reshape(a["shape"])))
+
+
+@export("reshape", "view")
+def reshape(x, *shape):
+    """``x`` with a new shape of the same size; one dim may be -1."""
+    if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+        shape = shape[0]
+    shape = [int(s) for s in shape]
+    known = math.prod(s for s in shape if s != -1)
+    if shape.count(-1) > 1 or any(s < -1 for s in shape):
+        raise ValueError(f"bad reshape target {tuple(shape)} for shape {x.shape}")
+    if -1 in shape:
+        if known == 0 or x.numel() % known:
+            raise ValueError(f"cannot reshape {x.shape} (size {x.numel()}) to {tuple(shape)}")
+        shape[shape.index(-1)] = x.numel() // known
+    shape = tuple(shape)
+    if math.prod(shape) != x.numel():
+        raise ValueError(f"cannot reshape {x.shape} (size {x.numel()}) to {shape}")
+    if shape == x.shape:
+        return x
+    if x.op == "const" and x._data is None:
+        return Var.node("const", [], shape=shape, dtype=x.dtype, value=x.attrs["value"])
+    return Var.node("reshape", [x], shape=shape)
+
+
+def _transpose_infer(inputs, a):
+    x, perm = inputs[0], a["perm"]
+    if sorted(perm) != list(range(x.ndim)):
+        raise ValueError(f"transpose: {perm} is not a permutation of the {x.ndim} dims of {x.shape}")
+    return tuple(x.shape[p] for p in perm), x.dtype
+
+
+def _inverse(perm):
+    inv = [0] * len(perm)
+    for k, p in enumerate(perm):
+        inv[p] = k
+    return tuple(inv)
+
+
+register(OpSpec("transpose", "reindex", infer=_transpose_infer,
+                index=lambda a, nin, nout: IndexMap(tuple(f"i{k}" for k in _inverse(a["perm"]))),
+                grad=lambda d, out, x, a: [d.permute(_inverse(a["perm"]))],
+                numpy_view=lambda arr, a: arr.transpose(a["perm"])))
+
+
+@export("permute", "transpose")
+def permute(x, *perm):
+    """Dims reordered: output dim k is input dim ``perm[k]``; no argument reverses the dims (and
+    ``transpose(x, a, b)`` with two dims swaps them, as in PyTorch)."""
+    if len(perm) == 1 and isinstance(perm[0], (tuple, list)):
+        perm = tuple(perm[0])
+    if not perm:
+        perm = tuple(reversed(range(x.ndim)))
+    elif len(perm) == 2 and x.ndim != 2 or (len(perm) == 2 and x.ndim == 2 and perm[0] == perm[1]):
+        a, b = (normalize_dim(p, x.ndim) for p in perm)
+        order = list(range(x.ndim))
+        order[a], order[b] = order[b], order[a]
+        perm = tuple(order)
+    perm = tuple(normalize_dim(p, x.ndim) for p in perm)
+    return x if perm == tuple(range(x.ndim)) else Var.node("transpose", [x], perm=perm)
+
+
+def normalize_dim(dim, ndim):
+    """``dim`` in [0, ndim) (negative counts from the end); IndexError naming it otherwise."""
+    if not -ndim <= dim < max(ndim, 1):
+        raise IndexError(f"dim {dim} is out of range for a Var with {ndim} dims")
+    return dim % max(ndim, 1)
+
+
+# --- slice, flip, pad --------------------------------------------------------------------------
+def _slice_grad(d, out, x, a):
+    exprs, conds = [], []
+    for k, (start, step) in enumerate(zip(a["starts"], a["steps"])):
+        exprs.append(f"(i{k}-({start}))/({step})")
+        if step != 1:
+            conds.append(f"(i{k}-({start}))%({step})!=0")
+    return [Var.node("reindex", [d], shape=x[0].shape, exprs=tuple(exprs), overflow_value=0,
+                     conditions=tuple(conds))]
+
+
+register(OpSpec("slice", "reindex", grad=_slice_grad,
+                infer=lambda inputs, a: (a["shape"], inputs[0].dtype),
+                index=lambda a, nin, nout: IndexMap(tuple(
+                    f"({start})+({step})*i{k}" for k, (start, step) in enumerate(zip(a["starts"], a["steps"])))),
+                numpy_view=lambda arr, a: arr[tuple(slice(s, s + st * n if s + st * n >= 0 else None, st)
+                                                    for s, st, n in zip(a["starts"], a["steps"], a["shape"]))]))
+
+
+def slice_var(x, starts, steps, shape):
+    """Strided window of ``x``: output index i reads ``starts + steps * i`` in every dim."""
+    return Var.node("slice", [x], starts=tuple(starts), steps=tuple(steps), shape=tuple(shape))
+
+
+register(OpSpec("flip", "reindex", infer=lambda inputs, a: (inputs[0].shape, inputs[0].dtype),
+                index=lambda a, nin, nout: IndexMap(tuple(
+                    f"xshape{k}-1-i{k}" if k in a["dims"] else f"i{k}" for k in range(nin))),
+                grad=lambda d, out, x, a: [Var.node("flip", [d], dims=a["dims"])]))
+
+
+@export("flip")
+def flip(x, dims=None):
+    """``x`` reversed along ``dims`` (all dims when omitted)."""
+    dims = range(x.ndim) if dims is None else ([dims] if isinstance(dims, int) else dims)
+    return Var.node("flip", [x], dims=tuple(sorted(normalize_dim(d, x.ndim) for d in dims)))
+
+
+def _pad_grad(d, out, x, a):
+    return [slice_var(d, [before for before, _ in a["pads"]], [1] * x[0].ndim, x[0].shape)]
+
+
+register(OpSpec("pad", "reindex", grad=_pad_grad,
+                infer=lambda inputs, a: (tuple(s + b + e for s, (b, e) in zip(inputs[0].shape, a["pads"])),
+                                         inputs[0].dtype),
+                index=lambda a, nin, nout: IndexMap(tuple(f"i{k}-({b})" for k, (b, _) in enumerate(a["pads"])),
+                                                    True, a["value"])))
+
+
+@export("pad")
+def pad(x, padding, mode="constant", value=0):
+    """Pad with ``value``. ``padding`` as in PyTorch: (left, right) pairs starting from the LAST
+    dim, e.g. ``pad(x, (1, 1, 2, 2))`` pads dim -1 by 1 and dim -2 by 2 on both sides."""
+    if mode != "constant":
+        raise ValueError(f"pad: only mode='constant' is supported, got {mode!r}")
+    if len(padding) % 2 or len(padding) // 2 > x.ndim:
+        raise ValueError(f"pad: padding {tuple(padding)} does not fit a Var with {x.ndim} dims")
+    pads = [(0, 0)] * x.ndim
+    for k in range(len(padding) // 2):
+        pads[x.ndim - 1 - k] = (int(padding[2 * k]), int(padding[2 * k + 1]))
+    if any(b < 0 or e < 0 for b, e in pads):
+        raise ValueError(f"pad: negative padding {tuple(padding)}")
+    return Var.node("pad", [x], pads=tuple(pads), value=value)
+
+
+# --- concat, stack -----------------------------------------------------------------------------
+@export("concat", "cat", method=False)
+def concat(xs, dim=0):
+    """Join Vars along ``dim``: one fused kernel that reads each input inside its own range."""
+    from .elementwise import operands
+    xs = list(xs)
+    if not xs:
+        raise ValueError("concat needs at least one Var")
+    dim = normalize_dim(dim, xs[0].ndim)
+    for x in xs:
+        if x.ndim != xs[0].ndim or any(s != t for k, (s, t) in enumerate(zip(x.shape, xs[0].shape)) if k != dim):
+            raise ValueError(f"concat along dim {dim}: shapes {[tuple(v.shape) for v in xs]} do not match")
+    xs = operands(*xs) if len({x.dtype for x in xs}) > 1 else xs
+    total, before, out = sum(x.shape[dim] for x in xs), 0, None
+    for x in xs:
+        widths = [(0, 0)] * x.ndim
+        widths[dim] = (before, total - before - x.shape[dim])
+        placed = Var.node("pad", [x], pads=tuple(widths), value=0)
+        out = placed if out is None else out + placed
+        before += x.shape[dim]
+    return out
+
+
+@export("stack", method=False)
+def stack(xs, dim=0):
+    """Join Vars of one shape along a new dim."""
+    xs = list(xs)
+    if not xs:
+        raise ValueError("stack needs at least one Var")
+    dim = dim % (xs[0].ndim + 1)
+    return concat([x.reshape(x.shape[:dim] + (1,) + x.shape[dim:]) for x in xs], dim)

@@ -1,0 +1,132 @@
+"""Graph -> steps: decide which Vars get a buffer and group the rest into fused kernels.
+
+A Var is *materialized* (gets its own buffer, computed by its own step) when it is a target, when
+its op cannot be inlined (reduce, argreduce, scatter, library, collective), when several consumers
+would otherwise recompute it, when a library op or collective needs it as a whole buffer, or when
+an expanding reindex (a broadcast, im2col windows) would re-evaluate a computed expression many
+times. Everything else is inlined into the kernel of the materialized Var that consumes it, so
+``relu(a * b + c).sum()`` is one reduce kernel.
+"""
+from dataclasses import dataclass, field
+
+from .ops.registry import OPS
+
+FUSIBLE = ("elementwise", "const", "reindex")
+ROOT_KINDS = {"elementwise": "map", "const": "map", "reindex": "map", "reduce": "reduce",
+              "argreduce": "argreduce", "scatter": "scatter"}
+
+
+@dataclass
+class Kernel:
+    """A generated kernel: computes ``root`` from the buffers ``inputs``; ``nodes`` are the inlined
+    Vars (topological order, ``root`` last)."""
+    kind: str
+    root: object
+    nodes: list
+    inputs: list
+
+
+@dataclass
+class LibraryCall:
+    """A library-backed op (``OpSpec.run``) on whole buffers; ``views`` lists, per input, the chain
+    of zero-copy movement ops to apply to the buffer it reads."""
+    root: object
+    sources: list
+    views: list = field(default_factory=list)
+
+
+@dataclass
+class Collective:
+    root: object
+    sources: list
+
+
+def topo_order(targets):
+    """Unrealized Vars reachable from ``targets``, inputs before consumers (iterative DFS)."""
+    order, seen, stack = [], set(), [(t, False) for t in reversed(targets)]
+    while stack:
+        v, expanded = stack.pop()
+        if expanded:
+            order.append(v)
+            continue
+        if id(v) in seen or v._data is not None:
+            continue
+        seen.add(id(v))
+        stack.append((v, True))
+        stack.extend((inp, False) for inp in reversed(v.inputs) if id(inp) not in seen)
+    return order
+
+
+def _view_chain(v, is_buffer):
+    """The movement ops from a buffer up to ``v`` if all have a numpy view, else None."""
+    chain = []
+    while not is_buffer(v):
+        spec = OPS[v.op] if v.op else None
+        if spec is None or spec.numpy_view is None:
+            return None
+        chain.append(v)
+        v = v.inputs[0]
+    return v, chain[::-1]
+
+
+def _expands(v):
+    return OPS[v.op].kind == "reindex" and v.numel() > v.inputs[0].numel()
+
+
+def plan(targets):
+    """The steps computing ``targets`` (Kernel / LibraryCall / Collective), in a valid order."""
+    order = topo_order(targets)
+    uses = {}
+    for v in order:
+        for inp in v.inputs:
+            uses[id(inp)] = uses.get(id(inp), 0) + 1
+    materialized = {id(t) for t in targets}
+    for v in order:
+        kind = OPS[v.op].kind
+        if kind not in FUSIBLE:
+            materialized.add(id(v))
+        elif uses.get(id(v), 0) > 1 and kind != "const" and not _cheap_view(v, materialized):
+            materialized.add(id(v))
+        if kind == "collective" or (kind == "reindex" and _expands(v)):
+            materialized.update(id(i) for i in v.inputs if i._data is None and OPS[i.op].kind != "const")
+    for v in order:
+        if OPS[v.op].kind == "library":
+            for inp in v.inputs:
+                if inp._data is None and _view_chain(inp, _is_buffer(materialized)) is None:
+                    materialized.add(id(inp))
+    is_buffer = _is_buffer(materialized)
+    return [_step(v, is_buffer) for v in order if id(v) in materialized]
+
+
+def _is_buffer(materialized):
+    return lambda v: v._data is not None or id(v) in materialized
+
+
+def _cheap_view(v, materialized):
+    """A movement op reading a buffer directly: recomputing it per consumer costs one load."""
+    inp = v.inputs[0] if v.inputs else None
+    return OPS[v.op].kind == "reindex" and len(v.inputs) == 1 and (inp._data is not None or id(inp) in materialized)
+
+
+def _step(v, is_buffer):
+    kind = OPS[v.op].kind
+    if kind == "library":
+        chains = [_view_chain(i, is_buffer) for i in v.inputs]
+        return LibraryCall(v, [c[0] for c in chains], [c[1] for c in chains])
+    if kind == "collective":
+        return Collective(v, list(v.inputs))
+    nodes, inputs, seen = [], [], set()
+    _collect(v, is_buffer, nodes, inputs, seen, root=True)
+    return Kernel(ROOT_KINDS[kind], v, nodes, inputs)
+
+
+def _collect(v, is_buffer, nodes, inputs, seen, root=False):
+    if id(v) in seen:
+        return
+    seen.add(id(v))
+    if not root and is_buffer(v):
+        inputs.append(v)
+        return
+    for inp in v.inputs:
+        _collect(inp, is_buffer, nodes, inputs, seen)
+    nodes.append(v)

@@ -1,0 +1,227 @@
+"""``Var``: a node of the lazy graph, and the handle users hold.
+
+A Var is either a leaf holding a (read-only) numpy buffer, or the result of an op on other Vars,
+computed only when a value is asked for (``.numpy()``, ``.data``, ``.item()``, ``.sync()``).
+
+    >>> import jtmini as jt
+    >>> x = jt.array([[1.0, 2.0], [3.0, 4.0]])
+    >>> y = (x * 2 + 1).sum(dims=1)          # nothing has run yet
+    >>> y.numpy()                            # fuses, compiles (once, cached on disk), runs
+    array([ 7., 15.], dtype=float32)
+
+Vars are values: ``assign``/``update``/``__setitem__`` rebind the handle to a new value, and any
+node already built from the old value keeps seeing the old value.
+"""
+import itertools
+import weakref
+
+import numpy as np
+
+from .ops.registry import OPS, METHODS
+
+_ids = itertools.count()
+_pending = weakref.WeakValueDictionary()    # id -> unrealized node, for sync_all(); keyed by id
+                                            # because Var.__eq__ builds a node
+
+
+class Var:
+    __slots__ = ("op", "inputs", "attrs", "shape", "dtype", "_data", "_stop_grad", "_consumers",
+                 "id", "__weakref__")
+    __hash__ = object.__hash__       # __eq__ builds a node, identity stays the hash
+
+    def __init__(self, op, inputs, attrs, shape, dtype, data=None):
+        self.op, self.inputs, self.attrs = op, tuple(inputs), attrs
+        self.shape, self.dtype = tuple(shape), dtype
+        self._data, self._stop_grad, self._consumers = data, False, []
+        self.id = next(_ids)
+        for inp in self.inputs:
+            inp._add_consumer(self)
+        if data is None:
+            _pending[id(self)] = self
+
+    @staticmethod
+    def node(op_name, inputs, **attrs):
+        """Build a node of the registered op ``op_name``; shape and dtype are inferred (and
+        checked) now, the value later."""
+        shape, dtype = OPS[op_name].infer(inputs, attrs)
+        return Var(op_name, inputs, attrs, shape, dtype)
+
+    def _add_consumer(self, consumer):
+        consumers = self._consumers
+        if len(consumers) >= 32 and len(consumers) & (len(consumers) - 1) == 0:
+            consumers[:] = [r for r in consumers if r() is not None]
+        consumers.append(weakref.ref(consumer))
+
+    # --- facts ---------------------------------------------------------------------------------
+    @property
+    def ndim(self):
+        return len(self.shape)
+
+    def numel(self):
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    def __len__(self):
+        if not self.shape:
+            raise TypeError("len() of a 0-d Var")
+        return self.shape[0]
+
+    def is_realized(self):
+        return self._data is not None
+
+    def __repr__(self):
+        value = np.array2string(self._data, threshold=20) if self._data is not None else "<lazy>"
+        return f"jt.Var({value}, shape={self.shape}, dtype={self.dtype})"
+
+    # --- values --------------------------------------------------------------------------------
+    def sync(self):
+        """Compute this Var now (if it is not already); returns self."""
+        if self._data is None:
+            from .executor import realize
+            realize([self])
+        return self
+
+    def numpy(self):
+        """A fresh, writable numpy copy of the value."""
+        return np.array(self.sync()._data, copy=True)
+
+    @property
+    def data(self):
+        """The value as a read-only numpy array. As in Jittor, a 0-d Var gives a 1-element array,
+        so ``correct.sum().data[0]`` works."""
+        value = self.sync()._data
+        return value.reshape(1) if value.ndim == 0 else value
+
+    def item(self):
+        if self.numel() != 1:
+            raise ValueError(f"item() needs a Var with one element, got shape {self.shape}")
+        return self.sync()._data.reshape(()).item()
+
+    def __array__(self, dtype=None, copy=None):
+        value = self.sync()._data
+        return value.astype(dtype) if dtype is not None else value.copy()
+
+    def __bool__(self):
+        return bool(self.item())
+
+    def __float__(self):
+        return float(self.item())
+
+    def __int__(self):
+        return int(self.item())
+
+    def __index__(self):
+        if self.dtype not in ("int32", "int64"):
+            raise TypeError(f"only integer Vars can be used as an index, got {self.dtype}")
+        return int(self.item())
+
+    # --- gradient control ----------------------------------------------------------------------
+    def stop_grad(self):
+        """Block gradients through this Var (in place); returns self, as in Jittor."""
+        self._stop_grad = True
+        return self
+
+    def is_stop_grad(self):
+        return self._stop_grad
+
+    @property
+    def requires_grad(self):
+        return not self._stop_grad
+
+    @requires_grad.setter
+    def requires_grad(self, value):
+        self._stop_grad = not value
+
+    def detach(self):
+        """A new Var with the same value and no gradient history."""
+        if self._data is not None:
+            return Var(None, (), {}, self.shape, self.dtype, self._data)
+        return Var.node("detach", [self])
+
+    # --- rebinding -----------------------------------------------------------------------------
+    def assign(self, value):
+        """Make this Var hold ``value``'s value (broadcast and cast to this Var's shape and dtype),
+        with no gradient history: the parameter update of optimizers. Returns self.
+
+        >>> w.assign(w - lr * g)         # nodes built from the old w still see the old value
+        """
+        from . import creation
+        value = creation.as_var(value, like=self)
+        if value.shape != self.shape:
+            value = value.broadcast_to(self.shape)
+        if value.dtype != self.dtype:
+            value = value.cast(self.dtype)
+        if value._data is not None:
+            self._rebind(None, (), {}, value._data)
+        else:
+            self._rebind("detach", (value,), {}, None)
+        return self
+
+    update = assign
+
+    def _rebind(self, op, inputs, attrs, data):
+        """Give this handle a new node while every existing consumer keeps the old one."""
+        old = Var(self.op, self.inputs, self.attrs, self.shape, self.dtype, self._data)
+        old._stop_grad = self._stop_grad
+        for ref in self._consumers:
+            consumer = ref()
+            if consumer is not None:
+                consumer.inputs = tuple(old if x is self else x for x in consumer.inputs)
+                old._consumers.append(ref)
+        self.op, self.inputs, self.attrs, self._data, self._consumers = op, tuple(inputs), attrs, data, []
+        for inp in self.inputs:
+            inp._add_consumer(self)
+        if data is None:
+            _pending[id(self)] = self
+        return old
+
+    def _set_value(self, data):
+        """Called by the executor with the computed buffer. A node with no gradient path (a
+        detached value, an updated parameter) forgets its inputs so history cannot pile up."""
+        data.flags.writeable = False
+        self._data = data
+        _pending.pop(id(self), None)
+        if self.op == "detach":
+            self.op, self.inputs, self.attrs = None, (), {}
+
+
+def pending_roots():
+    """Unrealized Vars no other unrealized Var consumes: realizing these computes everything."""
+    pending = list(_pending.values())
+    consumed = {id(inp) for v in pending for inp in v.inputs}
+    return sorted((v for v in pending if id(v) not in consumed), key=lambda v: v.id)
+
+
+# Operators map onto exported functions; reflected forms swap the operands.
+_OPERATORS = {
+    "add": "add", "sub": "sub", "mul": "mul", "truediv": "div", "floordiv": "floordiv",
+    "mod": "mod", "pow": "pow", "matmul": "matmul", "and": "logical_and", "or": "logical_or",
+    "xor": "logical_xor",
+}
+_COMPARISONS = {"eq": "equal", "ne": "not_equal", "lt": "less", "le": "less_equal",
+                "gt": "greater", "ge": "greater_equal"}
+
+
+def _forward(fn_name):
+    return lambda self, other: METHODS[fn_name](self, other)
+
+
+def _reflected(fn_name):
+    return lambda self, other: METHODS[fn_name](other, self)
+
+
+def install_methods():
+    """Attach every exported method and operator to Var (called once, when jtmini is imported)."""
+    for name, fn in METHODS.items():
+        if not hasattr(Var, name) or name in ("sum", "max", "min"):
+            setattr(Var, name, fn)
+    for dunder, fn_name in _OPERATORS.items():
+        setattr(Var, f"__{dunder}__", _forward(fn_name))
+        setattr(Var, f"__r{dunder}__", _reflected(fn_name))
+    for dunder, fn_name in _COMPARISONS.items():
+        setattr(Var, f"__{dunder}__", _forward(fn_name))
+    Var.__neg__ = lambda self: METHODS["neg"](self)
+    Var.__abs__ = lambda self: METHODS["abs"](self)
+    Var.__invert__ = lambda self: METHODS["logical_not"](self)
+    Var.__pos__ = lambda self: self
+    Var.__getitem__ = lambda self, index: METHODS["getitem"](self, index)
+    Var.__setitem__ = lambda self, index, value: METHODS["setitem"](self, index, value)
