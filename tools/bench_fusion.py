@@ -1,0 +1,67 @@
+"""Fusion benchmark: a chain of 8 elementwise ops on 16M float32 values, jtmini vs numpy.
+
+Prints, in one run: jtmini's time (one fused kernel), numpy evaluating the same expression
+(8 passes, temporaries), and a plain numpy copy of one array (the memory-bandwidth yardstick).
+Targets: jtmini >= 3x faster than numpy; jtmini >= 50% of copy bandwidth.
+
+    python tools/bench_fusion.py [--n 16777216] [--repeat 10] [--threads 2]
+"""
+import argparse
+import time
+
+import numpy as np
+
+import jtmini as jt
+
+
+def chain_jt(a, b):
+    return jt.relu((a * b + 1.5) * a - b) * 0.5 + jt.maximum(a, b) - 2.0
+
+
+def chain_np(a, b):
+    return np.maximum((a * b + 1.5) * a - b, 0) * 0.5 + np.maximum(a, b) - 2.0
+
+
+def best_of(fn, repeat):
+    fn()                                            # warm-up (compile, page faults)
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=16 * 1024 * 1024)
+    parser.add_argument("--repeat", type=int, default=10)
+    parser.add_argument("--threads", type=int, default=jt.flags.num_threads)
+    args = parser.parse_args()
+    jt.flags.num_threads = args.threads
+    rng = np.random.default_rng(0)
+    a_np, b_np = (rng.standard_normal(args.n, dtype=np.float32) for _ in range(2))
+    a, b = jt.array(a_np), jt.array(b_np)
+
+    assert np.allclose(chain_jt(a, b).numpy(), chain_np(a_np, b_np), rtol=1e-5, atol=1e-5)
+    jt.reset_stats()
+    chain_jt(a, b).sync()
+    kernels = jt.stats()["kernels_run"]
+
+    t_jt = best_of(lambda: chain_jt(a, b).sync(), args.repeat)
+    t_np = best_of(lambda: chain_np(a_np, b_np), args.repeat)
+    t_copy = best_of(lambda: a_np.copy(), args.repeat)
+    # bytes moved: jtmini reads a and b and writes the result; the copy reads a and writes one array
+    gbs_jt = 3 * a_np.nbytes / t_jt / 1e9
+    gbs_copy = 2 * a_np.nbytes / t_copy / 1e9
+    print(f"n={args.n} float32, 8 elementwise ops, threads={args.threads}, kernels per eval={kernels}")
+    print(f"{'':<22}{'time ms':>10}{'GB/s':>8}")
+    print(f"{'jtmini (fused)':<22}{t_jt * 1e3:>10.2f}{gbs_jt:>8.2f}")
+    print(f"{'numpy expression':<22}{t_np * 1e3:>10.2f}")
+    print(f"{'numpy copy':<22}{t_copy * 1e3:>10.2f}{gbs_copy:>8.2f}")
+    print(f"speed-up over numpy: {t_np / t_jt:.2f}x (target >= 3x)")
+    print(f"fraction of copy bandwidth: {gbs_jt / gbs_copy:.0%} (target >= 50%)")
+
+
+if __name__ == "__main__":
+    main()
