@@ -151,15 +151,18 @@ class Var:
         if value.dtype != self.dtype:
             value = value.cast(self.dtype)
         if value._data is not None:
-            self._rebind(None, (), {}, value._data)
+            self._rebind(Var(None, (), {}, self.shape, self.dtype, value._data))
         else:
-            self._rebind("detach", (value,), {}, None)
+            self._rebind(Var.node("detach", [value]))
         return self
 
     update = assign
 
-    def _rebind(self, op, inputs, attrs, data):
-        """Give this handle a new node while every existing consumer keeps the old one."""
+    def _rebind(self, source):
+        """Make this handle the node ``source`` while every existing consumer keeps the old node.
+        ``source`` may itself consume this handle (``x[0] = v`` builds ``where(mask, v, x)``): it is
+        retargeted with the others BEFORE its inputs are copied, so the handle reads the old node
+        and the graph has no cycle."""
         old = Var(self.op, self.inputs, self.attrs, self.shape, self.dtype, self._data)
         old._stop_grad = self._stop_grad
         for ref in self._consumers:
@@ -167,11 +170,14 @@ class Var:
             if consumer is not None:
                 consumer.inputs = tuple(old if x is self else x for x in consumer.inputs)
                 old._consumers.append(ref)
-        self.op, self.inputs, self.attrs, self._data, self._consumers = op, tuple(inputs), attrs, data, []
+        self.op, self.inputs, self.attrs, self._data = source.op, source.inputs, source.attrs, source._data
+        self._consumers = []
         for inp in self.inputs:
             inp._add_consumer(self)
-        if data is None:
+        if self._data is None:
             _pending[id(self)] = self
+        else:
+            _pending.pop(id(self), None)
         return old
 
     def _set_value(self, data):

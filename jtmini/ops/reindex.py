@@ -7,6 +7,7 @@ Index expressions use ``i0, i1, ...`` (output indices), ``xshape0, ...`` (input 
 ``yshape0, ...`` (output dims) and ``@e0(i0, i1)`` (value of extra input 0 at an output index).
 """
 import math
+import re
 
 from ..var import Var
 from .registry import IndexMap, OpSpec, export, register
@@ -31,9 +32,17 @@ def _reindex_infer(inputs, a):
     return a["shape"], inputs[0].dtype
 
 
+def _swap_shapes(exprs):
+    """The same index map seen from the other side: a gather's input is its inverse scatter's
+    result, so ``xshape`` and ``yshape`` trade names between reindex and reindex_reduce."""
+    swap = {"xshape": "yshape", "yshape": "xshape"}
+    return tuple(re.sub(r"\b[xy]shape", lambda m: swap[m.group(0)], e) for e in exprs)
+
+
 def _reindex_grad(d, out, x, a):
-    return [Var.node("reindex_reduce", [d, *x[1:]], op="add", shape=x[0].shape, exprs=a["exprs"],
-                     conditions=a["conditions"])] + [None] * (len(x) - 1)
+    return [Var.node("reindex_reduce", [d, *x[1:]], op="add", shape=x[0].shape,
+                     exprs=_swap_shapes(a["exprs"]), conditions=_swap_shapes(a["conditions"]))] \
+        + [None] * (len(x) - 1)
 
 
 register(OpSpec("reindex", "reindex", infer=_reindex_infer, grad=_reindex_grad,
@@ -53,11 +62,12 @@ def reindex(x, shape, indexes, overflow_value=0, overflow_conditions=(), extras=
 
 
 def _scatter_grad(d, out, x, a):
-    gathered = Var.node("reindex", [d, *x[1:]], shape=x[0].shape, exprs=a["exprs"], overflow_value=0,
-                        conditions=a["conditions"])
+    exprs, conditions = _swap_shapes(a["exprs"]), _swap_shapes(a["conditions"])
+    gathered = Var.node("reindex", [d, *x[1:]], shape=x[0].shape, exprs=exprs, overflow_value=0,
+                        conditions=conditions)
     if a["op"] in ("max", "min"):
-        hit = Var.node("reindex", [out, *x[1:]], shape=x[0].shape, exprs=a["exprs"],
-                       overflow_value=0, conditions=a["conditions"]) == x[0]
+        hit = Var.node("reindex", [out, *x[1:]], shape=x[0].shape, exprs=exprs,
+                       overflow_value=0, conditions=conditions) == x[0]
         gathered = gathered * hit
     elif a["op"] not in ("add", "replace"):
         raise NotImplementedError(f"no gradient for reindex_reduce op {a['op']!r}")

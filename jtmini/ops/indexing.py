@@ -1,0 +1,279 @@
+"""numpy-style indexing: ``x[index]`` reads and ``x[index] = value`` rebinds, with numpy's rules.
+
+Index entries: ints (negative counts from the end), slices (any step, clamped as numpy clamps),
+``None``, ``...``, integer arrays (int Vars, numpy int arrays, lists of ints) and bool masks (bool
+Vars or numpy arrays). Everything becomes lazy nodes; no value is computed on the host:
+
+- basic indexing (ints, slices, None, ...) is one ``slice`` node and a ``reshape``;
+- advanced indexing is one ``reindex`` whose index expressions read the index arrays as extra
+  inputs (``@e0(i1, i2)``), so its gradient is reindex's own scatter-add (duplicates accumulate);
+- ``x[index] = value`` rebinds the handle ``x`` to ``where(mask, placed, old x)``: nodes built from
+  ``x`` earlier keep the old value, as with ``assign``.
+
+Two steps are eager, because numpy's contract needs data. A bool mask's result shape is its count
+of true entries, so a mask is synced and turned into the int arrays of ``np.nonzero``. Index arrays
+are synced to check their range, so an out-of-range entry raises IndexError instead of reading
+another element. With duplicate indices in ``x[idx] = v``, which value lands is unspecified (the
+last one while the scatter runs on one thread), as numpy leaves it.
+
+    >>> x = jt.array(np.arange(12).reshape(3, 4))
+    >>> x[1:, ::-2].numpy()
+    array([[ 7,  5],
+           [11,  9]])
+    >>> x[[0, 2], [1, 3]].numpy()            # the pairs (0, 1) and (2, 3)
+    array([ 1, 11])
+    >>> x[x > 6] = 0                         # the mask is synced: its true count is the shape
+"""
+import numbers
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import creation
+from ..var import Var
+from .elementwise import broadcast_shapes, cast, where
+from .registry import export
+from .reindex import reindex, reindex_reduce, slice_var
+
+_PLAIN = ("slice", "new")        # entries that give the result one dim of their own
+_FANCY = ("int", "array")        # entries numpy broadcasts together once an index array is present
+
+
+@dataclass(frozen=True, eq=False)      # eq=False: comparing Vars would build nodes
+class _Axis:
+    """One normalised index entry; ``dim`` is the input dim it reads (None for "new" and "gap").
+
+    kind "int": position ``start``; "slice": positions ``start + step * i`` for ``i < size``;
+    "array": positions held by the int Var ``array``; "new": a new dim of size 1; "gap": where
+    ``...`` stood (numpy counts it as separating index arrays even when it stands for no dim).
+    """
+    kind: str
+    dim: int = None
+    start: int = 0
+    step: int = 1
+    size: int = 1
+    array: Var = None
+
+
+# --- parsing -----------------------------------------------------------------------------------
+def _item(it):
+    """One raw index entry, type-checked: Python ints, or int/bool arrays as Vars or numpy arrays."""
+    if it is None or it is Ellipsis or isinstance(it, slice):
+        return it
+    if isinstance(it, (bool, np.bool_)):
+        raise IndexError(f"bool scalar index {it!r} is not supported; use None to add a dim")
+    if isinstance(it, numbers.Integral):
+        return int(it)
+    if not isinstance(it, Var):
+        it = np.asarray(it)
+        if it.size == 0 and it.dtype.kind == "f":        # numpy reads x[[]] as an empty int index
+            it = it.astype(np.int64)
+    kind = np.dtype(it.dtype).kind
+    if kind not in "iub" or (kind == "b" and it.ndim == 0):
+        raise IndexError(f"invalid index {it!r} (dtype {it.dtype}): use ints, slices, None, ..., "
+                         f"int arrays or bool masks")
+    return it
+
+
+def _is_mask(it):
+    return isinstance(it, (Var, np.ndarray)) and np.dtype(it.dtype).kind == "b"
+
+
+def _consumed(it):
+    """How many input dims an entry indexes."""
+    if it is None or it is Ellipsis:
+        return 0
+    return it.ndim if _is_mask(it) else 1
+
+
+def _normalize(x, index):
+    """``index`` as a list of _Axis: ``...`` and missing trailing dims become full slices, masks
+    become int arrays, and every int and index array is range-checked."""
+    items = [_item(it) for it in (index if isinstance(index, tuple) else (index,))]
+    used = sum(_consumed(it) for it in items)
+    if used > x.ndim:
+        raise IndexError(f"too many indices: {used} dims indexed on a Var of shape {x.shape}")
+    ellipses = [k for k, it in enumerate(items) if it is Ellipsis]
+    if len(ellipses) > 1:
+        raise IndexError(f"an index can hold one ellipsis ('...'), got {len(ellipses)}")
+    at = ellipses[0] + 1 if ellipses else len(items)
+    items[at:at] = [slice(None)] * (x.ndim - used)
+    axes = []
+    for it in items:
+        axes += _axes(x, it, sum(a.dim is not None for a in axes))
+    return axes
+
+
+def _axes(x, it, dim):
+    """The _Axis list of one entry whose first input dim is ``dim``."""
+    if it is None:
+        return [_Axis("new")]
+    if it is Ellipsis:
+        return [_Axis("gap")]
+    size = x.shape[dim]
+    if isinstance(it, slice):
+        start, stop, step = it.indices(size)
+        return [_Axis("slice", dim, start, step, len(range(start, stop, step)))]
+    if isinstance(it, int):
+        _check_range(it, it, dim, size)
+        return [_Axis("int", dim, it % size)]
+    if _is_mask(it):
+        return _mask_axes(x, it, dim)
+    values = it.data if isinstance(it, Var) else it          # .data syncs a lazy index Var
+    if values.size:
+        _check_range(int(values.min()), int(values.max()), dim, size)
+    return [_Axis("array", dim, array=it if isinstance(it, Var) else creation.array(it))]
+
+
+def _check_range(lo, hi, dim, size):
+    bad = lo if lo < -size else hi if hi >= size else None
+    if bad is not None:
+        raise IndexError(f"index {bad} is out of bounds for dim {dim} with size {size}")
+
+
+def _mask_axes(x, mask, dim):
+    """A bool mask over dims ``dim..`` as the int arrays of its true positions (eager)."""
+    values = mask.numpy() if isinstance(mask, Var) else mask
+    covered = x.shape[dim:dim + values.ndim]
+    if values.shape != covered:
+        raise IndexError(f"bool mask of shape {values.shape} does not match the indexed dims "
+                         f"{covered} (from dim {dim}) of a Var of shape {x.shape}")
+    return [_Axis("array", dim + k, array=creation.array(positions))
+            for k, positions in enumerate(np.nonzero(values))]
+
+
+# --- index expressions -------------------------------------------------------------------------
+def _basic_shape(axes):
+    """Shape of ``x[index]`` without index arrays: ints drop their dim, None adds a 1."""
+    return tuple(a.size for a in axes if a.kind in _PLAIN)
+
+
+def _affine(i, start, step):
+    """C expression of ``start + step * i``, without the no-op parts."""
+    scaled = i if step == 1 else f"{step}*{i}"
+    return scaled if start == 0 else f"{start}+{scaled}"
+
+
+def _unaffine(i, start, step):
+    """C expression of ``(i - start) / step``, the inverse of ``_affine``."""
+    shifted = i if start == 0 else f"({i}-{start})"
+    return shifted if step == 1 else f"{shifted}/({step})"
+
+
+def _layout(axes):
+    """numpy's placement of the broadcast index-array dims: (their shape, first result position).
+    Ints count as 0-d arrays. Standing together they replace the arrays in place; separated by a
+    slice, None or ``...``, they go first."""
+    try:
+        bshape = broadcast_shapes(*(a.array.shape for a in axes if a.kind == "array"))
+    except ValueError:
+        shapes = " ".join(str(a.array.shape) for a in axes if a.kind == "array")
+        raise IndexError(f"index arrays of shapes {shapes} cannot be broadcast together") from None
+    fancy = [k for k, a in enumerate(axes) if a.kind in _FANCY]
+    together = fancy[-1] - fancy[0] + 1 == len(fancy)
+    at = sum(a.kind in _PLAIN for a in axes[:fancy[0]]) if together else 0
+    return bshape, at
+
+
+def _gather_map(axes, shape_name):
+    """(shape of ``x[index]``, one C index expression per dim of x, extra inputs) for an index
+    holding arrays. ``i<k>`` is result position k; array j is read as ``@e<j>(...)`` at the result
+    positions of its (broadcast) dims, and a negative entry counts from the end of x's dim, named
+    ``<shape_name><d>`` (xshape when x is read, yshape when x's shape is a scatter's result)."""
+    bshape, at = _layout(axes)
+    shape = [a.size for a in axes if a.kind in _PLAIN]
+    shape[at:at] = bshape
+    exprs, extras, plain = [], [], 0
+    for a in axes:
+        if a.kind == "slice":
+            exprs.append(_affine(f"i{plain if plain < at else plain + len(bshape)}", a.start, a.step))
+        elif a.kind == "int":
+            exprs.append(str(a.start))
+        elif a.kind == "array":
+            value = f"@e{len(extras)}({_address(a.array, bshape, at)})"
+            exprs.append(f"(({value}) < 0 ? ({value}) + {shape_name}{a.dim} : ({value}))")
+            extras.append(a.array)
+        plain += a.kind in _PLAIN
+    return tuple(shape), exprs, extras
+
+
+def _address(array, bshape, at):
+    """Arguments of ``@e`` reading ``array`` broadcast to ``bshape``, placed at result position
+    ``at``: its dims align to the right, and a stretched dim of size 1 always reads entry 0."""
+    lead = at + len(bshape) - array.ndim
+    return ", ".join("0" if n == 1 else f"i{lead + k}" for k, n in enumerate(array.shape))
+
+
+# --- front ends --------------------------------------------------------------------------------
+@export("getitem")
+def getitem(x, index):
+    """``x[index]`` with numpy's semantics; lazy, and differentiable with respect to ``x``.
+
+    >>> x = jt.randn(4, 5, 6)
+    >>> x[1, ::-2, None].shape                  # basic: a strided view
+    (3, 1, 6)
+    >>> x[:, [0, 2], [1, 1]].shape              # index arrays, broadcast together, kept in place
+    (4, 2)
+    >>> x[[0, 2], :, [1, 1]].shape              # separated by a slice: their dims go first
+    (2, 5)
+    """
+    axes = _normalize(x, index)
+    if not any(a.kind == "array" for a in axes):
+        read = [a for a in axes if a.dim is not None]
+        # a new node even for x[...]: returning the handle x would let a later x[i] = v show through
+        region = slice_var(x, [a.start for a in read], [a.step for a in read], [a.size for a in read])
+        return region.reshape(_basic_shape(axes))
+    shape, exprs, extras = _gather_map(axes, "xshape")
+    return reindex(x, shape, exprs, extras=extras)
+
+
+@export("setitem", function=False)
+def setitem(x, index, value):
+    """``x[index] = value``: ``value`` is cast to x's dtype and broadcast to the shape of
+    ``x[index]``; the handle ``x`` is rebound to the new value, nodes built from it earlier keep
+    the old one. Gradients flow to the old ``x`` (where not overwritten) and to ``value``.
+
+    >>> a = jt.zeros(3, 4)
+    >>> b = a + 1
+    >>> a[1:, [0, 3]] = jt.array([7.0, 8.0])
+    >>> a.numpy()[:, 0], b.numpy()[:, 0]
+    (array([0., 7., 7.], dtype=float32), array([1., 1., 1.], dtype=float32))
+    """
+    axes = _normalize(x, index)
+    place = _place_advanced if any(a.kind == "array" for a in axes) else _place_basic
+    placed, mask = place(x, axes, value)
+    x._rebind(where(mask, placed, x))
+
+
+def _fit(value, x, shape):
+    """``value`` cast to x's dtype and broadcast to ``shape``; as numpy, leading 1s may drop."""
+    value = cast(creation.as_var(value, like=x), x.dtype)
+    vshape = value.shape
+    while len(vshape) > len(shape) and vshape[0] == 1:
+        vshape = vshape[1:]
+    if len(vshape) > len(shape) or any(v not in (1, s) for v, s in zip(reversed(vshape), reversed(shape))):
+        raise ValueError(f"cannot assign a value of shape {value.shape} to x[index] of shape {tuple(shape)}")
+    return value.reshape(vshape).broadcast_to(shape)
+
+
+def _place_basic(x, axes, value):
+    """(value spread over x's shape, bool mask of the written elements) for a basic index: a
+    checked reindex inverts the slice; positions between steps or outside read 0 (False)."""
+    read = [a for a in axes if a.dim is not None]
+    exprs = [_unaffine(f"i{a.dim}", a.start, a.step) for a in read]
+    conds = [f"(i{a.dim}-{a.start})%({a.step})!=0" for a in read if a.step != 1]
+    region = [a.size for a in read]
+
+    def put(v):
+        return reindex(v.reshape(region), x.shape, exprs, overflow_conditions=conds)
+    return put(_fit(value, x, _basic_shape(axes))), put(creation.full(region, True, "bool"))
+
+
+def _place_advanced(x, axes, value):
+    """(value spread over x's shape, bool mask of the written elements) for an index holding
+    arrays: the gather's own index map, run backwards as a replacing scatter."""
+    shape, exprs, extras = _gather_map(axes, "yshape")
+
+    def put(v):
+        return reindex_reduce(v, "replace", x.shape, exprs, extras=extras)
+    return put(_fit(value, x, shape)), put(creation.full(shape, True, "bool"))
