@@ -205,21 +205,30 @@ register(OpSpec("transpose", "reindex", infer=_transpose_infer,
                 numpy_view=lambda arr, a: arr.transpose(a["perm"])))
 
 
-@export("permute", "transpose")
+@export("permute")
 def permute(x, *perm):
-    """Dims reordered: output dim k is input dim ``perm[k]``; no argument reverses the dims (and
-    ``transpose(x, a, b)`` with two dims swaps them, as in PyTorch)."""
+    """Dims reordered: output dim k is input dim ``perm[k]``; no argument reverses the dims (two
+    dims of a Var that is not 2-D swap them, as ``transpose`` does)."""
     if len(perm) == 1 and isinstance(perm[0], (tuple, list)):
         perm = tuple(perm[0])
     if not perm:
         perm = tuple(reversed(range(x.ndim)))
-    elif len(perm) == 2 and x.ndim != 2 or (len(perm) == 2 and x.ndim == 2 and perm[0] == perm[1]):
-        a, b = (normalize_dim(p, x.ndim) for p in perm)
-        order = list(range(x.ndim))
-        order[a], order[b] = order[b], order[a]
-        perm = tuple(order)
+    elif len(perm) == 2 and x.ndim != 2:
+        return transpose(x, *perm)
     perm = tuple(normalize_dim(p, x.ndim) for p in perm)
     return x if perm == tuple(range(x.ndim)) else Var.node("transpose", [x], perm=perm)
+
+
+@export("transpose")
+def transpose(x, *dims):
+    """``transpose(x, a, b)`` swaps dims a and b, also for a 2-D Var (as in PyTorch and Jittor);
+    no argument reverses the dims; one sequence is a permutation, as in ``permute``."""
+    if len(dims) != 2:
+        return permute(x, *dims)
+    a, b = (normalize_dim(d, x.ndim) for d in dims)
+    order = list(range(x.ndim))
+    order[a], order[b] = order[b], order[a]
+    return permute(x, order)
 
 
 def normalize_dim(dim, ndim):
