@@ -6,9 +6,11 @@ own cheaper gradients. All of them fuse: codegen substitutes the index expressio
 Index expressions use ``i0, i1, ...`` (output indices), ``xshape0, ...`` (input dims),
 ``yshape0, ...`` (output dims) and ``@e0(i0, i1)`` (value of extra input 0 at an output index).
 """
+import functools
 import math
 import re
 
+from .. import dtypes
 from ..var import Var
 from .registry import IndexMap, OpSpec, export, register
 
@@ -306,7 +308,6 @@ def pad(x, padding, mode="constant", value=0):
 @export("concat", "cat", method=False)
 def concat(xs, dim=0):
     """Join Vars along ``dim``: one fused kernel that reads each input inside its own range."""
-    from .elementwise import operands
     xs = list(xs)
     if not xs:
         raise ValueError("concat needs at least one Var")
@@ -314,7 +315,8 @@ def concat(xs, dim=0):
     for x in xs:
         if x.ndim != xs[0].ndim or any(s != t for k, (s, t) in enumerate(zip(x.shape, xs[0].shape)) if k != dim):
             raise ValueError(f"concat along dim {dim}: shapes {[tuple(v.shape) for v in xs]} do not match")
-    xs = operands(*xs) if len({x.dtype for x in xs}) > 1 else xs
+    dtype = functools.reduce(dtypes.promote, (x.dtype for x in xs))
+    xs = [x.cast(dtype) for x in xs]            # shapes differ along dim: cast only, no broadcast
     total, before, out = sum(x.shape[dim] for x in xs), 0, None
     for x in xs:
         widths = [(0, 0)] * x.ndim
