@@ -1,0 +1,145 @@
+"""Layers with parameters or modes: Linear, BatchNorm, Dropout, activations, Flatten, Identity.
+
+    >>> import jtmini as jt
+    >>> from jtmini import nn
+    >>> head = nn.Sequential(nn.Flatten(), nn.Linear(8 * 4 * 4, 10))
+    >>> head(jt.randn(2, 8, 4, 4)).shape
+    (2, 10)
+"""
+import math
+
+from .. import init
+from . import functional as F
+from .module import Module
+
+
+class Linear(Module):
+    """``y = x @ weight.T + bias`` with weight (out_features, in_features), initialised as in
+    Jittor and PyTorch: U(-1/sqrt(in_features), 1/sqrt(in_features)) for weight and bias."""
+
+    def __init__(self, in_features, out_features, bias=True):
+        self.in_features, self.out_features = in_features, out_features
+        self.weight = init.invariant_uniform((out_features, in_features))
+        bound = 1.0 / math.sqrt(in_features)
+        self.bias = init.uniform((out_features,), "float32", -bound, bound) if bias else None
+
+    def execute(self, x):
+        return F.linear(x, self.weight, self.bias)
+
+
+class BatchNorm(Module):
+    """Batch normalisation over dim 1 of (N, C), (N, C, L) or (N, C, H, W) input.
+
+    Training: normalise by this batch's mean and (biased) variance, and move the running
+    statistics toward them by ``momentum`` (the running variance is the unbiased one, as in
+    PyTorch). Evaluation (``eval()``): normalise by the running statistics. The statistics are
+    realized with the next optimizer step (they are in ``parameters()``, marked ``stop_grad``).
+    With ``sync`` (the default) the MPI layer averages the batch statistics over ranks.
+
+    >>> bn = nn.BatchNorm2d(16)
+    >>> y = bn(jt.randn(8, 16, 5, 5))     # train mode: batch statistics
+    >>> bn.eval(); y = bn(jt.randn(8, 16, 5, 5))
+    """
+
+    def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=True, is_train=True, sync=True):
+        self.num_features, self.eps, self.momentum = num_features, eps, momentum
+        self.affine, self.is_train, self.sync = affine, is_train, sync
+        self.weight = init.constant((num_features,), "float32", 1.0) if affine else None
+        self.bias = init.constant((num_features,), "float32", 0.0) if affine else None
+        self.running_mean = init.constant((num_features,), "float32", 0.0).stop_grad()
+        self.running_var = init.constant((num_features,), "float32", 1.0).stop_grad()
+
+    def execute(self, x):
+        if x.ndim < 2 or x.shape[1] != self.num_features:
+            raise ValueError(f"BatchNorm({self.num_features}) got input of shape {x.shape}")
+        kept = (1, self.num_features) + (1,) * (x.ndim - 2)
+        if self.is_train:
+            mean, var = self._batch_statistics(x)
+            self._update_running(mean, var, x.numel() // self.num_features)
+        else:
+            mean, var = self.running_mean.reshape(kept), self.running_var.reshape(kept)
+        # y = x * scale + shift: one fused pass over x; the per-channel terms are tiny
+        scale = 1.0 / (var + self.eps).sqrt()
+        if self.affine:
+            scale = scale * self.weight.reshape(kept)
+        shift = -mean * scale
+        return x * scale + (shift + self.bias.reshape(kept) if self.affine else shift)
+
+    def _batch_statistics(self, x):
+        """Per-channel mean and biased variance (as E[x^2] - E[x]^2: two reductions that can run
+        side by side, and one pair of numbers per channel for the MPI layer to average)."""
+        dims = (0,) + tuple(range(2, x.ndim))
+        mean, mean_sq = x.mean(dims=dims, keepdims=True), (x * x).mean(dims=dims, keepdims=True)
+        mean, mean_sq = self._sync_statistics(mean, mean_sq)
+        return mean, mean_sq - mean * mean
+
+    def _update_running(self, mean, var, count):
+        """Move the running statistics toward this batch's (no gradient flows through assign)."""
+        c, m = self.num_features, self.momentum
+        unbiased = var.reshape(c) * (count / max(count - 1, 1))
+        self.running_mean.assign(self.running_mean * (1 - m) + mean.reshape(c) * m)
+        self.running_var.assign(self.running_var * (1 - m) + unbiased * m)
+
+    def _sync_statistics(self, mean, mean_sq):
+        """Hook for synchronised BatchNorm: under mpirun (with ``sync``) the MPI layer averages
+        the per-rank ``mean`` and ``mean_sq`` over ranks here. Identity outside MPI."""
+        return mean, mean_sq
+
+
+BatchNorm1d = BatchNorm2d = BatchNorm
+
+
+class Dropout(Module):
+    """Zero elements with probability ``p`` in training mode; identity in ``eval()``."""
+
+    def __init__(self, p=0.5, is_train=True):
+        self.p, self.is_train = p, is_train
+
+    def execute(self, x):
+        return F.dropout(x, self.p, self.is_train)
+
+
+class ReLU(Module):
+    def execute(self, x):
+        return F.relu(x)
+
+
+class LeakyReLU(Module):
+    """x where x > 0 else ``scale * x``; PyTorch's ``negative_slope`` is accepted too."""
+
+    def __init__(self, scale=0.01, negative_slope=None):
+        self.scale = scale if negative_slope is None else negative_slope
+
+    def execute(self, x):
+        return F.leaky_relu(x, self.scale)
+
+
+class Sigmoid(Module):
+    def execute(self, x):
+        return F.sigmoid(x)
+
+
+class Tanh(Module):
+    def execute(self, x):
+        return F.tanh(x)
+
+
+class Flatten(Module):
+    """Merge dims ``start_dim..end_dim`` (by default all but the batch dim)."""
+
+    def __init__(self, start_dim=1, end_dim=-1):
+        self.start_dim, self.end_dim = start_dim, end_dim
+
+    def execute(self, x):
+        return F.flatten(x, self.start_dim, self.end_dim)
+
+
+class Identity(Module):
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def execute(self, x):
+        return x
+
+
+Relu, Leaky_relu = ReLU, LeakyReLU

@@ -1,0 +1,193 @@
+"""``Module``: Jittor-style layers whose parameters are found by walking attributes.
+
+A module's parameters are the Vars it holds in attributes (directly, or in lists, tuples and
+dicts), plus those of the modules it holds the same way. Names are dotted attribute paths, as in
+PyTorch (``layer1.0.conv1.weight``), so weights can be copied between the two by name. Attributes
+whose name starts with ``_`` are private and not walked.
+
+    >>> import jtmini as jt
+    >>> from jtmini import nn
+    >>> class Net(jt.Module):
+    ...     def __init__(self):
+    ...         self.fc1, self.fc2 = nn.Linear(4, 8), nn.Linear(8, 2)
+    ...     def execute(self, x):
+    ...         return self.fc2(nn.relu(self.fc1(x)))
+    >>> net = Net()
+    >>> [name for name, _ in net.named_parameters()]
+    ['fc1.weight', 'fc1.bias', 'fc2.weight', 'fc2.bias']
+    >>> net.save("/tmp/net.pkl"); net.load("/tmp/net.pkl")
+"""
+import collections
+
+import numpy as np
+
+from ..var import Var
+from . import persist
+
+
+def _members(name, value, kind):
+    """(dotted name, item) for each ``kind`` instance in an attribute value."""
+    if isinstance(value, kind):
+        yield name, value
+    elif isinstance(value, (list, tuple)):
+        for k, item in enumerate(value):
+            if isinstance(item, kind):
+                yield f"{name}.{k}", item
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            if isinstance(item, kind):
+                yield f"{name}.{key}", item
+
+
+class Module:
+    """Base class of layers and models. Define ``execute`` (or ``forward``); call the module to run
+    it. ``__init__`` need not call ``super().__init__()``, as in Jittor.
+
+    ``is_train`` is True until ``eval()``; ``train()``/``eval()`` set it on every submodule.
+    """
+
+    is_train = True
+
+    def __call__(self, *args, **kwargs):
+        return self.execute(*args, **kwargs)
+
+    def execute(self, *args, **kwargs):
+        if type(self).forward is Module.forward:
+            raise NotImplementedError(f"{type(self).__name__} must define execute (or forward)")
+        return self.forward(*args, **kwargs)
+
+    def forward(self, *args, **kwargs):
+        return self.execute(*args, **kwargs)
+
+    # --- walking -------------------------------------------------------------------------------
+    def _attributes(self):
+        return ((k, v) for k, v in vars(self).items() if not k.startswith("_"))
+
+    def named_children(self):
+        """(name, module) for the modules held directly by this one."""
+        for key, value in self._attributes():
+            yield from _members(key, value, Module)
+
+    def children(self):
+        return [m for _, m in self.named_children()]
+
+    def named_modules(self, prefix=""):
+        """(dotted name, module) for this module ("") and every submodule, each once."""
+        seen, stack = set(), [(prefix, self)]
+        while stack:
+            name, module = stack.pop()
+            if id(module) in seen:
+                continue
+            seen.add(id(module))
+            yield name, module
+            children = list(module.named_children())
+            stack.extend((f"{name}.{k}" if name else k, m) for k, m in reversed(children))
+
+    def modules(self):
+        return [m for _, m in self.named_modules()]
+
+    def named_parameters(self):
+        """(dotted name, Var) for every Var held by this module tree, each Var once. As in Jittor
+        this includes non-trainable state such as BatchNorm's running statistics (which are
+        ``stop_grad``); optimizers skip those."""
+        seen, out = set(), []
+        for prefix, module in self.named_modules():
+            for key, value in module._attributes():
+                for name, var in _members(key, value, Var):
+                    if id(var) not in seen:
+                        seen.add(id(var))
+                        out.append((f"{prefix}.{name}" if prefix else name, var))
+        return out
+
+    def parameters(self):
+        """Every Var of the module tree (see ``named_parameters``), in a stable order."""
+        return [var for _, var in self.named_parameters()]
+
+    def apply(self, fn):
+        """Call ``fn(module)`` on every module of the tree; returns self."""
+        for module in self.modules():
+            fn(module)
+        return self
+
+    # --- modes ---------------------------------------------------------------------------------
+    def train(self):
+        """Training mode for the whole tree (BatchNorm uses batch statistics, Dropout drops)."""
+        for module in self.modules():
+            module.is_train = True
+        return self
+
+    def eval(self):
+        """Inference mode for the whole tree (BatchNorm uses running statistics)."""
+        for module in self.modules():
+            module.is_train = False
+        return self
+
+    # --- state ---------------------------------------------------------------------------------
+    def state_dict(self):
+        """An ordered dict of dotted name -> numpy array (a copy) for every Var of the tree."""
+        return collections.OrderedDict((name, var.numpy()) for name, var in self.named_parameters())
+
+    def load_state_dict(self, state, strict=True):
+        """Give each Var the value stored under its name (dtype and shape must match). With
+        ``strict``, names missing on either side raise KeyError; otherwise they are skipped."""
+        own = dict(self.named_parameters())
+        missing, unexpected = sorted(set(own) - set(state)), sorted(set(state) - set(own))
+        if strict and (missing or unexpected):
+            raise KeyError(f"load_state_dict: missing {missing}, unexpected {unexpected}")
+        for name, var in own.items():
+            if name in state:
+                value = np.asarray(state[name])
+                if value.shape != var.shape:
+                    raise ValueError(f"load_state_dict: {name} has shape {value.shape}, "
+                                     f"the module expects {var.shape}")
+                var.assign(value.astype(var.dtype, copy=False))
+        return self
+
+    def save(self, path):
+        """Write ``state_dict()`` to ``path`` atomically (an interrupted save keeps the old file)."""
+        persist.save(self.state_dict(), path)
+
+    def load(self, path):
+        """Load parameters saved by ``save`` (or a pickled dict of name -> array)."""
+        return self.load_state_dict(persist.load(path))
+
+    load_parameters = load_state_dict
+
+
+class Sequential(Module):
+    """Layers applied in order; children are named "0", "1", ... (or by the keys of a dict).
+
+    >>> block = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+    >>> block[0].weight.shape, len(block)
+    ((8, 4), 3)
+    """
+
+    def __init__(self, *layers):
+        if len(layers) == 1 and isinstance(layers[0], dict):
+            self._layers = collections.OrderedDict((str(k), v) for k, v in layers[0].items())
+        else:
+            self._layers = collections.OrderedDict((str(k), v) for k, v in enumerate(layers))
+
+    def named_children(self):
+        return ((k, v) for k, v in self._layers.items() if isinstance(v, Module))
+
+    def _attributes(self):
+        return iter(self._layers.items())
+
+    def execute(self, x):
+        for layer in self._layers.values():
+            x = layer(x)
+        return x
+
+    def append(self, layer):
+        self._layers[str(len(self._layers))] = layer
+        return self
+
+    def __getitem__(self, index):
+        return list(self._layers.values())[index]
+
+    def __len__(self):
+        return len(self._layers)
+
+    def __iter__(self):
+        return iter(self._layers.values())

@@ -1,0 +1,122 @@
+"""Pooling: a ``reindex`` lays every window out as two trailing dims (N, C, Ho, Wo, kh, kw), and a
+max or sum reduction over them gives the result; both fuse into one kernel. Gradients come from
+the op rules (reduce, then the reindex's scatter-add back onto the input).
+
+    >>> import jtmini as jt
+    >>> from jtmini import nn
+    >>> nn.MaxPool2d(3, stride=2, padding=1)(jt.randn(2, 8, 14, 14)).shape
+    (2, 8, 7, 7)
+"""
+import numpy as np
+
+from ..creation import ones
+from .conv import out_size, pair
+from .module import Module
+
+# Padding of a max pool must never win: the lowest finite value (a C literal, unlike -inf).
+_LOWEST = {"float32": float(np.finfo(np.float32).min), "float64": float(np.finfo(np.float64).min)}
+
+
+def _out_shape(x, geometry, ceil_mode):
+    (kh, kw), (s_h, s_w), (p_h, p_w), (d_h, d_w) = geometry
+    h, w = x.shape[2:]
+    return out_size(h, kh, s_h, p_h, d_h, ceil_mode), out_size(w, kw, s_w, p_w, d_w, ceil_mode)
+
+
+def _windows(x, geometry, out, fill, shift=(0, 0)):
+    """x viewed as (N, C, Ho, Wo, kh, kw) windows; reads outside x give ``fill``. ``shift`` moves
+    the windows right/down (for a frame that includes the padding)."""
+    (kh, kw), (s_h, s_w), (p_h, p_w), (d_h, d_w) = geometry
+    n, c = x.shape[:2]
+    return x.reindex([n, c, *out, kh, kw],
+                     ["i0", "i1", f"i2*{s_h}-{p_h - shift[0]}+i4*{d_h}", f"i3*{s_w}-{p_w - shift[1]}+i5*{d_w}"],
+                     overflow_value=fill)
+
+
+def _geometry(kernel_size, stride, padding, dilation):
+    kernel = pair(kernel_size)
+    return kernel, pair(stride) if stride is not None else kernel, pair(padding), pair(dilation)
+
+
+def max_pool2d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False):
+    """Max over each window of NCHW ``x``; ``stride`` defaults to the kernel size."""
+    geometry = _geometry(kernel_size, stride, padding, dilation)
+    fill = _LOWEST.get(x.dtype, -(2 ** 31))
+    return _windows(x, geometry, _out_shape(x, geometry, ceil_mode), fill).max(dims=(4, 5))
+
+
+def avg_pool2d(x, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True):
+    """Mean over each window of NCHW ``x``. With ``count_include_pad`` padding counts in the
+    divisor (PyTorch's default); window parts hanging past the padding (ceil_mode) never do."""
+    geometry = _geometry(kernel_size, stride, padding, 1)
+    out = _out_shape(x, geometry, ceil_mode)
+    total = _windows(x, geometry, out, 0).sum(dims=(4, 5))
+    (p_h, p_w), (h, w) = geometry[2], x.shape[2:]
+    if count_include_pad:       # count the positions of the padded frame, a ones image as big
+        frame, shift = ones((1, 1, h + 2 * p_h, w + 2 * p_w), dtype=x.dtype), (p_h, p_w)
+    else:
+        frame, shift = ones((1, 1, h, w), dtype=x.dtype), (0, 0)
+    count = _windows(frame, geometry, out, 0, shift).sum(dims=(4, 5))
+    return total / count
+
+
+def _adaptive_bounds(size, out):
+    """Per output position, PyTorch's window [floor(i*size/out), ceil((i+1)*size/out)) as C
+    expressions of ``i``, and the widest window."""
+    widest = max(-(-(i + 1) * size // out) - i * size // out for i in range(out))
+    return f"(({{i}})*{size})/{out}", f"((({{i}})+1)*{size}+{out - 1})/{out}", widest
+
+
+def adaptive_avg_pool2d(x, output_size):
+    """Mean over PyTorch's adaptive windows so the result is ``output_size`` (an int or a pair;
+    None keeps that dim)."""
+    n, c, h, w = x.shape
+    oh, ow = (output_size, output_size) if isinstance(output_size, int) else output_size
+    oh, ow = oh or h, ow or w
+    if (oh, ow) == (1, 1):
+        return x.mean(dims=(2, 3), keepdims=True)
+    if h % oh == 0 and w % ow == 0:
+        return avg_pool2d(x, (h // oh, w // ow))
+    (h0, h1, kh), (w0, w1, kw) = _adaptive_bounds(h, oh), _adaptive_bounds(w, ow)
+    index = ["i0", "i1", h0.format(i="i2") + "+i4", w0.format(i="i3") + "+i5"]
+    outside = [f"{h0.format(i='i2')}+i4>={h1.format(i='i2')}", f"{w0.format(i='i3')}+i5>={w1.format(i='i3')}"]
+    total = x.reindex([n, c, oh, ow, kh, kw], index, overflow_conditions=outside).sum(dims=(4, 5))
+    count = ones((1, 1, h, w), dtype=x.dtype).reindex([1, 1, oh, ow, kh, kw], index, overflow_conditions=outside)
+    return total / count.sum(dims=(4, 5))
+
+
+class MaxPool2d(Module):
+    """Max pooling layer; see ``max_pool2d``."""
+
+    def __init__(self, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False):
+        self.kernel_size, self.stride, self.padding = kernel_size, stride, padding
+        self.dilation, self.ceil_mode = dilation, ceil_mode
+
+    def execute(self, x):
+        return max_pool2d(x, self.kernel_size, self.stride, self.padding, self.dilation, self.ceil_mode)
+
+
+class AvgPool2d(Module):
+    """Average pooling layer; see ``avg_pool2d``."""
+
+    def __init__(self, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True):
+        self.kernel_size, self.stride, self.padding = kernel_size, stride, padding
+        self.ceil_mode, self.count_include_pad = ceil_mode, count_include_pad
+
+    def execute(self, x):
+        return avg_pool2d(x, self.kernel_size, self.stride, self.padding, self.ceil_mode,
+                          self.count_include_pad)
+
+
+class AdaptiveAvgPool2d(Module):
+    """Adaptive average pooling to a fixed ``output_size`` (``(1, 1)`` is global average pooling).
+
+    >>> nn.AdaptiveAvgPool2d(1)(jt.randn(2, 512, 7, 7)).shape
+    (2, 512, 1, 1)
+    """
+
+    def __init__(self, output_size):
+        self.output_size = output_size
+
+    def execute(self, x):
+        return adaptive_avg_pool2d(x, self.output_size)

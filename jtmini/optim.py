@@ -1,0 +1,214 @@
+"""Optimizers: ``step(loss)`` does backward and update in one compiled schedule, Jittor style.
+
+    >>> import jtmini as jt
+    >>> from jtmini import nn
+    >>> model = nn.Linear(4, 2)
+    >>> opt = jt.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4)
+    >>> loss = ((model(jt.randn(8, 4)) - 1) ** 2).mean()
+    >>> opt.step(loss)             # or: opt.zero_grad(); opt.backward(loss); opt.step()
+    >>> opt.lr = 0.01              # takes effect at the next step (no recompilation)
+
+How a step runs: the gradients of all parameters are built as one lazy graph (``jt.grad``), every
+new parameter and state value is built from them, and ``jt.sync`` realizes all of them (plus the
+loss, BatchNorm's running statistics and anything else still pending, such as an accuracy you
+computed from the same batch) in ONE schedule, so the forward and backward passes run once and
+each update is a fused kernel. Then each parameter is rebound to its new buffer.
+"""
+from .creation import zeros
+
+
+class Optimizer:
+    """Base class. ``params`` is a list of Vars or of dicts (param groups) each with ``params``
+    and optional per-group hyper-parameters (``lr``, ``momentum``, ...) overriding the
+    optimizer's attributes. Vars marked ``stop_grad`` are not updated (BatchNorm statistics)."""
+
+    def __init__(self, params, lr):
+        groups = list(params)
+        if not groups:
+            raise ValueError("optimizer got an empty parameter list")
+        if not isinstance(groups[0], dict):
+            groups = [{"params": groups}]
+        self.param_groups = [dict(group, params=list(group["params"])) for group in groups]
+        self.lr = lr
+        self.n_step = 0
+        self._grads = None      # per group, per parameter: accumulated gradient Vars, or None
+        for group in self.param_groups:
+            self.init_state(group)
+
+    # --- subclasses ------------------------------------------------------------------------------
+    def init_state(self, group):
+        """Create the per-parameter state lists of ``group`` (e.g. momentum buffers)."""
+
+    def updates(self, group, grads):
+        """[(Var, new value)] for ``group``: new parameters and new state, built lazily."""
+        raise NotImplementedError
+
+    STATE_KEYS = ()         # names of the per-parameter state lists kept in each group
+
+    # --- the step --------------------------------------------------------------------------------
+    def hyper(self, group, name):
+        """A hyper-parameter: the group's own value, else the optimizer's attribute."""
+        return group.get(name, getattr(self, name))
+
+    def zero_grad(self):
+        """Forget gradients accumulated by ``backward``."""
+        self._grads = None
+
+    def backward(self, loss):
+        """Add d(loss)/d(param) to the accumulated gradients (lazily; nothing runs yet)."""
+        trainable = [[p for p in g["params"] if not p.is_stop_grad()] for g in self.param_groups]
+        from .autograd import grad
+        flat = grad(loss, [p for group in trainable for p in group])
+        if self._grads is not None:
+            flat = [g + old for g, old in zip(flat, (g for group in self._grads for g in group))]
+        self._grads, k = [], 0
+        for group in trainable:
+            self._grads.append(flat[k:k + len(group)])
+            k += len(group)
+
+    def step(self, loss=None):
+        """Update the parameters: with ``loss``, backward first (Jittor's ``step(loss)``);
+        without, use the gradients accumulated by ``backward``. Then zero the gradients."""
+        if loss is not None:
+            self.backward(loss)
+        if self._grads is None:
+            raise RuntimeError("step() without a loss needs backward(loss) first")
+        grads = self._unflatten(self._sync_gradients([g for group in self._grads for g in group]))
+        pairs = [pair for group, gs in zip(self.param_groups, grads) for pair in self.updates(group, gs)]
+        self._realize(loss, [new for _, new in pairs])
+        for var, new in pairs:
+            var.assign(new)
+        self.n_step += 1
+        self.zero_grad()
+
+    def _sync_gradients(self, grads):
+        """Hook for data parallelism: under mpirun the MPI layer averages ``grads`` (a flat list
+        of Vars) over ranks here. Identity outside MPI."""
+        return grads
+
+    def _unflatten(self, flat):
+        out, k = [], 0
+        for group in self._grads:
+            out.append(flat[k:k + len(group)])
+            k += len(group)
+        return out
+
+    def _realize(self, loss, new_values):
+        """One schedule for the loss, the new values, pending non-trainable state in the groups
+        (BatchNorm statistics) and every other pending root built from this batch."""
+        from . import sync
+        from .var import pending_roots
+        pending_state = [p for g in self.param_groups for p in g["params"] if not p.is_realized()]
+        sync(([loss] if loss is not None else []) + new_values + pending_state + pending_roots())
+
+    # --- state -----------------------------------------------------------------------------------
+    def state_dict(self):
+        """Hyper-parameters, step count and per-parameter state, as plain Python and numpy."""
+        groups = [{k: v for k, v in g.items() if k != "params" and k not in self.STATE_KEYS}
+                  for g in self.param_groups]
+        state = [{k: [v.numpy() for v in g[k]] for k in self.STATE_KEYS} for g in self.param_groups]
+        return {"lr": self.lr, "n_step": self.n_step, "param_groups": groups, "state": state}
+
+    def load_state_dict(self, state):
+        """Restore what ``state_dict`` returned (for an optimizer over the same parameters)."""
+        if len(state["param_groups"]) != len(self.param_groups):
+            raise ValueError("load_state_dict: the number of parameter groups differs")
+        self.lr, self.n_step = state["lr"], state["n_step"]
+        for group, saved, saved_state in zip(self.param_groups, state["param_groups"], state["state"]):
+            group.update(saved)
+            for key in self.STATE_KEYS:
+                for var, value in zip(group[key], saved_state[key]):
+                    var.assign(value)
+
+    def save(self, path):
+        """``state_dict()`` written atomically to ``path``."""
+        from .nn import persist
+        persist.save(self.state_dict(), path)
+
+    def load(self, path):
+        from .nn import persist
+        self.load_state_dict(persist.load(path))
+
+
+def _zeros_like_params(group):
+    return [zeros(p.shape, dtype=p.dtype) for p in group["params"] if not p.is_stop_grad()]
+
+
+class SGD(Optimizer):
+    """Stochastic gradient descent with momentum, dampening, Nesterov and L2 weight decay, with
+    PyTorch's update rule (the first step's momentum buffer is the gradient itself).
+
+    >>> opt = nn.SGD(model.parameters(), 0.1, momentum=0.9, weight_decay=1e-4, nesterov=True)
+    """
+
+    STATE_KEYS = ("values",)
+
+    def __init__(self, params, lr, momentum=0, weight_decay=0, dampening=0, nesterov=False):
+        self.momentum, self.weight_decay = momentum, weight_decay
+        self.dampening, self.nesterov = dampening, nesterov
+        super().__init__(params, lr)
+
+    def init_state(self, group):
+        group["values"] = _zeros_like_params(group)
+
+    def updates(self, group, grads):
+        lr, momentum = self.hyper(group, "lr"), self.hyper(group, "momentum")
+        decay, dampening = self.hyper(group, "weight_decay"), self.hyper(group, "dampening")
+        params = [p for p in group["params"] if not p.is_stop_grad()]
+        out = []
+        for p, g, buf in zip(params, grads, group["values"]):
+            d = g + p * decay if decay else g
+            if momentum:
+                buf_new = d if self.n_step == 0 else buf * momentum + d * (1 - dampening)
+                out.append((buf, buf_new))
+                d = d + buf_new * momentum if self.hyper(group, "nesterov") else buf_new
+            out.append((p, p - d * lr))
+        return out
+
+
+class Adam(Optimizer):
+    """Adam (Kingma & Ba) with bias correction and L2 ``weight_decay`` added to the gradient, as
+    PyTorch's ``Adam``. ``AdamW`` decays the weights directly instead.
+
+    >>> opt = nn.Adam(model.parameters(), lr=1e-3, betas=(0.9, 0.999))
+    """
+
+    STATE_KEYS = ("m", "v")
+    decoupled = False
+
+    def __init__(self, params, lr, eps=1e-8, betas=(0.9, 0.999), weight_decay=0):
+        self.eps, self.betas, self.weight_decay = eps, tuple(betas), weight_decay
+        super().__init__(params, lr)
+
+    def init_state(self, group):
+        group["m"], group["v"] = _zeros_like_params(group), _zeros_like_params(group)
+
+    def updates(self, group, grads):
+        lr, eps, decay = self.hyper(group, "lr"), self.hyper(group, "eps"), self.hyper(group, "weight_decay")
+        b1, b2 = self.hyper(group, "betas")
+        t = self.n_step + 1
+        step_size, root_c2 = lr / (1 - b1 ** t), (1 - b2 ** t) ** 0.5
+        params = [p for p in group["params"] if not p.is_stop_grad()]
+        out = []
+        for p, g, m, v in zip(params, grads, group["m"], group["v"]):
+            if decay and self.decoupled:
+                p_start = p * (1 - lr * decay)
+            else:
+                p_start, g = p, (g + p * decay if decay else g)
+            m_new, v_new = m * b1 + g * (1 - b1), v * b2 + g * g * (1 - b2)
+            denom = v_new.sqrt() / root_c2 + eps
+            out += [(m, m_new), (v, v_new), (p, p_start - m_new / denom * step_size)]
+        return out
+
+
+class AdamW(Adam):
+    """Adam with decoupled weight decay (Loshchilov & Hutter): ``p *= 1 - lr * weight_decay``
+    before the Adam step, as PyTorch's ``AdamW``."""
+
+    decoupled = True
+
+    def __init__(self, params, lr, eps=1e-8, betas=(0.9, 0.999), weight_decay=0.01):
+        super().__init__(params, lr, eps, betas, weight_decay)
+
+
+__all__ = ["Optimizer", "SGD", "Adam", "AdamW"]
