@@ -30,3 +30,14 @@ def sync(vars_):
 def sync_all():
     """Compute every Var that is still pending."""
     sync(pending_roots())
+
+
+def __getattr__(name):
+    # the training stack is imported on first use, so `import jtmini` stays cheap
+    if name in ("nn", "optim", "init", "models"):
+        import importlib
+        return importlib.import_module(f"{__name__}.{name}")
+    if name == "Module":
+        from .nn import Module
+        return Module
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
