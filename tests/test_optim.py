@@ -1,0 +1,186 @@
+"""Optimizers against PyTorch over 5 steps, the step API, and checkpointing (exact round trips,
+and a save killed mid-write leaving the previous file intact)."""
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+
+import jtmini as jt
+from jtmini import nn, optim
+
+torch = pytest.importorskip("torch")
+REPO = pathlib.Path(__file__).resolve().parents[1]
+
+
+def make_pair(seed=0):
+    """A small jtmini MLP and its PyTorch twin with the same weights."""
+    jt.seed(seed)
+    model = nn.Sequential(nn.Linear(6, 16), nn.Tanh(), nn.Linear(16, 3))
+    ref = torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.Tanh(), torch.nn.Linear(16, 3))
+    with torch.no_grad():
+        for (_, p), t in zip(model.named_parameters(), ref.parameters()):
+            t.copy_(torch.tensor(p.numpy()))
+    return model, ref
+
+
+def batch(step):
+    rng = np.random.default_rng(100 + step)
+    return rng.standard_normal((8, 6)).astype(np.float32), rng.standard_normal((8, 3)).astype(np.float32)
+
+
+def jt_loss(model, step):
+    x, y = batch(step)
+    return nn.mse_loss(model(jt.array(x)), jt.array(y))
+
+
+def torch_step(ref, opt, step):
+    x, y = batch(step)
+    opt.zero_grad()
+    torch.nn.functional.mse_loss(ref(torch.tensor(x)), torch.tensor(y)).backward()
+    opt.step()
+
+
+def assert_same_params(model, ref, step):
+    for (name, p), t in zip(model.named_parameters(), ref.parameters()):
+        np.testing.assert_allclose(p.numpy(), t.detach().numpy(), rtol=1e-5, atol=1e-6,
+                                   err_msg=f"{name} after step {step}")
+
+
+CASES = [
+    ("SGD", dict(lr=0.1)),
+    ("SGD", dict(lr=0.1, momentum=0.9)),
+    ("SGD", dict(lr=0.1, momentum=0.9, weight_decay=1e-2)),
+    ("SGD", dict(lr=0.05, momentum=0.9, nesterov=True, weight_decay=1e-3)),
+    ("SGD", dict(lr=0.05, momentum=0.8, dampening=0.3)),
+    ("Adam", dict(lr=1e-2)),
+    ("Adam", dict(lr=1e-2, betas=(0.8, 0.99), weight_decay=1e-2)),
+    ("AdamW", dict(lr=1e-2, weight_decay=0.1)),
+]
+
+
+@pytest.mark.parametrize("name,kwargs", CASES)
+def test_updates_match_pytorch_for_5_steps(name, kwargs):
+    model, ref = make_pair()
+    opt = getattr(optim, name)(model.parameters(), **kwargs)
+    t_opt = getattr(torch.optim, name)(ref.parameters(), **kwargs)
+    for step in range(5):
+        opt.step(jt_loss(model, step))
+        torch_step(ref, t_opt, step)
+        assert_same_params(model, ref, step)
+
+
+def test_split_api_accumulates_like_step_with_loss():
+    a, _ = make_pair()
+    b, _ = make_pair()
+    opt_a, opt_b = nn.SGD(a.parameters(), 0.1, momentum=0.9), nn.SGD(b.parameters(), 0.1, momentum=0.9)
+    opt_a.step(jt_loss(a, 0) + jt_loss(a, 1))
+    opt_b.zero_grad()
+    opt_b.backward(jt_loss(b, 0))
+    opt_b.backward(jt_loss(b, 1))      # gradients add up until zero_grad / step
+    opt_b.step()
+    for x, y in zip(a.parameters(), b.parameters()):
+        np.testing.assert_allclose(x.numpy(), y.numpy(), rtol=1e-6, atol=1e-7)
+    with pytest.raises(RuntimeError):
+        opt_b.step()                   # gradients were consumed by the last step
+
+
+def test_lr_is_assignable_and_param_groups_have_their_own():
+    model, ref = make_pair()
+    first, second = model[0].parameters(), model[2].parameters()
+    opt = nn.SGD([{"params": first}, {"params": second, "lr": 0.01}], 0.1, momentum=0.9)
+    t_opt = torch.optim.SGD([{"params": ref[0].parameters()}, {"params": ref[2].parameters(), "lr": 0.01}],
+                            lr=0.1, momentum=0.9)
+    for step in range(4):
+        if step == 2:
+            opt.lr = 0.03                              # groups without their own lr follow it
+            t_opt.param_groups[0]["lr"] = 0.03
+            opt.param_groups[1]["lr"] = 0.02
+            t_opt.param_groups[1]["lr"] = 0.02
+        opt.step(jt_loss(model, step))
+        torch_step(ref, t_opt, step)
+        assert_same_params(model, ref, step)
+
+
+def test_stop_grad_vars_are_not_updated_but_are_realized():
+    model = nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4))
+    opt = nn.SGD(model.parameters(), 0.1)
+    before = model[1].running_mean.numpy()
+    opt.step(model(jt.randn(8, 4)).sum())
+    stats = model[1].running_mean
+    assert stats.is_realized() and not np.array_equal(stats.numpy(), before)
+
+
+def test_step_realizes_other_pending_results_in_the_same_schedule():
+    model, _ = make_pair()
+    opt = nn.SGD(model.parameters(), 0.1)
+    x, y = batch(0)
+    out = model(jt.array(x))
+    loss, total = nn.mse_loss(out, jt.array(y)), out.sum()
+    opt.step(loss)
+    assert loss.is_realized() and total.is_realized()
+
+
+@pytest.mark.parametrize("name,kwargs", [("SGD", dict(lr=0.1, momentum=0.9)), ("Adam", dict(lr=1e-2))])
+def test_optimizer_state_round_trip_continues_exactly(tmp_path, name, kwargs):
+    make = getattr(optim, name)
+    a, _ = make_pair()
+    opt_a = make(a.parameters(), **kwargs)
+    for step in range(2):
+        opt_a.step(jt_loss(a, step))
+    a.save(tmp_path / "model.pkl")
+    opt_a.save(tmp_path / "opt.pkl")
+    b, _ = make_pair(seed=9)
+    opt_b = make(b.parameters(), **kwargs)
+    b.load(tmp_path / "model.pkl")
+    opt_b.load(tmp_path / "opt.pkl")
+    for step in range(2, 4):
+        opt_a.step(jt_loss(a, step))
+        opt_b.step(jt_loss(b, step))
+    for x, y in zip(a.parameters(), b.parameters()):
+        assert np.array_equal(x.numpy(), y.numpy())
+
+
+# A child that saves a state of ~200 MB and then blocks inside pickle.dump (an object whose
+# __reduce__ sleeps): the parent kills it once the temporary file is large, i.e. mid-save.
+CHILD = textwrap.dedent("""
+    import sys, time
+    import numpy as np
+    from jtmini import nn
+
+    class Stall:
+        def __reduce__(self):
+            time.sleep(600)
+
+    big = {f"w{k}": np.full(25_000_000 // 4, k, np.float32) for k in range(8)}
+    big["z_stall"] = Stall()
+    nn.save(big, sys.argv[1])
+""")
+
+
+def test_save_killed_mid_write_leaves_previous_file_intact(tmp_path):
+    path = tmp_path / "ckpt.pkl"
+    nn.save({"w": np.arange(5.0)}, path)
+    before = path.read_bytes()
+    child = subprocess.Popen([sys.executable, "-c", CHILD, str(path)], cwd=REPO,
+                             env=dict(os.environ, PYTHONPATH=str(REPO)))
+    deadline = time.time() + 120
+    try:
+        while time.time() < deadline:
+            partial = [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+            if partial and partial[0].stat().st_size > 100_000_000:
+                break
+            assert child.poll() is None, "the child ended before it could be killed"
+            time.sleep(0.01)
+        else:
+            pytest.fail("the child never got half way through its save")
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+    assert path.read_bytes() == before
+    assert np.array_equal(nn.load(path)["w"], np.arange(5.0))
