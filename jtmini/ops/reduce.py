@@ -25,12 +25,23 @@ def _reduce_grad(d, out, x, a):
     d_b = d.reshape(kept).broadcast_to(x.shape)
     if a["op"] == "add":
         return [d_b]
-    out_b = out.reshape(kept).broadcast_to(x.shape)
     if a["op"] == "mul":
-        return [d_b * out_b / x]
+        return [d_b * _prod_of_others(x, a["dims"], kept)]
+    out_b = out.reshape(kept).broadcast_to(x.shape)
     hit = (x == out_b).cast(x.dtype)                      # ties share the gradient equally
     count = hit.sum(dims=a["dims"], keepdims=True).broadcast_to(x.shape)
     return [d_b * hit / count]
+
+
+def _prod_of_others(x, dims, kept):
+    """For each element, the product of the other elements of its reduction group: ``prod / x``
+    where ``x`` is nonzero; for a zero, the product of the nonzeros if it is the only zero."""
+    from .elementwise import where
+    is_zero = x == 0
+    nonzero = where(is_zero, 1.0, x)
+    prod_nz = nonzero.prod(dims=dims, keepdims=True).broadcast_to(x.shape)
+    zeros = is_zero.cast("int32").sum(dims=dims, keepdims=True).broadcast_to(x.shape)
+    return where(zeros == 0, prod_nz / x, where(is_zero & (zeros == 1), prod_nz, 0.0))
 
 
 register(OpSpec("reduce", "reduce", infer=_reduce_infer, grad=_reduce_grad))
