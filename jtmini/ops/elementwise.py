@@ -107,8 +107,10 @@ def _min_grad(d, out, x, a):
 
 
 def _pow_grad(d, out, x, a):
-    base, exponent = x
-    return [d * exponent * base ** (exponent - 1), d * out * base.log()]
+    base, exponent = x              # as PyTorch: 0 ** 0 and 0 ** b (b > 0) have finite gradients
+    d_base = where(exponent == 0, 0.0, exponent * base ** (exponent - 1))
+    d_exponent = where((base == 0) & (exponent >= 0), 0.0, out * base.log())
+    return [d * d_base, d * d_exponent]
 
 
 # name: (C expression, gradient as fn(dout, out, inputs, attrs) or None, result kind)
