@@ -13,7 +13,7 @@ import threading
 import pytest
 
 import jtmini.compiler as compiler
-from jtmini import stats
+from jtmini import counters
 from jtmini.flags import flags
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -32,13 +32,13 @@ extern "C" int mpi_initialized() { int flag = -1; MPI_Initialized(&flag); return
 CHILD = """
 import ctypes, json, sys
 import jtmini.compiler as compiler
-from jtmini import stats
+from jtmini import counters
 results = []
 for source in json.loads(sys.argv[1]):
     f = ctypes.CDLL(compiler.build(source)).f
     f.restype, f.argtypes = ctypes.c_double, [ctypes.c_double]
     results.append(f(16.0))
-print(json.dumps({"results": results, **stats.stats()}))
+print(json.dumps({"results": results, **counters.stats()}))
 """
 
 
@@ -67,16 +67,16 @@ def run_child(cache_dir, sources, **env):
 @pytest.fixture
 def cache(tmp_path, monkeypatch):
     monkeypatch.setattr(flags, "cache_dir", str(tmp_path))
-    stats.reset_stats()
+    counters.reset_stats()
     return tmp_path
 
 
 def test_build_load_call_and_memo(cache):
     path = compiler.build(sqrt_plus(0))
     assert call_f(path) == 4.0
-    assert stats.stats()["kernels_compiled"] == 1
+    assert counters.stats()["kernels_compiled"] == 1
     assert compiler.build(sqrt_plus(0)) == path
-    assert stats.stats()["kernels_compiled"] == 1 and stats.stats()["cache_hits"] == 0
+    assert counters.stats()["kernels_compiled"] == 1 and counters.stats()["cache_hits"] == 0
 
 
 def test_second_process_hits_disk_cache(cache):
@@ -174,12 +174,12 @@ def test_missing_cc_path_names_it(tmp_path, path_without_mpicc):
 def test_build_many_keeps_order_and_compiles_each_once(cache, monkeypatch):
     monkeypatch.setattr(flags, "compile_jobs", 4)
     compiler.build(sqrt_plus(0))
-    stats.reset_stats()
+    counters.reset_stats()
     sources = [(sqrt_plus(n), False) for n in (3, 0, 1, 2, 3)]
     paths = compiler.build_many(sources)
     assert [call_f(p) for p in paths] == [7.0, 4.0, 5.0, 6.0, 7.0]
     assert paths[0] == paths[4]
-    assert stats.stats()["kernels_compiled"] == 3  # the duplicate once; sqrt_plus(0) from the memo
+    assert counters.stats()["kernels_compiled"] == 3  # the duplicate once; sqrt_plus(0) from the memo
 
 
 def test_build_many_compiles_in_parallel(cache, monkeypatch):
