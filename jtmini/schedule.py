@@ -87,7 +87,9 @@ def plan(targets):
             materialized.add(id(v))
         elif uses.get(id(v), 0) > 1 and kind != "const" and not _cheap_view(v, materialized):
             materialized.add(id(v))
-        if kind == "collective" or (kind == "reindex" and _expands(v)):
+        if kind == "collective":          # MPI reads whole buffers, constants included
+            materialized.update(id(i) for i in v.inputs if i._data is None)
+        elif kind == "reindex" and _expands(v):
             materialized.update(id(i) for i in v.inputs if i._data is None and OPS[i.op].kind != "const")
     for v in order:
         if OPS[v.op].kind == "library":
