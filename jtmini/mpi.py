@@ -1,0 +1,186 @@
+"""``jt.mpi``: the MPI module, as in Jittor. ``jt.mpi`` is this module under mpirun and ``None``
+otherwise, so Jittor code written as ``if jt.mpi: ...`` runs unchanged.
+
+    $ mpirun -np 2 python -c "import jtmini as jt; print(jt.mpi.world_rank(), jt.rank)"
+    # rank 0: 0 0
+    # rank 1: 1 1
+
+Collectives are lazy ops with gradients (``jt.mpi.mpi_all_reduce(x, op)`` is ``x.mpi_all_reduce(op)``,
+see ``jtmini/ops/collective.py``). Point-to-point calls are eager: they run when called, after
+every collective created before them has been issued, so program order is kept on every rank.
+Importing this module starts nothing: MPI is initialised by the first MPI call.
+"""
+import atexit
+import contextlib
+import functools
+
+import numpy as np
+
+from . import dtypes, world
+from .creation import array
+from .ops.collective import (mpi_all_gather, mpi_all_reduce, mpi_all_to_all, mpi_broadcast,  # noqa: F401
+                             mpi_gather, mpi_reduce, mpi_reduce_scatter, mpi_scatter)
+from .runtime import mpi as _runtime
+from .runtime import mpi_guard
+from .runtime.mpi_guard import MPIMismatchError  # noqa: F401
+
+
+def install_hooks():
+    """Called by ``import jtmini`` under mpirun (cheap: no MPI call). An uncaught exception on this
+    rank ends the whole job, and at exit queued collectives are issued (and, with
+    ``JTMINI_MPI_DEBUG=1``, every rank is checked to have reached the end)."""
+    mpi_guard.install_excepthook()
+    atexit.register(_runtime.at_exit)
+
+
+def world_size():
+    """Number of ranks (1 outside mpirun and inside ``single_process_scope``)."""
+    return world.world_size
+
+
+def world_rank():
+    """This process's rank, 0..world_size()-1."""
+    return world.rank
+
+
+def local_rank():
+    """This process's rank among the ranks on its node (to pick a GPU, for instance)."""
+    return world.local_rank
+
+
+def barrier():
+    """Wait until every rank reaches this call.
+
+        >>> jt.mpi.barrier()      # rank 0: returns once rank 1 got here too    rank 1: likewise
+    """
+    if not world.in_mpi:
+        return
+    _runtime.flush()          # lazy collectives created earlier go first, as in program order
+    comm = _runtime.comm()
+    mpi_guard.check_same(comm, "barrier()")
+    with mpi_guard.watch(f"barrier() on rank {world.rank}"):
+        comm.Barrier()
+
+
+def _check_peer(name, peer):
+    if isinstance(peer, bool) or not isinstance(peer, int) or not 0 <= peer < world.world_size:
+        raise ValueError(f"{name}: rank {peer!r} is not a rank of this job (ranks are 0..{world.world_size - 1}) "
+                         f"on rank {world.rank}")
+    if peer == world.rank:
+        raise ValueError(f"{name}: rank {world.rank} cannot exchange messages with itself")
+
+
+def _buffer(x):
+    return np.ascontiguousarray(x.numpy() if hasattr(x, "numpy") else x)
+
+
+def send(x, dst, tag=0):
+    """Send ``x`` (a Var or numpy array) to rank ``dst``; returns when the buffer may be reused.
+
+        >>> if jt.rank == 0: jt.mpi.send(jt.array([1., 2.]), dst=1)
+        >>> if jt.rank == 1: y = jt.mpi.recv((2,), "float32", src=0)   # rank 1: y = [1, 2]
+    """
+    _check_peer("send", dst)
+    data = _buffer(x)
+    comm = _runtime.comm()
+    _runtime.flush()
+    with mpi_guard.watch(f"send({data.dtype} {data.shape}, dst={dst}, tag={tag}) on rank {world.rank}"):
+        comm.Send(data, dest=dst, tag=tag)
+
+
+def recv(shape, dtype, src, tag=0):
+    """Receive a message of ``shape`` and ``dtype`` from rank ``src``; returns it as a Var."""
+    return irecv(shape, dtype, src, tag).wait()
+
+
+class Request:
+    """A pending ``isend``/``irecv``; ``wait()`` blocks until it is done and returns the received
+    Var (``irecv``) or None (``isend``). The buffer is kept alive until then."""
+
+    def __init__(self, request, buffer, what, receives):
+        self._request, self._buffer, self._what, self._receives = request, buffer, what, receives
+        self._result = None
+
+    def wait(self):
+        if self._request is not None:
+            with mpi_guard.watch(f"wait for {self._what} on rank {world.rank}"):
+                self._request.Wait()
+            self._request = None
+            if self._receives:
+                self._result = array(self._buffer)
+            self._buffer = None
+        return self._result
+
+    def test(self):
+        """True when the transfer has completed (``wait()`` then returns at once)."""
+        return self._request is None or self._request.Test()
+
+
+def isend(x, dst, tag=0):
+    """Start sending ``x`` to rank ``dst``; returns a ``Request`` (call ``wait()`` before exiting)."""
+    _check_peer("isend", dst)
+    data = _buffer(x)
+    comm = _runtime.comm()
+    _runtime.flush()
+    what = f"isend({data.dtype} {data.shape}, dst={dst}, tag={tag})"
+    return Request(comm.Isend(data, dest=dst, tag=tag), data, what, receives=False)
+
+
+def irecv(shape, dtype, src, tag=0):
+    """Start receiving a message of ``shape``/``dtype`` from rank ``src``; ``wait()`` returns it.
+
+        >>> req = jt.mpi.irecv((2,), "float32", src=0)    # on rank 1
+        >>> y = req.wait()                                 # rank 1: what rank 0 sent
+    """
+    _check_peer("irecv", src)
+    shape = tuple(shape) if isinstance(shape, (tuple, list)) else (int(shape),)
+    data = np.empty(shape, dtype=dtypes.canonical(dtype))
+    comm = _runtime.comm()
+    _runtime.flush()
+    what = f"irecv({data.dtype} {data.shape}, src={src}, tag={tag})"
+    return Request(comm.Irecv(data, source=src, tag=tag), data, what, receives=True)
+
+
+def single_process_scope(rank=0):
+    """Decorator: run the function on rank ``rank`` only, with MPI switched off inside (collectives
+    are identities, ``jt.in_mpi`` is False, ``jt.rank`` 0, ``jt.world_size`` 1, Datasets do not
+    shard). Other ranks skip it and get None. Pending collectives are issued first on every rank.
+
+        >>> @jt.single_process_scope()
+        ... def val(): ...
+        >>> val()        # rank 0: runs val() as one process    rank 1: returns None
+    """
+    def decorate(fn):
+        @functools.wraps(fn)
+        def run(*args, **kwargs):
+            if not world.in_mpi:
+                return fn(*args, **kwargs)
+            _runtime.flush()
+            if world.rank != rank:
+                return None
+            with _world_of_one():
+                return fn(*args, **kwargs)
+        return run
+    return decorate
+
+
+_ALONE = {"in_mpi": False, "rank": 0, "world_size": 1, "local_rank": 0, "local_size": 1}
+
+
+@contextlib.contextmanager
+def _world_of_one():
+    """This process is alone for a while: the world module and the ``jt.*`` copies of it."""
+    saved = {name: getattr(world, name) for name in _ALONE}
+    try:
+        _set_world(_ALONE)
+        yield
+    finally:
+        _set_world(saved)
+
+
+def _set_world(values):
+    import jtmini
+    for name, value in values.items():
+        setattr(world, name, value)
+        if hasattr(jtmini, name):
+            setattr(jtmini, name, value)

@@ -1,0 +1,263 @@
+"""MPI collectives as lazy ops with gradient rules (kind "collective").
+
+A collective node is never fused, its input gets a buffer, and ``runtime/mpi.py`` issues it in
+the order the nodes were created, the same on every rank whatever order values are fetched in.
+Supported dtypes: float32, float64, int32, int64 (gradients for the floats).
+
+Outside mpirun, and inside ``jt.single_process_scope``, each collective acts as in a world of one
+rank: ``mpi_all_reduce``, ``mpi_reduce`` and ``mpi_broadcast`` return ``x`` itself and ``root`` is
+not checked, so the same script runs with and without mpirun.
+
+Gradients assume the loss is the sum of every rank's loss, as in data parallel training: the
+gradient of a collective is the adjoint collective (broadcast <-> reduce, gather <-> scatter,
+all_gather <-> reduce_scatter, all_reduce <-> all_reduce, all_to_all <-> all_to_all).
+
+Mistakes that would otherwise deadlock or corrupt memory (a root that is not a rank, a leading
+dim that is not ``world_size``, an unsupported dtype) raise when the node is built, on the rank
+that made them.
+
+The examples below run on 2 ranks with ``x = jt.array([1., 2.]) + 2 * jt.rank``:
+rank 0 holds ``[1, 2]``, rank 1 holds ``[3, 4]``.
+"""
+from .. import dtypes, world
+from ..var import Var
+from .registry import OpSpec, export, register
+
+SUPPORTED = ("float32", "float64", "int32", "int64")
+REDUCE_OPS = {"add": "add", "sum": "add", "mean": "mean", "max": "max", "min": "min"}
+
+
+# --- checks (run when a node is built, so the rank that erred raises) -----------------------------
+def _where():
+    return f"on rank {world.rank} of {world.world_size}"
+
+
+def _check_dtype(name, x):
+    if x.dtype not in SUPPORTED:
+        raise TypeError(f"{name}: dtype {x.dtype} is not supported (use one of {', '.join(SUPPORTED)}; "
+                        f"cast first) {_where()}")
+
+
+def _check_root(name, root):
+    if isinstance(root, bool) or not isinstance(root, int) or not 0 <= root < world.world_size:
+        raise ValueError(f"{name}: root={root!r} is not a rank of this job (ranks are 0..{world.world_size - 1}) "
+                         f"{_where()}")
+
+
+def _check_leading(name, x):
+    if x.ndim == 0 or x.shape[0] != world.world_size:
+        raise ValueError(f"{name}: the input's leading dim must be world_size={world.world_size} (one block "
+                         f"per rank), got shape {x.shape} {_where()}")
+
+
+def _reduce_op(name, op, allowed=tuple(REDUCE_OPS)):
+    if op not in allowed:
+        raise ValueError(f"{name}: op must be one of {', '.join(allowed)}, got {op!r} {_where()}")
+    return REDUCE_OPS[op]
+
+
+# --- infer: (inputs, attrs) -> (shape, dtype) ---------------------------------------------------
+def _same_infer(name):
+    def infer(inputs, a):
+        _check_dtype(name, inputs[0])
+        if "root" in a:
+            _check_root(name, a["root"])
+        return inputs[0].shape, inputs[0].dtype
+    return infer
+
+
+def _stacked_infer(name):
+    def infer(inputs, a):
+        _check_dtype(name, inputs[0])
+        if "root" in a:
+            _check_root(name, a["root"])
+        return (world.world_size,) + inputs[0].shape, inputs[0].dtype
+    return infer
+
+
+def _split_infer(name, keep_leading=False):
+    def infer(inputs, a):
+        x = inputs[0]
+        _check_dtype(name, x)
+        _check_leading(name, x)
+        if "root" in a:
+            _check_root(name, a["root"])
+        return (x.shape if keep_leading else x.shape[1:]), x.dtype
+    return infer
+
+
+# --- gradient rules: grad(dout, out, inputs, attrs) -> [dx] -----------------------------------------
+def _float_only(rule):
+    return lambda d, out, x, a: [rule(d, out, x[0], a)] if dtypes.is_float(x[0].dtype) else [None]
+
+
+def _to_extreme(g, x, extreme):
+    """Route ``g`` to the ranks whose ``x`` equals the reduced ``extreme``; ties share it equally."""
+    hit = (x == extreme).cast(x.dtype)
+    return g * hit / mpi_all_reduce(hit, "add")
+
+
+def _all_reduce_grad(d, out, x, a):
+    if a["op"] in ("add", "mean"):
+        return mpi_all_reduce(d, a["op"])
+    return _to_extreme(mpi_all_reduce(d, "add"), x, out)
+
+
+def _reduce_grad(d, out, x, a):
+    g = mpi_broadcast(d, a["root"])        # only the root's output depends on x
+    if a["op"] == "mean":
+        return g / world.world_size
+    if a["op"] in ("max", "min"):
+        return _to_extreme(g, x, mpi_broadcast(out, a["root"]))
+    return g
+
+
+def _reduce_scatter_grad(d, out, x, a):
+    g = mpi_all_gather(d)
+    return g / world.world_size if a["op"] == "mean" else g
+
+
+_GRADS = {
+    "mpi_all_reduce": _all_reduce_grad,
+    "mpi_reduce": _reduce_grad,
+    "mpi_broadcast": lambda d, out, x, a: mpi_reduce(d, "add", a["root"]),
+    "mpi_all_gather": lambda d, out, x, a: mpi_reduce_scatter(d, "add"),
+    "mpi_gather": lambda d, out, x, a: mpi_scatter(d, a["root"]),
+    "mpi_scatter": lambda d, out, x, a: mpi_gather(d, a["root"]),
+    "mpi_reduce_scatter": _reduce_scatter_grad,
+    "mpi_all_to_all": lambda d, out, x, a: mpi_all_to_all(d),
+}
+_INFERS = {
+    "mpi_all_reduce": _same_infer, "mpi_reduce": _same_infer, "mpi_broadcast": _same_infer,
+    "mpi_all_gather": _stacked_infer, "mpi_gather": _stacked_infer, "mpi_scatter": _split_infer,
+    "mpi_reduce_scatter": _split_infer, "mpi_all_to_all": lambda name: _split_infer(name, keep_leading=True),
+}
+for _name, _infer in _INFERS.items():
+    register(OpSpec(_name, "collective", infer=_infer(_name), grad=_float_only(_GRADS[_name])))
+
+
+def _node(name, x, **attrs):
+    """Build and queue a collective node (runtime/mpi.py issues queued nodes in creation order)."""
+    from ..runtime import mpi
+    v = Var.node(name, [x], **attrs)
+    mpi.enqueue(v)
+    return v
+
+
+def _floats_for_mean(x, op):
+    # as jt.mean: the mean of integers is a float32
+    return x.cast(dtypes.DEFAULT_FLOAT) if op == "mean" and not dtypes.is_float(x.dtype) else x
+
+
+# --- front ends ---------------------------------------------------------------------------------
+@export("mpi_all_reduce")
+def mpi_all_reduce(x, op="add"):
+    """Reduce ``x`` elementwise over all ranks with ``op`` (add/sum, mean, max, min); every rank
+    gets the result. Integer inputs to ``mean`` give float32.
+
+        >>> y = x.mpi_all_reduce()          # rank 0: [4, 6]    rank 1: [4, 6]
+        >>> y = x.mpi_all_reduce("mean")    # rank 0: [2, 3]    rank 1: [2, 3]
+        >>> y = x.mpi_all_reduce("max")     # rank 0: [3, 4]    rank 1: [3, 4]
+
+    Gradient: the all-reduced (sum, or mean) output gradient on every rank; for max/min it goes to
+    the ranks holding the extreme (shared equally on ties).
+    """
+    op = _reduce_op("mpi_all_reduce", op)
+    x = _floats_for_mean(x, op)
+    return _node("mpi_all_reduce", x, op=op) if world.in_mpi else x
+
+
+@export("mpi_reduce")
+def mpi_reduce(x, op="add", root=0):
+    """Reduce ``x`` over all ranks with ``op`` onto ``root``; the other ranks get zeros.
+
+        >>> y = x.mpi_reduce("add", root=1)   # rank 0: [0, 0]    rank 1: [4, 6]
+
+    Gradient: the root's output gradient, broadcast to every rank (divided by world_size for mean).
+    """
+    op = _reduce_op("mpi_reduce", op)
+    x = _floats_for_mean(x, op)
+    return _node("mpi_reduce", x, op=op, root=root) if world.in_mpi else x
+
+
+@export("mpi_broadcast")
+def mpi_broadcast(x, root=0):
+    """Every rank gets ``root``'s ``x`` (the other ranks' ``x`` only give the shape and dtype).
+
+        >>> y = x.mpi_broadcast(root=1)       # rank 0: [3, 4]    rank 1: [3, 4]
+
+    Gradient: the output gradients summed onto ``root`` (mpi_reduce add); zeros elsewhere.
+    """
+    return _node("mpi_broadcast", x, root=root) if world.in_mpi else x
+
+
+@export("mpi_all_gather")
+def mpi_all_gather(x):
+    """Every rank gets all ranks' ``x`` stacked: shape ``(world_size, *x.shape)``, row r from rank r.
+
+        >>> y = x.mpi_all_gather()            # rank 0: [[1, 2], [3, 4]]    rank 1: same
+
+    Gradient: mpi_reduce_scatter (add) of the output gradient.
+    """
+    return _node("mpi_all_gather", x) if world.in_mpi else x.reshape((1,) + x.shape)
+
+
+@export("mpi_gather")
+def mpi_gather(x, root=0):
+    """``root`` gets all ranks' ``x`` stacked, shape ``(world_size, *x.shape)``; others get zeros.
+
+        >>> y = x.mpi_gather(root=0)          # rank 0: [[1, 2], [3, 4]]    rank 1: [[0, 0], [0, 0]]
+
+    Gradient: mpi_scatter of the root's output gradient.
+    """
+    return _node("mpi_gather", x, root=root) if world.in_mpi else x.reshape((1,) + x.shape)
+
+
+@export("mpi_scatter")
+def mpi_scatter(x, root=0):
+    """Rank r gets ``x[r]`` of ``root``'s ``x``, which has shape ``(world_size, *s)``; the output has
+    shape ``s``. Every rank passes an input of that shape (only the root's values are read).
+
+        >>> x = jt.array([[1., 2.], [3., 4.]]) * (jt.rank + 1)
+        >>> y = x.mpi_scatter(root=1)         # rank 0: [2, 4]    rank 1: [6, 8]
+
+    Gradient: mpi_gather of the output gradients onto ``root``; zeros elsewhere.
+    """
+    if not world.in_mpi:
+        _check_leading("mpi_scatter", x)
+        return x.reshape(x.shape[1:])
+    return _node("mpi_scatter", x, root=root)
+
+
+@export("mpi_reduce_scatter")
+def mpi_reduce_scatter(x, op="add"):
+    """Reduce ``x`` (shape ``(world_size, *s)``) over ranks with ``op`` (add/sum or mean), and give
+    rank r block r of the result: ``y = op over ranks q of x_q[r]``, shape ``s``.
+
+        >>> x = jt.array([[1., 2.], [3., 4.]]) * (jt.rank + 1)
+        >>> y = x.mpi_reduce_scatter()        # rank 0: [3, 6]    rank 1: [9, 12]
+
+    Gradient: mpi_all_gather of the output gradient (divided by world_size for mean).
+    """
+    op = _reduce_op("mpi_reduce_scatter", op, allowed=("add", "sum", "mean"))
+    x = _floats_for_mean(x, op)
+    if not world.in_mpi:
+        _check_leading("mpi_reduce_scatter", x)
+        return x.reshape(x.shape[1:])
+    return _node("mpi_reduce_scatter", x, op=op)
+
+
+@export("mpi_all_to_all")
+def mpi_all_to_all(x):
+    """Exchange blocks: ``x`` has shape ``(world_size, *s)``, block q goes to rank q, and row q of
+    the output (same shape) is the block rank q sent here: ``y_r[q] = x_q[r]``.
+
+        >>> x = jt.array([[1., 2.], [3., 4.]]) + 10 * jt.rank
+        >>> y = x.mpi_all_to_all()            # rank 0: [[1, 2], [11, 12]]    rank 1: [[3, 4], [13, 14]]
+
+    Gradient: mpi_all_to_all of the output gradient.
+    """
+    if not world.in_mpi:
+        _check_leading("mpi_all_to_all", x)
+        return x
+    return _node("mpi_all_to_all", x)

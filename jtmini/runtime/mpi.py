@@ -1,0 +1,152 @@
+"""Run MPI collectives: start MPI on first use, issue each collective through a compiled kernel,
+in the order the collective nodes were created.
+
+Ordering. A lazy graph is computed when a value is fetched, and ranks may fetch in different
+orders. Every collective node is therefore queued when it is created (``enqueue``); before one is
+issued, every older queued collective is realized first (``flush``), so each rank issues them in
+creation order, which is program order and so the same on every rank:
+
+    a = x.mpi_all_reduce()          # queued 1st
+    b = y.mpi_broadcast(0)          # queued 2nd
+    # rank 0: a.numpy(); b.numpy()  -> issues a, then b
+    # rank 1: b.numpy(); a.numpy()  -> fetching b issues a first, then b
+    # both: a == x summed over ranks, b == rank 0's y
+
+A queued collective is issued exactly once and keeps its value, even when nothing on this rank
+reads it: other ranks may need it (``flush`` runs at exit as well).
+
+MPI itself starts on the first collective (``import mpi4py.MPI``), never at ``import jtmini``. The
+kernel library (``templates/cpu/collective.cc.j2``) is compiled with mpicc and shares
+MPI_COMM_WORLD with mpi4py.
+"""
+import collections
+import ctypes
+import functools
+import sys
+
+import jinja2
+import numpy as np
+
+from .. import compiler, counters, dtypes, world
+from ..ops.registry import OPS
+from . import mpi_guard
+
+# Types and reduction ops the kernel library knows, in the order of its lookup tables.
+DTYPES = {"float32": "MPI_FLOAT", "float64": "MPI_DOUBLE", "int32": "MPI_INT32_T", "int64": "MPI_INT64_T"}
+REDUCE_OPS = {"add": "MPI_SUM", "max": "MPI_MAX", "min": "MPI_MIN", "mean": "MPI_SUM"}
+
+# op -> (kernel entry point, elements in one rank's block given input and output sizes)
+_ENTRIES = {
+    "mpi_all_reduce": ("jt_all_reduce", lambda n_in, n_out, world_size: n_in),
+    "mpi_reduce": ("jt_reduce", lambda n_in, n_out, world_size: n_in),
+    "mpi_broadcast": ("jt_broadcast", lambda n_in, n_out, world_size: n_in),
+    "mpi_all_gather": ("jt_all_gather", lambda n_in, n_out, world_size: n_in),
+    "mpi_gather": ("jt_gather", lambda n_in, n_out, world_size: n_in),
+    "mpi_scatter": ("jt_scatter", lambda n_in, n_out, world_size: n_out),
+    "mpi_reduce_scatter": ("jt_reduce_scatter", lambda n_in, n_out, world_size: n_out),
+    "mpi_all_to_all": ("jt_all_to_all", lambda n_in, n_out, world_size: n_in // world_size),
+}
+_INT_MAX = 2**31 - 1       # MPI counts are C ints
+
+_pending = collections.deque()      # collective Vars created and not yet issued, oldest first
+_comm = None
+
+
+def comm():
+    """mpi4py's COMM_WORLD, initialising MPI on the first call."""
+    global _comm
+    if _comm is None:
+        from mpi4py import MPI
+        _comm = MPI.COMM_WORLD
+    return _comm
+
+
+def enqueue(v):
+    """Record a newly created collective node: it will be issued after every older one."""
+    _pending.append(v)
+
+
+def flush(before=None):
+    """Issue every queued collective created before ``before`` (all when None), oldest first."""
+    from ..executor import realize
+    while _pending and _pending[0] is not before:
+        v = _pending[0]
+        if v._data is not None or v.op is None or OPS[v.op].kind != "collective":
+            # already issued, or its handle was rebound by assign(): nothing left to issue here
+            _pending.popleft()
+            continue
+        realize([v])      # reaches run_collective(v), which dequeues it
+
+
+def run_collective(step, read):
+    """Executor hook for a ``schedule.Collective`` step: returns the output array."""
+    v = step.root
+    if v._data is not None:      # issued by an earlier flush: never issue a collective twice
+        return v._data
+    flush(before=v)
+    if _pending and _pending[0] is v:
+        _pending.popleft()
+    out = issue(v, np.ascontiguousarray(read(step.sources[0])))
+    v._set_value(out)            # keep the value: recomputing would issue the collective again
+    return out
+
+
+def describe(v):
+    """``mpi_reduce(op='add', root=1) float32 (4, 3)``: what debug checks and the watchdog print."""
+    attrs = ", ".join(f"{k}={val!r}" for k, val in sorted(v.attrs.items()))
+    return f"{v.op}({attrs}) {v.inputs[0].dtype} {v.inputs[0].shape}"
+
+
+def issue(v, x):
+    """Run the collective of node ``v`` on this rank's input buffer ``x``; returns the output."""
+    fn = _kernels()[v.op]
+    count = _ENTRIES[v.op][1](x.size, int(np.prod(v.shape, dtype=np.int64)), world.world_size)
+    if count > _INT_MAX:
+        raise ValueError(f"{describe(v)}: {count} elements per rank exceed MPI's int count limit")
+    out = np.empty(v.shape, dtype=v.dtype)
+    signature = describe(v)
+    mpi_guard.check_same(comm(), signature)
+    with mpi_guard.watch(f"{signature} on rank {world.rank}"):
+        err = fn(x.ctypes.data, out.ctypes.data, count, list(DTYPES).index(x.dtype.name),
+                 list(REDUCE_OPS).index(v.attrs.get("op", "add")), v.attrs.get("root", 0))
+    if err != 0:
+        raise RuntimeError(f"{signature} failed on rank {world.rank}: MPI error code {err}")
+    counters.bump("mpi_calls")
+    return out
+
+
+@functools.lru_cache(maxsize=None)
+def _kernels():
+    """op name -> ctypes function of the compiled collective library (built once, cached on disk)."""
+    comm()        # MPI is up before the library that uses it is loaded
+    lib = ctypes.CDLL(compiler.build(_source(), uses_mpi=True))
+    kernels = {}
+    for op, (entry, _) in _ENTRIES.items():
+        fn = getattr(lib, entry)
+        fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_int, ctypes.c_int]
+        fn.restype = ctypes.c_int
+        kernels[op] = fn
+    return kernels
+
+
+def _source():
+    env = jinja2.Environment(loader=jinja2.PackageLoader("jtmini", "templates"),
+                             undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    types = [{"index": k, "name": name, "ctype": dtypes.C_TYPES[name], "mpi": mpi, "is_float": dtypes.is_float(name)}
+             for k, (name, mpi) in enumerate(DTYPES.items())]
+    ops = [{"name": name, "mpi": mpi} for name, mpi in REDUCE_OPS.items()]
+    return env.get_template("cpu/collective.cc.j2").render(
+        dtypes=types, ops=ops, mean_op=list(REDUCE_OPS).index("mean"))
+
+
+def at_exit():
+    """Exit handler under mpirun (mpi4py finalises MPI later, from Py_AtExit). Issue what is still
+    queued (other ranks may be waiting on it), then, in debug mode, check that every rank reached
+    the end, so a rank that skipped a collective is named. MPI is started here if this rank never
+    used it: other ranks may be waiting for this one, and only a started rank can be waited on
+    with a timeout. Python ignores exceptions raised in exit handlers, so a failure aborts the job."""
+    try:
+        flush()
+        mpi_guard.check_same(comm(), "program exit")
+    except BaseException:
+        mpi_guard.report_and_abort(*sys.exc_info())

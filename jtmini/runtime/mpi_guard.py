@@ -1,0 +1,130 @@
+"""Liveness for MPI jobs: one rank's mistake should end the job with a readable error, not a hang.
+
+- ``watch(what)``: a watchdog. A blocking MPI call that has not returned within
+  ``JTMINI_MPI_TIMEOUT`` seconds (default 300) prints ``what`` (op, shape, dtype, rank) and calls
+  ``MPI_Abort``, which ends every rank.
+- ``check_same(comm, signature)``: with ``JTMINI_MPI_DEBUG=1``, every rank shares the signature of
+  the call it is about to make (op, shape, dtype, root) and all raise ``MPIMismatchError`` when
+  they differ: the ``if jt.rank == 0: x.mpi_all_reduce()`` deadlock becomes an error on every rank.
+- ``install_excepthook()``: an uncaught exception on any rank prints its traceback prefixed with
+  the rank and aborts the whole job, instead of leaving the other ranks waiting forever.
+
+    # rank 0: y = x.mpi_all_reduce()             # rank 1 never calls it
+    # JTMINI_MPI_DEBUG=1 -> both ranks: MPIMismatchError: ranks called different MPI operations:
+    #     rank 0: mpi_all_reduce(op='add') float32 (3,)
+    #     rank 1: program exit
+    # otherwise, after JTMINI_MPI_TIMEOUT s -> rank 0: mpi_all_reduce(...) did not complete ...
+"""
+import contextlib
+import os
+import sys
+import threading
+import time
+import traceback
+
+from .. import world
+
+
+class MPIMismatchError(RuntimeError):
+    """Ranks were about to make different MPI calls (raised on every rank, in debug mode)."""
+
+
+def timeout_s():
+    return float(os.environ.get("JTMINI_MPI_TIMEOUT", "300"))
+
+
+def debug_enabled():
+    return os.environ.get("JTMINI_MPI_DEBUG", "0").strip().lower() not in ("", "0", "false", "no", "off")
+
+
+def _rank_tag():
+    return f"[jtmini rank {world.rank}/{world.world_size}]"
+
+
+def abort(message):
+    """Print ``message`` tagged with the rank, then end every rank of the job."""
+    print(f"{_rank_tag()} {message}", file=sys.stderr, flush=True)
+    mpi = sys.modules.get("mpi4py.MPI")
+    if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized():
+        mpi.COMM_WORLD.Abort(1)
+    os._exit(1)
+
+
+class _Watchdog:
+    """One daemon thread for the whole process; arming and disarming it costs a lock, not a thread.
+
+    The blocked MPI call runs in a ctypes (or mpi4py) call that releases the GIL, so this thread
+    still gets to run and abort."""
+
+    def __init__(self):
+        self._cond = threading.Condition()
+        self._armed = None           # (deadline, description) while an MPI call is in flight
+        self._thread = None
+
+    def arm(self, what, seconds):
+        with self._cond:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._loop, name="jtmini-mpi-watchdog", daemon=True)
+                self._thread.start()
+            self._armed = (time.monotonic() + seconds, what, seconds)
+            self._cond.notify()
+
+    def disarm(self):
+        with self._cond:
+            self._armed = None
+
+    def _loop(self):
+        with self._cond:
+            while True:
+                if self._armed is None:
+                    self._cond.wait()
+                    continue
+                deadline, what, seconds = self._armed
+                left = deadline - time.monotonic()
+                if left > 0:
+                    self._cond.wait(left)
+                    continue
+                abort(f"{what} did not complete within {seconds:g} s (JTMINI_MPI_TIMEOUT): another rank "
+                      "is probably not making this call (an MPI call inside `if jt.rank == ...`?); "
+                      "aborting the MPI job")
+
+
+_watchdog = _Watchdog()
+
+
+@contextlib.contextmanager
+def watch(what):
+    """Abort the job if the block has not finished within ``JTMINI_MPI_TIMEOUT`` seconds."""
+    _watchdog.arm(what, timeout_s())
+    try:
+        yield
+    finally:
+        _watchdog.disarm()
+
+
+def check_same(comm, signature):
+    """In debug mode, raise MPIMismatchError on every rank unless all ranks pass equal signatures."""
+    if not debug_enabled():
+        return
+    with watch(f"debug check before {signature} on rank {world.rank}"):
+        signatures = comm.allgather(signature)
+    if any(s != signatures[0] for s in signatures):
+        lines = "\n".join(f"    rank {r}: {s}" for r, s in enumerate(signatures))
+        raise MPIMismatchError(f"ranks called different MPI operations (JTMINI_MPI_DEBUG=1):\n{lines}\n"
+                               "every rank must make the same MPI calls in the same order")
+
+
+def report_and_abort(kind, value, tb):
+    """Print an exception's traceback, every line tagged with the rank, and end the job."""
+    text = "".join(traceback.format_exception(kind, value, tb))
+    tag = _rank_tag()
+    body = "\n".join(f"{tag} {line}" for line in text.rstrip("\n").split("\n"))
+    abort(f"uncaught exception, ending the whole MPI job:\n{body}")
+
+
+def install_excepthook():
+    """Make an uncaught exception on this rank end every rank (cheap: no MPI call until it fires).
+
+    Before MPI is initialised there is nothing to abort: the rank exits with status 1 and mpirun
+    ends the job."""
+    sys.excepthook = report_and_abort
