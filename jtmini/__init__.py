@@ -5,6 +5,7 @@
     >>> (jt.relu(a * b + 1)).sum().item()     # one fused, compiled kernel
 """
 from . import creation, ops, world
+from . import mpi as _mpi
 from .autograd import grad
 from .compiler import VERSION as __version__
 from .flags import flag_scope, flags
@@ -18,7 +19,10 @@ in_mpi = world.in_mpi
 rank = world.rank
 world_size = world.world_size
 local_rank = world.local_rank
-mpi = None
+mpi = _mpi if in_mpi else None          # as in Jittor: `if jt.mpi:` is False outside mpirun
+single_process_scope = _mpi.single_process_scope
+if in_mpi:
+    _mpi.install_hooks()                # an uncaught exception on any rank ends the whole job
 
 
 def sync(vars_):
