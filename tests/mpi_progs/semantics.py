@@ -1,0 +1,152 @@
+"""Program order, point-to-point, and Jittor-documentation code, checked on every rank.
+
+Run by tests/test_mpi.py under ``mpirun -np N``. Each check raises on failure (which aborts the
+job); at the end each rank prints ``{"rank": r, "ok": [names of the checks]}``.
+"""
+import json
+import sys
+
+import numpy as np
+
+import jtmini as jt
+
+N, RANK = jt.world_size, jt.rank
+OK = []
+
+
+def passed(name):
+    OK.append(name)
+
+
+def mine(salt):
+    """This rank's input [salt, salt + 1, salt + 2] + 10 * rank, and every rank's, for references."""
+    return jt.array(np.arange(3.0) + salt + 10 * RANK), [np.arange(3.0) + salt + 10 * r for r in range(N)]
+
+
+def fetch_order_differs_by_rank():
+    """Three collectives created in one order and fetched in a rank-dependent order: each rank must
+    still issue them in creation order (otherwise values are swapped or ranks deadlock)."""
+    x, xs = mine(0)
+    made = [x.mpi_all_reduce(), (x * 100).mpi_all_reduce("max"), x.mpi_broadcast(N - 1)]
+    want = [sum(xs), np.max(np.stack(xs) * 100, 0), xs[N - 1]]
+    order = [[0, 1, 2], [2, 1, 0], [1, 2, 0], None][RANK % 4]
+    if order is None:                          # all at once: one schedule, topological order
+        jt.sync([made[2], made[0], made[1]])
+        order = [0, 1, 2]
+    for k in order:
+        np.testing.assert_allclose(made[k].numpy(), want[k])
+    passed("fetch_order_differs_by_rank")
+
+
+def gradients_fetched_in_reverse():
+    x, xs = mine(1)
+    loss = (x.mpi_all_reduce("mean") * x.mpi_broadcast(0)).sum()
+    gx = jt.grad(loss, x)
+    late = x.mpi_all_gather()                  # created after the backward collectives
+    if RANK % 2:
+        got_late, got_gx = late.numpy(), gx.numpy()
+    else:
+        got_gx, got_late = gx.numpy(), late.numpy()
+    mean = sum(xs) / N
+    want = sum(xs[0] for _ in range(N)) / N + (N * mean if RANK == 0 else 0)
+    np.testing.assert_allclose(got_gx, want)
+    np.testing.assert_allclose(got_late, np.stack(xs))
+    passed("gradients_fetched_in_reverse")
+
+
+def fetched_on_one_rank_only():
+    """A collective only rank 0 fetches is still issued on the others (by the next flush), and a
+    value read twice is communicated once."""
+    x, xs = mine(2)
+    only_root = x.mpi_all_reduce()
+    if RANK == 0:
+        np.testing.assert_allclose(only_root.numpy(), sum(xs))
+    y = x.mpi_all_reduce("min")
+    jt.sync([y * 2])
+    np.testing.assert_allclose((y * 3).numpy(), 3 * np.min(np.stack(xs), 0))
+    np.testing.assert_allclose(only_root.numpy(), sum(xs))
+    passed("fetched_on_one_rank_only")
+
+
+def constant_input():
+    np.testing.assert_allclose(jt.full((3,), 2.0).mpi_all_reduce().numpy(), np.full(3, 2.0 * N))
+    passed("constant_input")
+
+
+def point_to_point():
+    """torch.distributed's ping-pong, then a ring of isend/irecv."""
+    if RANK == 0:
+        jt.mpi.send(jt.array([1.0]), dst=1)
+        back = jt.mpi.recv((1,), "float32", src=1)
+        np.testing.assert_allclose(back.numpy(), [2.0])
+    elif RANK == 1:
+        got = jt.mpi.recv((1,), "float32", src=0)
+        jt.mpi.send(got + 1, dst=0)
+    right, left = (RANK + 1) % N, (RANK - 1) % N
+    outgoing = jt.array(np.arange(4, dtype="int64") * (RANK + 1))
+    pending = jt.mpi.isend(outgoing, dst=right, tag=7)
+    incoming = jt.mpi.irecv((4,), "int64", src=left, tag=7)
+    np.testing.assert_array_equal(incoming.wait().numpy(), np.arange(4) * (left + 1))
+    pending.wait()
+    jt.mpi.barrier()
+    passed("point_to_point")
+
+
+def jittor_docs_val():
+    """The val() example from Jittor's MPI docs, as written there."""
+    correct_nums = 0
+    for batch in range(3):
+        correct_nums += jt.array(np.array(RANK + batch, dtype="int32")).sum()
+        correct_nums.sync()
+    if jt.in_mpi:
+        correct_nums = correct_nums.mpi_all_reduce()
+    total = sum(r + b for r in range(N) for b in range(3))
+    assert correct_nums.data[0] == total, (correct_nums.data, total)
+    passed("jittor_docs_val")
+
+
+def jittor_docs_sync_bn_stats():
+    """The statistics of the docs' synchronised BatchNorm: batch mean and mean of squares."""
+    x = jt.array(np.random.default_rng(RANK).standard_normal((4, 2, 3, 3)).astype("float32"))
+    xmean = jt.mean(x, dims=[0, 2, 3], keepdims=1)
+    x2mean = jt.mean(x * x, dims=[0, 2, 3], keepdims=1)
+    if jt.mpi:
+        xmean = xmean.mpi_all_reduce("mean")
+        x2mean = x2mean.mpi_all_reduce("mean")
+    every = np.concatenate([np.random.default_rng(r).standard_normal((4, 2, 3, 3)) for r in range(N)])
+    np.testing.assert_allclose(xmean.numpy().ravel(), every.mean((0, 2, 3)), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(x2mean.numpy().ravel(), (every ** 2).mean((0, 2, 3)), rtol=1e-5)
+    passed("jittor_docs_sync_bn_stats")
+
+
+@jt.single_process_scope()
+def alone():
+    x = jt.array([1.0, 2.0])
+    assert (jt.in_mpi, jt.rank, jt.world_size, jt.mpi.world_size()) == (False, 0, 1, 1)
+    np.testing.assert_allclose(x.mpi_all_reduce().numpy(), [1.0, 2.0])     # identity inside
+    return "ran"
+
+
+def single_process_scope():
+    pending = jt.array([1.0]).mpi_all_reduce()      # issued on every rank before the scope
+    assert alone() == ("ran" if RANK == 0 else None)
+    assert (jt.in_mpi, jt.rank, jt.world_size) == (True, RANK, N)
+    np.testing.assert_allclose(pending.numpy(), [float(N)])
+    passed("single_process_scope")
+
+
+def main():
+    assert "mpi4py.MPI" not in sys.modules, "import jtmini must not start MPI"
+    assert jt.mpi is not None and jt.mpi.world_size() == N and jt.mpi.world_rank() == RANK
+    for check in (fetch_order_differs_by_rank, gradients_fetched_in_reverse, fetched_on_one_rank_only,
+                  constant_input, point_to_point, jittor_docs_val, jittor_docs_sync_bn_stats,
+                  single_process_scope):
+        check()
+    unused = jt.array([1.0]).mpi_all_reduce()      # never fetched on any rank: issued at exit
+    del unused
+    sys.stdout.write(json.dumps({"rank": RANK, "ok": OK}) + "\n")     # one write: ranks share a pipe
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,123 @@
+"""MPI collectives, ordering, point-to-point and liveness, checked with real ``mpirun`` jobs.
+
+Each job runs a program from ``tests/mpi_progs`` on 2 or 4 ranks (oversubscribed on a small
+machine, one thread per rank) under a timeout; every rank checks its own values and gradients
+against numpy and prints a JSON report, which is parsed here. The mistake programs must end the
+whole job quickly with an error naming the rank. Outside mpirun, collectives are identities.
+"""
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import jtmini as jt
+
+PROGS = Path(__file__).parent / "mpi_progs"
+needs_mpirun = pytest.mark.skipif(shutil.which("mpirun") is None, reason="needs Open MPI's mpirun")
+
+# Root may run mpirun, extra ranks may share cores, and traffic stays on loopback / shared memory.
+MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+           "OMPI_MCA_rmaps_base_oversubscribe": "1", "OMPI_MCA_btl": "self,vader",
+           "OMPI_MCA_oob_tcp_if_include": "lo", "JTMINI_NUM_THREADS": "1"}
+
+
+def launch(ranks, prog, *args, timeout=120, **env):
+    """Run ``mpirun -np ranks python prog args``; returns (CompletedProcess, seconds)."""
+    # An explicit env: a process that already started MPI must hand mpirun a copy of its own.
+    env = dict(os.environ, **MPI_ENV, **env)
+    argv = ["mpirun", "-np", str(ranks), sys.executable, str(PROGS / prog), *args]
+    start = time.monotonic()
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout)
+    return done, time.monotonic() - start
+
+
+def reports(done, ranks):
+    """The JSON line each rank printed, by rank; fails with the job's output if it failed."""
+    assert done.returncode == 0, f"exit status {done.returncode}\n{done.stdout}\n{done.stderr}"
+    found = [json.loads(text) for text in re.findall(r"\{[^{}]*\}", done.stdout)]
+    by_rank = {r["rank"]: r for r in found}
+    assert sorted(by_rank) == list(range(ranks)), done.stdout
+    return by_rank
+
+
+# --- values and gradients of every collective, every root, every dtype ----------------------------
+@needs_mpirun
+@pytest.mark.parametrize("ranks", [2, 4])
+def test_collectives_match_numpy_on_every_rank(ranks):
+    by_rank = reports(launch(ranks, "collectives.py")[0], ranks)
+    cases = 5 + ranks * 7 + 1 + 2 + 1                     # see cases() in the program
+    assert all(r["checked"] == 4 * cases and r["world_size"] == ranks for r in by_rank.values())
+
+
+def test_collectives_without_mpirun_act_as_one_rank():
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "PMI_"))}
+    done = subprocess.run([sys.executable, str(PROGS / "collectives.py")], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert reports(done, 1)[0]["world_size"] == 1
+
+
+# --- program order, point-to-point, Jittor-doc code ---------------------------------------------
+@needs_mpirun
+@pytest.mark.parametrize("ranks", [2, 4])
+def test_order_p2p_and_jittor_doc_code(ranks):
+    by_rank = reports(launch(ranks, "semantics.py")[0], ranks)
+    for report in by_rank.values():
+        assert report["ok"] == ["fetch_order_differs_by_rank", "gradients_fetched_in_reverse",
+                                "fetched_on_one_rank_only", "constant_input", "point_to_point",
+                                "jittor_docs_val", "jittor_docs_sync_bn_stats", "single_process_scope"]
+
+
+# --- one rank's mistake ends the job, with an error naming the rank -----------------------------
+MISTAKES = {
+    "skip_debug": ("skip", {"JTMINI_MPI_DEBUG": "1"},
+                   ["MPIMismatchError", "rank 0: program exit", "rank 1: mpi_all_reduce(op='add') float32 (3,)"]),
+    "skip_timeout": ("skip", {"JTMINI_MPI_TIMEOUT": "3"},
+                     ["[jtmini rank 1/2] mpi_all_reduce(op='add') float32 (3,) on rank 1 did not complete within 3 s"]),
+    "raise": ("raise", {}, ["[jtmini rank 1/2] RuntimeError: rank 1 fails on purpose"]),
+    "raise_at_start": ("raise_at_start", {}, ["[jtmini rank 1/2] RuntimeError: rank 1 fails on purpose"]),
+    "bad_root": ("bad_root", {}, ["mpi_broadcast: root=2 is not a rank of this job", "on rank 1 of 2"]),
+    "bad_leading": ("bad_leading", {}, ["mpi_scatter: the input's leading dim must be world_size=2",
+                                        "got shape (3, 2) on rank 0 of 2"]),
+}
+
+
+@needs_mpirun
+@pytest.mark.parametrize("name", list(MISTAKES))
+def test_mistake_ends_job_with_error_naming_rank(name):
+    scenario, env, expected = MISTAKES[name]
+    done, seconds = launch(2, "mistakes.py", scenario, timeout=60, **env)
+    assert done.returncode != 0
+    assert seconds < 30
+    for text in expected:
+        assert text in done.stderr, done.stderr
+
+
+# --- outside mpirun -------------------------------------------------------------------------------
+def test_outside_mpirun_collectives_are_identities():
+    assert jt.mpi is None and not jt.in_mpi and (jt.rank, jt.world_size) == (0, 1)
+    x = jt.array(np.arange(6.0).reshape(3, 2))
+    for y in (x.mpi_all_reduce("mean"), x.mpi_reduce("max", root=3), x.mpi_broadcast(root=1)):
+        assert y is x                                   # root is not checked outside mpirun
+    np.testing.assert_array_equal(x.mpi_all_gather().numpy(), x.numpy()[None])
+    np.testing.assert_array_equal(x.reshape(1, 3, 2).mpi_scatter().numpy(), x.numpy())
+    assert jt.array([1, 2]).mpi_all_reduce("mean").dtype == "float32"
+    with pytest.raises(ValueError, match=r"leading dim must be world_size=1 .* got shape \(3, 2\)"):
+        x.mpi_reduce_scatter()
+    with pytest.raises(ValueError, match="op must be one of"):
+        x.mpi_all_reduce("prod")
+
+
+def test_import_does_not_start_mpi():
+    code = "import sys, jtmini; sys.exit('mpi4py' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], timeout=60).returncode == 0
+
+
+def test_single_process_scope_outside_mpirun_just_calls():
+    assert jt.single_process_scope()(lambda a: a + 1)(1) == 2
