@@ -10,9 +10,16 @@ def _matmul_infer(inputs, a):
     x, y = inputs
     if x.ndim < 2 or y.ndim < 2 or x.shape[-1] != y.shape[-2]:
         raise ValueError(f"matmul: shapes {x.shape} and {y.shape} do not line up")
+    return _batch(x.shape, y.shape, x.shape, y.shape) + (x.shape[-2], y.shape[-1]), x.dtype
+
+
+def _batch(x_shape, y_shape, x_user, y_user):
+    """The broadcast batch dims, or a ValueError naming the operands as the user gave them."""
     from .elementwise import broadcast_shapes
-    batch = broadcast_shapes(x.shape[:-2], y.shape[:-2])
-    return batch + (x.shape[-2], y.shape[-1]), x.dtype
+    try:
+        return broadcast_shapes(x_shape[:-2], y_shape[:-2])
+    except ValueError:
+        raise ValueError(f"matmul: batch dims of shapes {x_user} and {y_user} cannot be broadcast together") from None
 
 
 def sum_to(x, shape):
@@ -40,10 +47,16 @@ def matmul(x, y):
     >>> (jt.randn(8, 3, 4) @ jt.randn(4, 5)).shape
     (8, 3, 5)
     """
+    from ..creation import as_var
+    x, y = as_var(x), as_var(y)
     if x.dtype != y.dtype:
         x, y = (v.cast(dtypes.promote(x.dtype, y.dtype)) for v in (x, y))
     if x.ndim == 0 or y.ndim == 0:
         raise ValueError(f"matmul: operands must have at least one dim, got {x.shape} and {y.shape}")
+    inner = y.shape[0] if y.ndim == 1 else y.shape[-2]
+    if x.shape[-1] != inner:         # checked here, so the message shows the shapes given, not 2-D views
+        raise ValueError(f"matmul: shapes {x.shape} and {y.shape} do not line up ({x.shape[-1]} != {inner})")
+    _batch(x.shape if x.ndim > 1 else (1,) + x.shape, y.shape if y.ndim > 1 else y.shape + (1,), x.shape, y.shape)
     squeeze = []
     if x.ndim == 1:
         x, squeeze = x.reshape(1, -1), squeeze + [-2]
