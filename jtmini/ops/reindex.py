@@ -333,5 +333,5 @@ def stack(xs, dim=0):
     xs = list(xs)
     if not xs:
         raise ValueError("stack needs at least one Var")
-    dim = dim % (xs[0].ndim + 1)
+    dim = normalize_dim(dim, xs[0].ndim + 1)
     return concat([x.reshape(x.shape[:dim] + (1,) + x.shape[dim:]) for x in xs], dim)
