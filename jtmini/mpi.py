@@ -18,8 +18,9 @@ import numpy as np
 
 from . import dtypes, world
 from .creation import array
-from .ops.collective import (mpi_all_gather, mpi_all_reduce, mpi_all_to_all, mpi_broadcast,  # noqa: F401
-                             mpi_gather, mpi_reduce, mpi_reduce_scatter, mpi_scatter)
+from .ops.collective import (mpi_all_gather, mpi_all_reduce, mpi_all_reduce_many, mpi_all_to_all,  # noqa: F401
+                             mpi_broadcast, mpi_broadcast_many, mpi_gather, mpi_reduce, mpi_reduce_scatter,
+                             mpi_scatter)
 from .runtime import mpi as _runtime
 from .runtime import mpi_guard
 from .runtime.mpi_guard import MPIMismatchError  # noqa: F401

@@ -70,7 +70,7 @@ def test_order_p2p_and_jittor_doc_code(ranks):
     by_rank = reports(launch(ranks, "semantics.py")[0], ranks)
     for report in by_rank.values():
         assert report["ok"] == ["fetch_order_differs_by_rank", "gradients_fetched_in_reverse",
-                                "fetched_on_one_rank_only", "constant_input", "point_to_point",
+                                "fetched_on_one_rank_only", "constant_input", "bucketed", "point_to_point",
                                 "jittor_docs_val", "jittor_docs_sync_bn_stats", "single_process_scope"]
 
 
@@ -112,6 +112,8 @@ def test_outside_mpirun_collectives_are_identities():
         x.mpi_reduce_scatter()
     with pytest.raises(ValueError, match="op must be one of"):
         x.mpi_all_reduce("prod")
+    from jtmini.mpi import mpi_all_reduce_many, mpi_broadcast_many
+    assert mpi_broadcast_many([x], root=2)[0] is x and mpi_all_reduce_many([x], "sum")[0] is x
 
 
 def test_import_does_not_start_mpi():

@@ -12,6 +12,9 @@ Gradients assume the loss is the sum of every rank's loss, as in data parallel t
 gradient of a collective is the adjoint collective (broadcast <-> reduce, gather <-> scatter,
 all_gather <-> reduce_scatter, all_reduce <-> all_reduce, all_to_all <-> all_to_all).
 
+``mpi_all_reduce_many`` and ``mpi_broadcast_many`` pack many Vars into a few buckets, one MPI call
+each (gradients and parameters of a model).
+
 Mistakes that would otherwise deadlock or corrupt memory (a root that is not a rank, a leading
 dim that is not ``world_size``, an unsupported dtype) raise when the node is built, on the rank
 that made them.
@@ -19,6 +22,8 @@ that made them.
 The examples below run on 2 ranks with ``x = jt.array([1., 2.]) + 2 * jt.rank``:
 rank 0 holds ``[1, 2]``, rank 1 holds ``[3, 4]``.
 """
+import numpy as np
+
 from .. import dtypes, world
 from ..var import Var
 from .registry import OpSpec, export, register
@@ -136,10 +141,10 @@ for _name, _infer in _INFERS.items():
     register(OpSpec(_name, "collective", infer=_infer(_name), grad=_float_only(_GRADS[_name])))
 
 
-def _node(name, x, **attrs):
+def _node(name, inputs, **attrs):
     """Build and queue a collective node (runtime/mpi.py issues queued nodes in creation order)."""
     from ..runtime import mpi
-    v = Var.node(name, [x], **attrs)
+    v = Var.node(name, inputs, **attrs)
     mpi.enqueue(v)
     return v
 
@@ -164,7 +169,7 @@ def mpi_all_reduce(x, op="add"):
     """
     op = _reduce_op("mpi_all_reduce", op)
     x = _floats_for_mean(x, op)
-    return _node("mpi_all_reduce", x, op=op) if world.in_mpi else x
+    return _node("mpi_all_reduce", [x], op=op) if world.in_mpi else x
 
 
 @export("mpi_reduce")
@@ -177,7 +182,7 @@ def mpi_reduce(x, op="add", root=0):
     """
     op = _reduce_op("mpi_reduce", op)
     x = _floats_for_mean(x, op)
-    return _node("mpi_reduce", x, op=op, root=root) if world.in_mpi else x
+    return _node("mpi_reduce", [x], op=op, root=root) if world.in_mpi else x
 
 
 @export("mpi_broadcast")
@@ -188,7 +193,7 @@ def mpi_broadcast(x, root=0):
 
     Gradient: the output gradients summed onto ``root`` (mpi_reduce add); zeros elsewhere.
     """
-    return _node("mpi_broadcast", x, root=root) if world.in_mpi else x
+    return _node("mpi_broadcast", [x], root=root) if world.in_mpi else x
 
 
 @export("mpi_all_gather")
@@ -199,7 +204,7 @@ def mpi_all_gather(x):
 
     Gradient: mpi_reduce_scatter (add) of the output gradient.
     """
-    return _node("mpi_all_gather", x) if world.in_mpi else x.reshape((1,) + x.shape)
+    return _node("mpi_all_gather", [x]) if world.in_mpi else x.reshape((1,) + x.shape)
 
 
 @export("mpi_gather")
@@ -210,7 +215,7 @@ def mpi_gather(x, root=0):
 
     Gradient: mpi_scatter of the root's output gradient.
     """
-    return _node("mpi_gather", x, root=root) if world.in_mpi else x.reshape((1,) + x.shape)
+    return _node("mpi_gather", [x], root=root) if world.in_mpi else x.reshape((1,) + x.shape)
 
 
 @export("mpi_scatter")
@@ -226,7 +231,7 @@ def mpi_scatter(x, root=0):
     if not world.in_mpi:
         _check_leading("mpi_scatter", x)
         return x.reshape(x.shape[1:])
-    return _node("mpi_scatter", x, root=root)
+    return _node("mpi_scatter", [x], root=root)
 
 
 @export("mpi_reduce_scatter")
@@ -244,7 +249,7 @@ def mpi_reduce_scatter(x, op="add"):
     if not world.in_mpi:
         _check_leading("mpi_reduce_scatter", x)
         return x.reshape(x.shape[1:])
-    return _node("mpi_reduce_scatter", x, op=op)
+    return _node("mpi_reduce_scatter", [x], op=op)
 
 
 @export("mpi_all_to_all")
@@ -260,4 +265,100 @@ def mpi_all_to_all(x):
     if not world.in_mpi:
         _check_leading("mpi_all_to_all", x)
         return x
-    return _node("mpi_all_to_all", x)
+    return _node("mpi_all_to_all", [x])
+
+
+# --- bucketed: many Vars, one MPI call per bucket -------------------------------------------------
+BUCKET_BYTES = 16 << 20     # large enough for MPI to reach full bandwidth, small enough to pipeline
+
+
+def _packed_infer(name):
+    def infer(inputs, a):
+        for x in inputs:
+            _check_dtype(name, x)
+        if len({x.dtype for x in inputs}) != 1:
+            raise TypeError(f"{name}: one bucket holds one dtype, got {sorted({x.dtype for x in inputs})} {_where()}")
+        if "root" in a:
+            _check_root(name, a["root"])
+        return (sum(x.numel() for x in inputs),), inputs[0].dtype
+    return infer
+
+
+def _unpack(flat, like):
+    """Views of the 1-D ``flat`` shaped like each Var of ``like``, in order."""
+    views, start = [], 0
+    for x in like:
+        views.append(flat[start:start + x.numel()].reshape(x.shape))
+        start += x.numel()
+    return views
+
+
+def _packed_grad(adjoint):
+    def grad(d, out, xs, a):
+        return _unpack(adjoint(d, a), xs) if dtypes.is_float(out.dtype) else [None] * len(xs)
+    return grad
+
+
+register(OpSpec("mpi_all_reduce_packed", "collective", infer=_packed_infer("mpi_all_reduce_many"),
+                grad=_packed_grad(lambda d, a: mpi_all_reduce(d, a["op"]))))
+register(OpSpec("mpi_broadcast_packed", "collective", infer=_packed_infer("mpi_broadcast_many"),
+                grad=_packed_grad(lambda d, a: mpi_reduce(d, "add", a["root"]))))
+
+
+def _buckets(xs, bucket_bytes):
+    """Lists of indices into ``xs``: Vars of one dtype, in order, cut once a bucket holds
+    ``bucket_bytes``. Depends only on shapes and dtypes, so every rank cuts the same buckets."""
+    by_dtype = {}
+    for k, x in enumerate(xs):
+        by_dtype.setdefault(x.dtype, []).append(k)
+    for indices in by_dtype.values():
+        bucket, size = [], 0
+        for k in indices:
+            bucket.append(k)
+            size += xs[k].numel() * np.dtype(xs[k].dtype).itemsize
+            if size >= bucket_bytes:
+                yield bucket
+                bucket, size = [], 0
+        if bucket:
+            yield bucket
+
+
+def _bucketed(xs, bucket_bytes, collective):
+    """``collective`` (a list of Vars -> a flat Var) applied per bucket; views shaped like ``xs``."""
+    out = [None] * len(xs)
+    for bucket in _buckets(xs, bucket_bytes):
+        flat = collective([xs[k] for k in bucket])
+        for k, view in zip(bucket, _unpack(flat, [xs[k] for k in bucket])):
+            out[k] = view
+    return out
+
+
+def mpi_all_reduce_many(xs, op="mean", bucket_bytes=BUCKET_BYTES):
+    """``[x.mpi_all_reduce(op) for x in xs]`` (op add/sum or mean) with one MPI call per bucket of
+    about ``bucket_bytes``, not one per Var: what data-parallel optimizers need for gradients.
+
+        >>> g0, g1 = jt.mpi.mpi_all_reduce_many([x, 10 * x], "mean")
+        >>> # rank 0: g0 = [2, 3], g1 = [20, 30]    rank 1: the same (one MPI call in all)
+
+    Gradient: each output's gradient all-reduced with ``op``, as for mpi_all_reduce.
+    """
+    op = _reduce_op("mpi_all_reduce_many", op, allowed=("add", "sum", "mean"))
+    xs = [_floats_for_mean(x, op) for x in xs]
+    if not world.in_mpi:
+        return xs
+    return _bucketed(xs, bucket_bytes, lambda bucket: _node("mpi_all_reduce_packed", bucket, op=op))
+
+
+def mpi_broadcast_many(xs, root=0, bucket_bytes=BUCKET_BYTES):
+    """``[x.mpi_broadcast(root) for x in xs]`` with one MPI call per bucket: what
+    ``Module.mpi_param_broadcast`` needs to give every rank the root's parameters.
+
+        >>> w0, w1 = jt.mpi.mpi_broadcast_many([x, 10 * x], root=1)
+        >>> # rank 0: w0 = [3, 4], w1 = [30, 40]    rank 1: the same
+
+    Gradient: each output's gradient summed onto ``root``, as for mpi_broadcast.
+    """
+    xs = list(xs)
+    if not world.in_mpi:
+        return xs
+    return _bucketed(xs, bucket_bytes, lambda bucket: _node("mpi_broadcast_packed", bucket, root=root))

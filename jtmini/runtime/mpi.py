@@ -46,6 +46,8 @@ _ENTRIES = {
     "mpi_reduce_scatter": ("jt_reduce_scatter", lambda n_in, n_out, world_size: n_out),
     "mpi_all_to_all": ("jt_all_to_all", lambda n_in, n_out, world_size: n_in // world_size),
 }
+# bucketed op -> kernel entry point; its inputs are packed end to end into one flat output
+_PACKED = {"mpi_all_reduce_packed": "jt_all_reduce_packed", "mpi_broadcast_packed": "jt_broadcast_packed"}
 _INT_MAX = 2**31 - 1       # MPI counts are C ints
 
 _pending = collections.deque()      # collective Vars created and not yet issued, oldest first
@@ -86,7 +88,7 @@ def run_collective(step, read):
     flush(before=v)
     if _pending and _pending[0] is v:
         _pending.popleft()
-    out = issue(v, np.ascontiguousarray(read(step.sources[0])))
+    out = issue(v, [np.ascontiguousarray(read(src)) for src in step.sources])
     v._set_value(out)            # keep the value: recomputing would issue the collective again
     return out
 
@@ -94,25 +96,39 @@ def run_collective(step, read):
 def describe(v):
     """``mpi_reduce(op='add', root=1) float32 (4, 3)``: what debug checks and the watchdog print."""
     attrs = ", ".join(f"{k}={val!r}" for k, val in sorted(v.attrs.items()))
+    if v.op in _PACKED:
+        return f"{v.op}({attrs}) {v.dtype} {len(v.inputs)} Vars packed into {v.shape}"
     return f"{v.op}({attrs}) {v.inputs[0].dtype} {v.inputs[0].shape}"
 
 
-def issue(v, x):
-    """Run the collective of node ``v`` on this rank's input buffer ``x``; returns the output."""
-    fn = _kernels()[v.op]
-    count = _ENTRIES[v.op][1](x.size, int(np.prod(v.shape, dtype=np.int64)), world.world_size)
-    if count > _INT_MAX:
-        raise ValueError(f"{describe(v)}: {count} elements per rank exceed MPI's int count limit")
+def issue(v, arrays):
+    """Run the collective of node ``v`` on this rank's input buffers; returns the output."""
     out = np.empty(v.shape, dtype=v.dtype)
+    args = _arguments(v, arrays, out)
     signature = describe(v)
     mpi_guard.check_same(comm(), signature)
     with mpi_guard.watch(f"{signature} on rank {world.rank}"):
-        err = fn(x.ctypes.data, out.ctypes.data, count, list(DTYPES).index(x.dtype.name),
-                 list(REDUCE_OPS).index(v.attrs.get("op", "add")), v.attrs.get("root", 0))
+        err = _kernels()[v.op](*args)
     if err != 0:
         raise RuntimeError(f"{signature} failed on rank {world.rank}: MPI error code {err}")
     counters.bump("mpi_calls")
     return out
+
+
+def _arguments(v, arrays, out):
+    """The kernel's arguments (see the prototypes in templates/cpu/collective.cc.j2)."""
+    codes = (list(DTYPES).index(v.dtype), list(REDUCE_OPS).index(v.attrs.get("op", "add")), v.attrs.get("root", 0))
+    if v.op in _PACKED:
+        count = out.size
+        pointers = (ctypes.c_void_p * len(arrays))(*[a.ctypes.data for a in arrays])
+        counts = (ctypes.c_int64 * len(arrays))(*[a.size for a in arrays])
+        args = (pointers, counts, len(arrays), out.ctypes.data, *codes)
+    else:
+        count = _ENTRIES[v.op][1](arrays[0].size, out.size, world.world_size)
+        args = (arrays[0].ctypes.data, out.ctypes.data, count, *codes)
+    if count > _INT_MAX:
+        raise ValueError(f"{describe(v)}: {count} elements per rank exceed MPI's int count limit")
+    return args
 
 
 @functools.lru_cache(maxsize=None)
@@ -120,11 +136,15 @@ def _kernels():
     """op name -> ctypes function of the compiled collective library (built once, cached on disk)."""
     comm()        # MPI is up before the library that uses it is loaded
     lib = ctypes.CDLL(compiler.build(_source(), uses_mpi=True))
+    codes = [ctypes.c_int] * 3      # type, op, root
+    single = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, *codes]
+    packed = [ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_int64), ctypes.c_int, ctypes.c_void_p, *codes]
+    entries = [(op, entry, single) for op, (entry, _) in _ENTRIES.items()]
+    entries += [(op, entry, packed) for op, entry in _PACKED.items()]
     kernels = {}
-    for op, (entry, _) in _ENTRIES.items():
+    for op, entry, argtypes in entries:
         fn = getattr(lib, entry)
-        fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_int, ctypes.c_int]
-        fn.restype = ctypes.c_int
+        fn.argtypes, fn.restype = argtypes, ctypes.c_int
         kernels[op] = fn
     return kernels
 

@@ -119,6 +119,33 @@ def jittor_docs_sync_bn_stats():
     passed("jittor_docs_sync_bn_stats")
 
 
+def bucketed():
+    """Many Vars of mixed dtypes in a few MPI calls, with values and gradients as one by one."""
+    rng = [np.random.default_rng(r) for r in range(N)]
+    shapes = [(3, 4), (5,), (2, 2, 2), (7,), ()]
+    world = [[g.standard_normal(s) for s in shapes] for g in rng]      # world[r][k]: rank r's k-th
+    kinds = ["float32", "float64", "float32", "int32", "float32"]
+    xs = [jt.array(a.astype(k) if k != "int32" else (a * 10).astype(k)) for a, k in zip(world[RANK], kinds)]
+    before = jt.stats().get("mpi_calls", 0)
+    means = jt.mpi.mpi_all_reduce_many(xs, "mean", bucket_bytes=40)      # float32 cut after (3, 4)
+    roots = jt.mpi.mpi_broadcast_many(xs, root=N - 1, bucket_bytes=40)
+    jt.sync(means + roots)
+    calls = jt.stats()["mpi_calls"] - before
+    assert calls == 2 * 4, f"{calls} MPI calls; buckets: f32 [(3,4)], f32 [(2,2,2), ()], f64, i32"
+    for k, kind in enumerate(kinds):
+        each = [(w[k] * 10).astype(kind) if kind == "int32" else w[k].astype(kind) for w in world]
+        np.testing.assert_allclose(means[k].numpy(), np.mean(each, 0), rtol=1e-6)
+        np.testing.assert_array_equal(roots[k].numpy(), each[N - 1])
+    weights = [jt.array(np.full(s, RANK + 1.0, dtype="float32")) for s in shapes]
+    loss = sum(((m + r) * w).sum() for m, r, w, kind in zip(means, roots, weights, kinds) if kind != "int32")
+    grads = jt.grad(loss, [x for x, kind in zip(xs, kinds) if kind != "int32"])
+    spread = np.mean(np.arange(1.0, N + 1))                      # mean over ranks of the weights
+    onto_root = np.sum(np.arange(1.0, N + 1)) if RANK == N - 1 else 0.0
+    for g, s in zip(grads, [s for s, kind in zip(shapes, kinds) if kind != "int32"]):
+        np.testing.assert_allclose(g.numpy(), np.full(s, spread + onto_root), rtol=1e-6)
+    passed("bucketed")
+
+
 @jt.single_process_scope()
 def alone():
     x = jt.array([1.0, 2.0])
@@ -139,7 +166,7 @@ def main():
     assert "mpi4py.MPI" not in sys.modules, "import jtmini must not start MPI"
     assert jt.mpi is not None and jt.mpi.world_size() == N and jt.mpi.world_rank() == RANK
     for check in (fetch_order_differs_by_rank, gradients_fetched_in_reverse, fetched_on_one_rank_only,
-                  constant_input, point_to_point, jittor_docs_val, jittor_docs_sync_bn_stats,
+                  constant_input, bucketed, point_to_point, jittor_docs_val, jittor_docs_sync_bn_stats,
                   single_process_scope):
         check()
     unused = jt.array([1.0]).mpi_all_reduce()      # never fetched on any rank: issued at exit
