@@ -23,6 +23,7 @@ MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
 
 
 def _median_seconds(fn, comm, reps):
+    from mpi4py import MPI
     times = []
     for _ in range(reps):
         comm.Barrier()
@@ -30,12 +31,7 @@ def _median_seconds(fn, comm, reps):
         fn()
         times.append(time.perf_counter() - start)
     # the slowest rank decides how long a collective takes
-    return comm.allreduce(statistics.median(times), op=max_op())
-
-
-def max_op():
-    from mpi4py import MPI
-    return MPI.MAX
+    return comm.allreduce(statistics.median(times), op=MPI.MAX)
 
 
 def measure():

@@ -61,37 +61,20 @@ def _reduce_op(name, op, allowed=tuple(REDUCE_OPS)):
     return REDUCE_OPS[op]
 
 
-# --- infer: (inputs, attrs) -> (shape, dtype) ---------------------------------------------------
-def _same_infer(name):
-    def infer(inputs, a):
-        _check_dtype(name, inputs[0])
-        if "root" in a:
-            _check_root(name, a["root"])
-        return inputs[0].shape, inputs[0].dtype
-    return infer
-
-
-def _stacked_infer(name):
-    def infer(inputs, a):
-        _check_dtype(name, inputs[0])
-        if "root" in a:
-            _check_root(name, a["root"])
-        return (world.world_size,) + inputs[0].shape, inputs[0].dtype
-    return infer
-
-
-def _split_infer(name, keep_leading=False):
+# --- declarations ----------------------------------------------------------------------------------
+def _infer(name, out_shape, blocks):
+    """Checks, then ``out_shape(input shape)``; ``blocks``: the input holds one block per rank."""
     def infer(inputs, a):
         x = inputs[0]
         _check_dtype(name, x)
-        _check_leading(name, x)
+        if blocks:
+            _check_leading(name, x)
         if "root" in a:
             _check_root(name, a["root"])
-        return (x.shape if keep_leading else x.shape[1:]), x.dtype
+        return out_shape(x.shape), x.dtype
     return infer
 
 
-# --- gradient rules: grad(dout, out, inputs, attrs) -> [dx] -----------------------------------------
 def _float_only(rule):
     return lambda d, out, x, a: [rule(d, out, x[0], a)] if dtypes.is_float(x[0].dtype) else [None]
 
@@ -122,23 +105,31 @@ def _reduce_scatter_grad(d, out, x, a):
     return g / world.world_size if a["op"] == "mean" else g
 
 
-_GRADS = {
-    "mpi_all_reduce": _all_reduce_grad,
-    "mpi_reduce": _reduce_grad,
-    "mpi_broadcast": lambda d, out, x, a: mpi_reduce(d, "add", a["root"]),
-    "mpi_all_gather": lambda d, out, x, a: mpi_reduce_scatter(d, "add"),
-    "mpi_gather": lambda d, out, x, a: mpi_scatter(d, a["root"]),
-    "mpi_scatter": lambda d, out, x, a: mpi_gather(d, a["root"]),
-    "mpi_reduce_scatter": _reduce_scatter_grad,
-    "mpi_all_to_all": lambda d, out, x, a: mpi_all_to_all(d),
+def _same(shape):
+    return shape
+
+
+def _stacked(shape):
+    return (world.world_size,) + shape
+
+
+def _block(shape):
+    return shape[1:]
+
+
+# op: (output shape from input shape, input is world_size blocks?, gradient: the adjoint collective)
+_DECLARED = {
+    "mpi_all_reduce": (_same, False, _all_reduce_grad),
+    "mpi_reduce": (_same, False, _reduce_grad),
+    "mpi_broadcast": (_same, False, lambda d, out, x, a: mpi_reduce(d, "add", a["root"])),
+    "mpi_all_gather": (_stacked, False, lambda d, out, x, a: mpi_reduce_scatter(d, "add")),
+    "mpi_gather": (_stacked, False, lambda d, out, x, a: mpi_scatter(d, a["root"])),
+    "mpi_scatter": (_block, True, lambda d, out, x, a: mpi_gather(d, a["root"])),
+    "mpi_reduce_scatter": (_block, True, _reduce_scatter_grad),
+    "mpi_all_to_all": (_same, True, lambda d, out, x, a: mpi_all_to_all(d)),
 }
-_INFERS = {
-    "mpi_all_reduce": _same_infer, "mpi_reduce": _same_infer, "mpi_broadcast": _same_infer,
-    "mpi_all_gather": _stacked_infer, "mpi_gather": _stacked_infer, "mpi_scatter": _split_infer,
-    "mpi_reduce_scatter": _split_infer, "mpi_all_to_all": lambda name: _split_infer(name, keep_leading=True),
-}
-for _name, _infer in _INFERS.items():
-    register(OpSpec(_name, "collective", infer=_infer(_name), grad=_float_only(_GRADS[_name])))
+for _name, (_shape, _blocks, _grad) in _DECLARED.items():
+    register(OpSpec(_name, "collective", infer=_infer(_name, _shape, _blocks), grad=_float_only(_grad)))
 
 
 def _node(name, inputs, **attrs):
