@@ -73,6 +73,20 @@ def constant_input():
     passed("constant_input")
 
 
+def large_outputs_are_never_overwritten():
+    """Outputs from 1 MB up are recycled only when nothing references them any more."""
+    x = jt.array(np.full(1 << 18, RANK + 1.0, dtype="float32"))            # 1 MB
+    total = N * (N + 1) / 2
+    kept = x.mpi_all_reduce()
+    kept.sync()
+    view = (x * 2).mpi_all_reduce().data                                  # only a numpy view survives
+    for k in range(3, 6):                                                 # same shape, new values
+        np.testing.assert_array_equal((x * k).mpi_all_reduce().numpy()[:3], [k * total] * 3)
+    np.testing.assert_array_equal(kept.numpy()[[0, -1]], [total, total])
+    np.testing.assert_array_equal(view[[0, -1]], [2 * total, 2 * total])
+    passed("large_outputs_are_never_overwritten")
+
+
 def point_to_point():
     """torch.distributed's ping-pong, then a ring of isend/irecv."""
     if RANK == 0:
@@ -166,8 +180,8 @@ def main():
     assert "mpi4py.MPI" not in sys.modules, "import jtmini must not start MPI"
     assert jt.mpi is not None and jt.mpi.world_size() == N and jt.mpi.world_rank() == RANK
     for check in (fetch_order_differs_by_rank, gradients_fetched_in_reverse, fetched_on_one_rank_only,
-                  constant_input, bucketed, point_to_point, jittor_docs_val, jittor_docs_sync_bn_stats,
-                  single_process_scope):
+                  constant_input, bucketed, large_outputs_are_never_overwritten, point_to_point,
+                  jittor_docs_val, jittor_docs_sync_bn_stats, single_process_scope):
         check()
     unused = jt.array([1.0]).mpi_all_reduce()      # never fetched on any rank: issued at exit
     del unused
