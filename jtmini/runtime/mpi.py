@@ -24,7 +24,6 @@ import ctypes
 import functools
 import sys
 
-import jinja2
 import numpy as np
 
 from .. import compiler, counters, dtypes, world
@@ -172,6 +171,7 @@ def _kernels():
 
 
 def _source():
+    import jinja2          # only once a collective runs: keeps `import jtmini` cheap
     env = jinja2.Environment(loader=jinja2.PackageLoader("jtmini", "templates"),
                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
     types = [{"index": k, "name": name, "ctype": dtypes.C_TYPES[name], "mpi": mpi, "is_float": dtypes.is_float(name)}
