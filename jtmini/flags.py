@@ -12,11 +12,18 @@ import contextlib
 import os
 
 
-def _default_threads():
+def _cores():
     try:
         return len(os.sched_getaffinity(0))
     except AttributeError:
         return os.cpu_count() or 1
+
+
+def _default_threads():
+    """This process's cores, divided among the ranks mpirun started on this node (ranks that each
+    take every core fight over them and all run slower)."""
+    from . import world
+    return max(1, _cores() // max(1, world.local_size))
 
 
 def _parse_bool(text):
@@ -30,7 +37,7 @@ _SPECS = {
     "dump_kernels": (False, _parse_bool, "print each generated kernel's source and compile command"),
     "cache_dir": (lambda: os.path.join(os.path.expanduser("~"), ".cache", "jtmini"), str,
                   "where compiled kernels (and downloaded data sets) are kept"),
-    "compile_jobs": (_default_threads, int, "compiler processes run at once for missing kernels"),
+    "compile_jobs": (_cores, int, "compiler processes run at once for missing kernels"),
     "use_cuda": (False, _parse_bool, "run on the GPU (CUDA backend)"),
 }
 
