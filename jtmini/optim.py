@@ -14,7 +14,9 @@ loss, BatchNorm's running statistics and anything else still pending, such as an
 computed from the same batch) in ONE schedule, so the forward and backward passes run once and
 each update is a fused kernel. Then each parameter is rebound to its new buffer.
 """
-from .creation import zeros
+import numpy as np
+
+from .creation import array
 
 
 class Optimizer:
@@ -131,7 +133,9 @@ class Optimizer:
 
 
 def _zeros_like_params(group):
-    return [zeros(p.shape, dtype=p.dtype) for p in group["params"] if not p.is_stop_grad()]
+    # real buffers, not lazy constants: the first step then builds the same graph as every later
+    # one, so its kernels are all the training loop ever compiles
+    return [array(np.zeros(p.shape, p.dtype)) for p in group["params"] if not p.is_stop_grad()]
 
 
 class SGD(Optimizer):
@@ -159,7 +163,10 @@ class SGD(Optimizer):
         for p, g, buf in zip(params, grads, group["values"]):
             d = g + p * decay if decay else g
             if momentum:
-                buf_new = d if self.n_step == 0 else buf * momentum + d * (1 - dampening)
+                # PyTorch starts the buffer at d itself; from a zero buffer that only differs
+                # with dampening, so only then does the first step need its own graph
+                first = self.n_step == 0 and dampening
+                buf_new = d if first else buf * momentum + d * (1 - dampening)
                 out.append((buf, buf_new))
                 d = d + buf_new * momentum if self.hyper(group, "nesterov") else buf_new
             out.append((p, p - d * lr))
