@@ -1,0 +1,159 @@
+"""Errors are Python exceptions of the right type that name the offending value, raised when the
+node is built; integer and indexing corner cases return values instead of crashing the process."""
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import jtmini as jt
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_incompatible_broadcast_names_both_shapes():
+    a, b = jt.zeros(3, 4), jt.zeros(5)
+    for build in (lambda: a + b, lambda: a * b, lambda: a < b, lambda: jt.maximum(a, b), lambda: a & b):
+        with pytest.raises(ValueError, match=r"\(3, 4\).*\(5,\)"):
+            build()
+    with pytest.raises(ValueError, match=r"\(2, 3\).*\(3, 2\)"):
+        jt.where(jt.ones(2, 3, dtype="bool"), jt.zeros(3, 2), 0.0)
+    with pytest.raises(ValueError, match=r"\(3,\).*\(4,\)"):
+        jt.zeros(3).broadcast_to((4,))
+    with pytest.raises(ValueError, match=r"\(2, 3\).*\(3,\)"):
+        jt.zeros(2, 3).broadcast_to((3,))
+
+
+@pytest.mark.parametrize("build,bad", [
+    (lambda x: x.sum(dims=2), "2"), (lambda x: x.mean(-3), "-3"), (lambda x: x.max(dim=5), "5"),
+    (lambda x: x.argmax(dim=2), "2"), (lambda x: x.argmin(-3), "-3"), (lambda x: x.transpose(0, 2), "2"),
+    (lambda x: x.flip(3), "3"), (lambda x: jt.concat([x, x], 2), "2"), (lambda x: x.all(4), "4"),
+    (lambda x: jt.stack([x, x], 3), "3"), (lambda x: jt.stack([x, x], -4), "-4"),
+])
+def test_bad_axis_raises_index_error_naming_it(build, bad):
+    with pytest.raises(IndexError, match=rf"(?<![\d-]){bad}(?!\d)"):
+        build(jt.zeros(2, 3))
+
+
+@pytest.mark.parametrize("target,shown", [((5, 5), r"\(5, 5\)"), ((-1, 5), r"\(-1, 5\)"), ((-1, -1), r"\(-1, -1\)"),
+                                          ((3, -2), r"\(3, -2\)"), ((0, -1), r"\(0, -1\)")])
+def test_bad_reshape_names_the_target(target, shown):
+    with pytest.raises(ValueError, match=shown):
+        jt.zeros(3, 4).reshape(target)
+
+
+@pytest.mark.parametrize("build", [
+    lambda: jt.array(np.array([1 + 2j])), lambda: jt.array([1 + 2j]), lambda: jt.array(np.zeros(2, np.float16)),
+    lambda: jt.array([1.0], dtype="complex64"), lambda: jt.array([1.0], dtype="float16"),
+    lambda: jt.zeros(3, dtype="float16"), lambda: jt.ones(2).cast("float16"), lambda: jt.ones(2).astype(np.complex128),
+    lambda: jt.full((2,), 1, "uint64"), lambda: jt.array(np.zeros(2, np.uint64)), lambda: jt.array(["a", "b"]),
+    lambda: jt.array([object()]), lambda: jt.randn(2, dtype="bfloat16"), lambda: jt.ones(2).cast("no_such_type"),
+])
+def test_unsupported_dtype_is_a_type_error(build):
+    with pytest.raises(TypeError):
+        build()
+
+
+def test_type_error_message_lists_supported_dtypes():
+    with pytest.raises(TypeError, match="float16.*float32"):
+        jt.zeros(2).cast("float16")
+
+
+@pytest.mark.parametrize("a,b", [((3, 4), (5, 6)), ((3,), (4,)), ((2, 3), (2,)), ((5,), (4, 3)),
+                                 ((2, 3, 4), (3, 4, 5)), ((2, 3), (4, 2, 3))])
+def test_matmul_mismatch_names_both_shapes(a, b):
+    pattern = rf"{_shape_re(a)}.*{_shape_re(b)}"
+    with pytest.raises(ValueError, match=pattern):
+        jt.zeros(*a) @ jt.zeros(*b)
+    with pytest.raises(ValueError, match=pattern):
+        jt.matmul(jt.zeros(*a), jt.zeros(*b))
+
+
+def _shape_re(shape):
+    return "\\(" + ", ".join(map(str, shape)) + (",\\)" if len(shape) == 1 else "\\)")
+
+
+def test_matmul_of_a_scalar():
+    with pytest.raises(ValueError, match=r"\(\)"):
+        jt.zeros(()) @ jt.zeros(3)
+
+
+def test_other_value_errors():
+    x = jt.zeros(2, 3)
+    with pytest.raises(ValueError, match=r"\(2, 3\).*\(2, 4\)|\(2, 4\).*\(2, 3\)"):
+        jt.concat([x, jt.zeros(2, 4)], 0)
+    with pytest.raises(ValueError, match="permutation"):
+        x.permute(0, 0)
+    with pytest.raises(ValueError, match="one index expression per input dim"):
+        x.reindex([2], ["i0"])
+    with pytest.raises(ValueError, match="bogus"):
+        x.reindex_reduce("bogus", [2], ["i0"])
+    with pytest.raises(ValueError, match=r"\(2, 3\)"):
+        x.item()
+    with pytest.raises(ValueError):
+        jt.zeros(0).max()
+    with pytest.raises(ValueError):
+        jt.zeros(0, 2).argmax(0)
+    with pytest.raises(ValueError, match="-2"):
+        jt.zeros(3, -2)
+    with pytest.raises(ValueError):
+        jt.randint(5, 5)
+    with pytest.raises(ValueError):
+        jt.pad(x, (1,))
+    with pytest.raises(TypeError):
+        len(jt.array(1.0))
+    with pytest.raises(TypeError):
+        [0, 1][jt.array(1.0)]
+    with pytest.raises(AttributeError, match="no_such_flag"):
+        jt.flags.no_such_flag
+
+
+def test_bad_index_expression_names_it():
+    with pytest.raises(ValueError, match="i3"):
+        jt.zeros(2, 3).reindex([2, 3], ["i0", "i3"]).sync()
+
+
+CRASHERS = """
+import numpy as np
+import jtmini as jt
+out = []
+for dt in ("int32", "int64"):
+    lo = np.iinfo(dt).min
+    a = jt.array(np.array([7, -7, 0, lo, lo], dt))
+    b = jt.array(np.array([0, 0, 0, 0, -1], dt))
+    out += [(a // b).numpy().tolist(), (a % b).numpy().tolist(), (a // 0).numpy().tolist(), (a % 0).numpy().tolist()]
+    out.append((a / b).numpy().tolist()[:2])
+    out.append((jt.array(np.array([2, 3], dt)) ** jt.array(np.array([1000, -5], dt))).shape)
+x = jt.arange(10).float32()
+out.append(x.reindex([4], ["i0 + 1000000000000"], overflow_value=-1).numpy().tolist())
+out.append(x.reindex([4], ["i0 - 4611686018427387904"], overflow_value=-2).numpy().tolist())
+out.append(x.reindex([2, 3], ["i0 * 100000000000 + i1"], overflow_value=-3).numpy().tolist())
+out.append(x.reindex_reduce("add", [3], ["i0 * 1000000000000"]).numpy().tolist())
+idx = jt.array(np.array([10 ** 9, -(10 ** 9), 3], np.int64))
+out.append(x.reindex([3], ["@e0(i0)"], overflow_value=-4, extras=[idx]).numpy().tolist())
+out.append(jt.grad(x.reindex([3], ["@e0(i0)"], extras=[idx]).sum(), x).numpy().tolist())
+print(repr(out))
+"""
+
+
+def test_nothing_crashes_the_process():
+    """Integer division by zero, INT_MIN // -1 and far out-of-bounds reindexes run in a child, so a
+    SIGFPE or SIGSEGV shows up as a failed test, not as a dead test run."""
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent(CRASHERS)], cwd=REPO, capture_output=True,
+                          text=True, timeout=300, env=dict(os.environ, PYTHONPATH=REPO))
+    assert done.returncode == 0, f"child died with status {done.returncode}:\n{done.stderr[-2000:]}"
+    out = eval(done.stdout.strip().splitlines()[-1], {"inf": float("inf")})
+    for k, dt in enumerate(("int32", "int64")):
+        lo = int(np.iinfo(dt).min)
+        floordiv, mod, by0, mod0, true_div, shape = out[6 * k: 6 * k + 6]
+        assert floordiv == [0, 0, 0, 0, lo] and mod == [0, 0, 0, 0, 0]
+        assert by0 == [0] * 5 and mod0 == [0] * 5
+        assert true_div == [float("inf"), float("-inf")] and shape == (2,)
+    far_up, far_down, grid, scattered, gathered, grad = out[12:]
+    assert far_up == [-1.0] * 4 and far_down == [-2.0] * 4
+    assert grid == [[0.0, 1.0, 2.0], [-3.0, -3.0, -3.0]]
+    assert scattered == [0.0, 0.0, 0.0]             # only index 0 lands: x[0] == 0
+    assert gathered == [-4.0, -4.0, 3.0]
+    assert grad == [0, 0, 0, 1, 0, 0, 0, 0, 0, 0]
