@@ -16,7 +16,11 @@ each update is a fused kernel. Then each parameter is rebound to its new buffer.
 """
 import numpy as np
 
+from . import sync
+from .autograd import grad
 from .creation import array
+from .nn import persist
+from .var import pending_roots
 
 
 class Optimizer:
@@ -59,7 +63,6 @@ class Optimizer:
     def backward(self, loss):
         """Add d(loss)/d(param) to the accumulated gradients (lazily; nothing runs yet)."""
         trainable = [[p for p in g["params"] if not p.is_stop_grad()] for g in self.param_groups]
-        from .autograd import grad
         flat = grad(loss, [p for group in trainable for p in group])
         if self._grads is not None:
             flat = [g + old for g, old in zip(flat, (g for group in self._grads for g in group))]
@@ -98,8 +101,6 @@ class Optimizer:
     def _realize(self, loss, new_values):
         """One schedule for the loss, the new values, pending non-trainable state in the groups
         (BatchNorm statistics) and every other pending root built from this batch."""
-        from . import sync
-        from .var import pending_roots
         pending_state = [p for g in self.param_groups for p in g["params"] if not p.is_realized()]
         sync(([loss] if loss is not None else []) + new_values + pending_state + pending_roots())
 
@@ -124,11 +125,9 @@ class Optimizer:
 
     def save(self, path):
         """``state_dict()`` written atomically to ``path``."""
-        from .nn import persist
         persist.save(self.state_dict(), path)
 
     def load(self, path):
-        from .nn import persist
         self.load_state_dict(persist.load(path))
 
 
