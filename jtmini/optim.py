@@ -37,7 +37,7 @@ class Optimizer:
         self.param_groups = [dict(group, params=list(group["params"])) for group in groups]
         self.lr = lr
         self.n_step = 0
-        self._grads = None      # per group, per parameter: accumulated gradient Vars, or None
+        self._grads = None      # accumulated gradients, one Var per trainable parameter, or None
         for group in self.param_groups:
             self.init_state(group)
 
@@ -60,16 +60,17 @@ class Optimizer:
         """Forget gradients accumulated by ``backward``."""
         self._grads = None
 
+    @staticmethod
+    def trainable(group):
+        """The parameters of ``group`` that are updated (not ``stop_grad``)."""
+        return [p for p in group["params"] if not p.is_stop_grad()]
+
     def backward(self, loss):
         """Add d(loss)/d(param) to the accumulated gradients (lazily; nothing runs yet)."""
-        trainable = [[p for p in g["params"] if not p.is_stop_grad()] for g in self.param_groups]
-        flat = grad(loss, [p for group in trainable for p in group])
+        grads = grad(loss, [p for group in self.param_groups for p in self.trainable(group)])
         if self._grads is not None:
-            flat = [g + old for g, old in zip(flat, (g for group in self._grads for g in group))]
-        self._grads, k = [], 0
-        for group in trainable:
-            self._grads.append(flat[k:k + len(group)])
-            k += len(group)
+            grads = [g + old for g, old in zip(grads, self._grads)]
+        self._grads = grads
 
     def step(self, loss=None):
         """Update the parameters: with ``loss``, backward first (Jittor's ``step(loss)``);
@@ -78,8 +79,11 @@ class Optimizer:
             self.backward(loss)
         if self._grads is None:
             raise RuntimeError("step() without a loss needs backward(loss) first")
-        grads = self._unflatten(self._sync_gradients([g for group in self._grads for g in group]))
-        pairs = [pair for group, gs in zip(self.param_groups, grads) for pair in self.updates(group, gs)]
+        grads, pairs = self._sync_gradients(self._grads), []
+        for group in self.param_groups:
+            count = len(self.trainable(group))
+            pairs += self.updates(group, grads[:count])
+            grads = grads[count:]
         self._realize(loss, [new for _, new in pairs])
         for var, new in pairs:
             var.assign(new)
@@ -88,15 +92,8 @@ class Optimizer:
 
     def _sync_gradients(self, grads):
         """Hook for data parallelism: under mpirun the MPI layer averages ``grads`` (a flat list
-        of Vars) over ranks here. Identity outside MPI."""
+        of Vars, one per trainable parameter) over ranks here. Identity outside MPI."""
         return grads
-
-    def _unflatten(self, flat):
-        out, k = [], 0
-        for group in self._grads:
-            out.append(flat[k:k + len(group)])
-            k += len(group)
-        return out
 
     def _realize(self, loss, new_values):
         """One schedule for the loss, the new values, pending non-trainable state in the groups
@@ -134,7 +131,7 @@ class Optimizer:
 def _zeros_like_params(group):
     # real buffers, not lazy constants: the first step then builds the same graph as every later
     # one, so its kernels are all the training loop ever compiles
-    return [array(np.zeros(p.shape, p.dtype)) for p in group["params"] if not p.is_stop_grad()]
+    return [array(np.zeros(p.shape, p.dtype)) for p in Optimizer.trainable(group)]
 
 
 class SGD(Optimizer):
@@ -157,9 +154,8 @@ class SGD(Optimizer):
     def updates(self, group, grads):
         lr, momentum = self.hyper(group, "lr"), self.hyper(group, "momentum")
         decay, dampening = self.hyper(group, "weight_decay"), self.hyper(group, "dampening")
-        params = [p for p in group["params"] if not p.is_stop_grad()]
         out = []
-        for p, g, buf in zip(params, grads, group["values"]):
+        for p, g, buf in zip(self.trainable(group), grads, group["values"]):
             d = g + p * decay if decay else g
             if momentum:
                 # PyTorch starts the buffer at d itself; from a zero buffer that only differs
@@ -194,9 +190,8 @@ class Adam(Optimizer):
         b1, b2 = self.hyper(group, "betas")
         t = self.n_step + 1
         step_size, root_c2 = lr / (1 - b1 ** t), (1 - b2 ** t) ** 0.5
-        params = [p for p in group["params"] if not p.is_stop_grad()]
         out = []
-        for p, g, m, v in zip(params, grads, group["m"], group["v"]):
+        for p, g, m, v in zip(self.trainable(group), grads, group["m"], group["v"]):
             if decay and self.decoupled:
                 p_start = p * (1 - lr * decay)
             else:
