@@ -1,8 +1,8 @@
 """2-D convolution as im2col + GEMM: one ``reindex`` gathers every window into a matrix (padding
 reads 0 through the checked reindex, stride and dilation live in the index expressions), one BLAS
-matmul multiplies the weight by it, and a transpose view puts the result in NCHW. The backward
-pass comes from the op rules: matmul's gradients and, for the input, the reindex's scatter-add
-(col2im).
+matmul multiplies the weight by it, and a reindex view (fused into the consumer, no copy) puts
+the result in NCHW. The backward pass comes from the op rules: matmul's gradients and, for the
+input, the window reindex's scatter-add (col2im).
 
     >>> import jtmini as jt
     >>> from jtmini import nn
