@@ -44,4 +44,7 @@ def __getattr__(name):
     if name == "Module":
         from .nn import Module
         return Module
+    if name == "has_cuda":              # probing the GPU loads cupy: only when asked
+        from .runtime.cuda import has_cuda
+        return has_cuda()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,5 +1,6 @@
-"""Kernel -> C++ source. Index and value expressions are built here; the Jinja templates in
-``templates/cpu`` lay out signature and loops.
+"""Kernel -> C++ or CUDA source. Index and value expressions are built here, as dialect-neutral C++;
+the Jinja templates in ``templates/<dialect>`` lay out signature and loops (``codegen_cuda`` adds
+what the CUDA templates need on top).
 
 Sources depend on structure only (ops, dtypes, ranks, wiring), never on sizes or constant values:
 dims arrive in ``ip`` and constants in ``ip``/``fp`` at run time, so a new batch size or learning
@@ -10,13 +11,14 @@ from dataclasses import dataclass
 
 import jinja2
 
-from . import dtypes
+from . import codegen_cuda, dtypes
 from .ops.registry import OPS
 
 GRAIN = 16384          # below this many iterations a kernel runs on one thread
 _env = jinja2.Environment(loader=jinja2.PackageLoader("jtmini", "templates"), undefined=jinja2.StrictUndefined,
                           trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
 _memo = {}
+_EXTENSIONS = {"cpu": "cc", "cuda": "cu"}
 
 
 @dataclass(frozen=True)
@@ -26,6 +28,14 @@ class KernelCode:
     source: str
     int_consts: tuple     # node positions whose value is appended to ip (after all dims)
     float_consts: tuple   # node positions whose value goes to fp
+
+    def arguments(self, kernel):
+        """``(ints, floats)`` for a launch of ``kernel``: every dim of its inputs and nodes, then
+        the integer constants (``ip``); the float constants (``fp``)."""
+        ints = [d for v in kernel.inputs for d in v.shape] + [d for v in kernel.nodes for d in v.shape]
+        ints += [int(kernel.nodes[k].attrs["value"]) for k in self.int_consts]
+        floats = [float(kernel.nodes[k].attrs["value"]) for k in self.float_consts]
+        return ints, floats
 
 
 def _structural(v):
@@ -41,20 +51,22 @@ def signature(kernel):
                   for v in kernel.nodes))
 
 
-def generate(kernel):
-    """The KernelCode of a schedule.Kernel (memoised on its signature)."""
-    sig = signature(kernel)
-    code = _memo.get(sig)
+def generate(kernel, dialect="cpu"):
+    """The KernelCode of a schedule.Kernel in ``dialect``: "cpu" (C++ with OpenMP) or "cuda"
+    (memoised on the dialect and the signature)."""
+    key = (dialect, signature(kernel))
+    code = _memo.get(key)
     if code is None:
-        code = _memo[sig] = _Builder(sig).build()
+        code = _memo[key] = _Builder(key[1], dialect).build()
     return code
 
 
 class _Builder:
     """Renders one kernel from its signature alone (so equal signatures give equal source)."""
 
-    def __init__(self, sig):
+    def __init__(self, sig, dialect="cpu"):
         self.kind, self.ins, self.nodes = sig
+        self.dialect = dialect
         self.lines, self.counter = [], 0
         self.flat = self.kind in ("map", "reduce") and not any(OPS[op].kind == "reindex" for op, *_ in self.nodes)
         if self.kind == "reduce":       # flat only when everything is reduced: one 1-D loop
@@ -165,8 +177,11 @@ class _Builder:
                 source = f"fp[{len(pool)}]" if pool is float_consts else f"ip[{len(self.symbols)} + {len(pool)}]"
                 pool.append(k)
                 consts.append({"name": f"c{k}", "ctype": dtypes.C_TYPES[dtype], "source": source})
+        if self.dialect == "cuda":
+            context.update(codegen_cuda.context(self.kind, self.nodes[-1], context,
+                                                len(self.symbols) + len(int_consts), len(float_consts)))
         template = "reduce" if self.kind == "argreduce" else self.kind
-        source = _env.get_template(f"cpu/{template}.cc.j2").render(
+        source = _env.get_template(f"{self.dialect}/{template}.{_EXTENSIONS[self.dialect]}.j2").render(
             title=" ".join(op for op, *_ in self.nodes), buffers=buffers, symbols=self.symbols,
             consts=consts, body=self.lines, grain=GRAIN, **context)
         return KernelCode(source, tuple(int_consts), tuple(float_consts))
@@ -238,7 +253,7 @@ class _Builder:
                       "replace": f"out[o] = {value};"}[red]
         sync = "atomic" if red in ("add", "mul") and dtype != "bool" else ("critical" if red != "replace" else "none")
         return {"n_out": " * ".join(out_dims) or "1", "n_in": " * ".join(src_dims) or "1", "loops": loops,
-                "init": f"({ctype}){init}", "in_range": " && ".join(conds) or "true",
+                "init": f"({ctype}){init}", "in_range": " && ".join(conds) or "true", "value": value,
                 "out_index": out_index, "accumulate": accumulate, "sync": sync}
 
 

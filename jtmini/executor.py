@@ -1,13 +1,12 @@
 """Run a schedule: build the kernels it needs (missing ones in parallel), call the steps in order,
-hand each target its buffer, and drop intermediate buffers as soon as their last reader ran."""
-import numpy as np
+hand each target its buffer, and drop intermediate buffers as soon as their last reader ran.
 
-from . import codegen, compiler, counters, schedule
+The runtime that holds the buffers and runs the steps is ``runtime.cpu`` (numpy), or
+``runtime.cuda`` (cupy) while ``flags.use_cuda`` is on; both have the same entry points.
+"""
+from . import schedule
 from .flags import flags
-from .ops.registry import OPS
 from .runtime import cpu
-
-_blas_threads = None
 
 
 def realize(targets):
@@ -20,11 +19,16 @@ def realize(targets):
     if not todo:
         return
     steps = schedule.plan(todo)
-    kernels = [s for s in steps if isinstance(s, schedule.Kernel)]
-    codes = [codegen.generate(k) for k in kernels]
-    paths = compiler.build_many([(c.source, False) for c in codes])
-    compiled = {id(k): (c, cpu.load(p)) for k, c, p in zip(kernels, codes, paths)}
-    _run(steps, compiled, seen)
+    runtime = _runtime()
+    compiled = runtime.build([s for s in steps if isinstance(s, schedule.Kernel)])
+    _run(steps, compiled, seen, runtime)
+
+
+def _runtime():
+    if flags.use_cuda:
+        from .runtime import cuda      # imports cupy: only once the GPU is asked for
+        return cuda
+    return cpu
 
 
 def _last_uses(steps):
@@ -35,21 +39,19 @@ def _last_uses(steps):
     return last
 
 
-def _run(steps, compiled, target_ids):
+def _run(steps, compiled, target_ids, runtime):
     buffers, last = {}, _last_uses(steps)
-    threads = max(1, int(flags.num_threads))
 
     def read(v):
         return v._data if v._data is not None else buffers[id(v)]
 
     for n, step in enumerate(steps):
         if isinstance(step, schedule.Kernel):
-            out = _run_kernel(step, *compiled[id(step)], read, threads)
+            out = runtime.run_kernel(step, compiled[id(step)], read)
         elif isinstance(step, schedule.LibraryCall):
-            out = _run_library(step, read, threads)
+            out = runtime.run_library(step, read)
         else:
-            from .runtime import mpi
-            out = mpi.run_collective(step, read)
+            out = runtime.run_collective(step, read)
         root = step.root
         if id(root) in target_ids:
             root._set_value(out)
@@ -58,33 +60,3 @@ def _run(steps, compiled, target_ids):
         for src in (step.inputs if isinstance(step, schedule.Kernel) else step.sources):
             if last.get(id(src)) == n:
                 buffers.pop(id(src), None)
-
-
-def _run_kernel(kernel, code, fn, read, threads):
-    root = kernel.root
-    out = np.empty(root.shape, dtype=root.dtype)
-    arrays = [read(v) for v in kernel.inputs] + [out]
-    ints = [d for v in kernel.inputs for d in v.shape] + [d for v in kernel.nodes for d in v.shape]
-    ints += [int(kernel.nodes[k].attrs["value"]) for k in code.int_consts]
-    floats = [float(kernel.nodes[k].attrs["value"]) for k in code.float_consts]
-    cpu.call(fn, arrays, ints, floats, threads)
-    counters.bump("kernels_run")
-    return out
-
-
-def _run_library(call, read, threads):
-    global _blas_threads
-    if _blas_threads != threads:
-        from threadpoolctl import threadpool_limits
-        threadpool_limits(limits=threads, user_api="blas")
-        _blas_threads = threads
-    arrays = []
-    for src, chain in zip(call.sources, call.views):
-        arr = read(src)
-        for v in chain:
-            arr = OPS[v.op].numpy_view(arr, v.attrs)
-        arrays.append(arr)
-    root = call.root
-    out = OPS[root.op].run(arrays, root.attrs)
-    counters.bump("library_calls")
-    return np.ascontiguousarray(out, dtype=root.dtype).reshape(root.shape)

@@ -69,7 +69,7 @@ class Var:
         return self._data is not None
 
     def __repr__(self):
-        value = np.array2string(self._data, threshold=20) if self._data is not None else "<lazy>"
+        value = np.array2string(_host(self._data), threshold=20) if self._data is not None else "<lazy>"
         return f"jt.Var({value}, shape={self.shape}, dtype={self.dtype})"
 
     # --- values --------------------------------------------------------------------------------
@@ -82,22 +82,22 @@ class Var:
 
     def numpy(self):
         """A fresh, writable numpy copy of the value."""
-        return np.array(self.sync()._data, copy=True)
+        return np.array(_host(self.sync()._data), copy=True)
 
     @property
     def data(self):
         """The value as a read-only numpy array. As in Jittor, a 0-d Var gives a 1-element array,
         so ``correct.sum().data[0]`` works."""
-        value = self.sync()._data
+        value = _host(self.sync()._data)
         return value.reshape(1) if value.ndim == 0 else value
 
     def item(self):
         if self.numel() != 1:
             raise ValueError(f"item() needs a Var with one element, got shape {self.shape}")
-        return self.sync()._data.reshape(()).item()
+        return _host(self.sync()._data).reshape(()).item()
 
     def __array__(self, dtype=None, copy=None):
-        value = self.sync()._data
+        value = _host(self.sync()._data)
         return value.astype(dtype) if dtype is not None else value.copy()
 
     def __bool__(self):
@@ -183,11 +183,20 @@ class Var:
     def _set_value(self, data):
         """Called by the executor with the computed buffer. A node with no gradient path (a
         detached value, an updated parameter) forgets its inputs so history cannot pile up."""
-        data.flags.writeable = False
+        if isinstance(data, np.ndarray):     # a GPU buffer (cupy) has no read-only flag
+            data.flags.writeable = False
         self._data = data
         _pending.pop(id(self), None)
         if self.op == "detach":
             self.op, self.inputs, self.attrs = None, (), {}
+
+
+def _host(data):
+    """``data`` as a numpy array: a buffer on the GPU (a cupy array) is copied to the host."""
+    if isinstance(data, np.ndarray):
+        return data
+    from .runtime import cuda
+    return cuda.to_host(data)
 
 
 def pending_roots():

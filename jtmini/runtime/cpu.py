@@ -1,4 +1,6 @@
-"""Load compiled CPU kernels and call them on numpy buffers.
+"""The host runtime: compile kernels to shared libraries, call them on numpy buffers, run library
+ops through numpy/BLAS and collectives through MPI. ``runtime/cuda.py`` has the same entry points
+(``build``, ``run_kernel``, ``run_library``, ``run_collective``); the executor picks one.
 
 Every kernel has the signature ``void jt_kernel(void** bufs, const int64_t* ip, const double* fp,
 int nt)``: buffer pointers (inputs then output), integer arguments (dims, integer constants),
@@ -8,7 +10,19 @@ import ctypes
 
 import numpy as np
 
+from .. import codegen, compiler, counters
+from ..flags import flags
+from ..ops.registry import OPS
+
 _loaded = {}
+_blas_threads = None
+
+
+def build(kernels):
+    """``{id(kernel): (KernelCode, function)}``, compiling the missing kernels in parallel."""
+    codes = [codegen.generate(k) for k in kernels]
+    paths = compiler.build_many([(c.source, False) for c in codes])
+    return {id(k): (c, load(p)) for k, c, p in zip(kernels, codes, paths)}
 
 
 def load(path):
@@ -28,3 +42,45 @@ def call(fn, arrays, ints, floats, threads):
     ip = np.asarray(ints, dtype=np.int64)
     fp = np.asarray(floats, dtype=np.float64)
     fn(ptrs, ip.ctypes.data, fp.ctypes.data, threads)
+
+
+def run_kernel(kernel, compiled, read):
+    """Run a ``schedule.Kernel`` built by ``build``; ``read(var)`` gives an input's buffer."""
+    code, fn = compiled
+    root = kernel.root
+    out = np.empty(root.shape, dtype=root.dtype)
+    ints, floats = code.arguments(kernel)
+    call(fn, [read(v) for v in kernel.inputs] + [out], ints, floats, max(1, int(flags.num_threads)))
+    counters.bump("kernels_run")
+    return out
+
+
+def library_inputs(step, read):
+    """The arrays a ``schedule.LibraryCall`` reads: each source buffer through its zero-copy views."""
+    arrays = []
+    for src, chain in zip(step.sources, step.views):
+        arr = read(src)
+        for v in chain:
+            arr = OPS[v.op].numpy_view(arr, v.attrs)
+        arrays.append(arr)
+    return arrays
+
+
+def run_library(step, read):
+    """Run a ``schedule.LibraryCall`` (BLAS matmul) with the kernels' thread count."""
+    global _blas_threads
+    threads = max(1, int(flags.num_threads))
+    if _blas_threads != threads:
+        from threadpoolctl import threadpool_limits
+        threadpool_limits(limits=threads, user_api="blas")
+        _blas_threads = threads
+    root = step.root
+    out = OPS[root.op].run(library_inputs(step, read), root.attrs)
+    counters.bump("library_calls")
+    return np.ascontiguousarray(out, dtype=root.dtype).reshape(root.shape)
+
+
+def run_collective(step, read):
+    """Run a ``schedule.Collective`` through MPI."""
+    from . import mpi        # MPI is started by the first collective, never before
+    return mpi.run_collective(step, read)

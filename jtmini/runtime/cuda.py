@@ -1,0 +1,189 @@
+"""The GPU runtime (``jt.flags.use_cuda``): Vars' buffers are cupy arrays, kernels are the CUDA
+dialect of the generated source, compiled by NVRTC (``runtime/nvrtc.py``), GEMM is cuBLAS through
+cupy. Entry points as ``runtime/cpu.py``: ``build``, ``run_kernel``, ``run_library``,
+``run_collective``. cupy is imported inside functions only: ``import jtmini`` never loads it.
+
+Data moves on its own and is counted in ``jt.stats()``: a host buffer a kernel reads is uploaded
+(``h2d``; a leaf keeps its device copy), and ``numpy()``/``item()``/``data`` download (``d2h``).
+
+Kernel launches pass the buffers and one struct by value (``JtArgs`` in templates/cuda/kernel.cu.j2):
+a numpy structured array of one element, which cupy copies into kernel parameter space, so a
+launch needs no device allocation or copy for dims and constants. Layout: ``int64 ip[n_ip]``
+then ``float64 fp[n_fp]``, each at least one slot long.
+
+Device choice: rank ``local_rank % visible GPUs`` among those CUDA_VISIBLE_DEVICES shows, made
+before this process creates a CUDA context, and logged per rank.
+"""
+import functools
+import os
+
+import numpy as np
+
+from .. import codegen, codegen_cuda, compiler, counters, world
+from ..ops.registry import OPS
+from . import cpu, nvrtc
+
+_MAX_BLOCKS_PER_SM = 32      # grid-stride kernels: enough blocks to fill the GPU, no more
+
+
+@functools.lru_cache(maxsize=None)
+def has_cuda():
+    """Whether cupy imports and sees at least one GPU. Never raises: a missing cupy, a missing
+    or too old driver, or no device all mean False. Creates no CUDA context."""
+    try:
+        import cupy
+        return cupy.cuda.runtime.getDeviceCount() > 0
+    except Exception:            # cupy reports driver/library problems with many exception types
+        return False
+
+
+def choose_device(local_rank, device_count):
+    """``(ordinal, physical id)`` of this rank's GPU: ``local_rank % device_count`` among the visible
+    devices, and the CUDA_VISIBLE_DEVICES entry that ordinal maps to (its own number when unset).
+
+        >>> choose_device(1, 2)          # CUDA_VISIBLE_DEVICES=2,3
+        (1, '3')
+    """
+    if device_count < 1:
+        raise RuntimeError("jt.flags.use_cuda is on but no CUDA device is visible")
+    ordinal = local_rank % device_count
+    visible = [d.strip() for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+    return ordinal, visible[ordinal] if ordinal < len(visible) else str(ordinal)
+
+
+@functools.lru_cache(maxsize=None)
+def device():
+    """Select this rank's GPU (once, first thing on the first GPU use) and return its cupy Device."""
+    import cupy
+    count = cupy.cuda.runtime.getDeviceCount()
+    ordinal, physical = choose_device(world.local_rank, count)
+    dev = cupy.cuda.Device(ordinal)
+    dev.use()
+    name = cupy.cuda.runtime.getDeviceProperties(ordinal)["name"].decode()
+    compiler._log(f"rank {world.rank} (local rank {world.local_rank}) uses GPU {physical} ({name}), "
+                  f"device {ordinal} of {count} visible")
+    if world.local_size > count:
+        compiler._log(f"{world.local_size} ranks share {count} GPU(s) on this node")
+    return dev
+
+
+@functools.lru_cache(maxsize=None)
+def _max_blocks():
+    return device().attributes["MultiProcessorCount"] * _MAX_BLOCKS_PER_SM
+
+
+# --- transfers ----------------------------------------------------------------------------------
+def to_device(array):
+    """A cupy copy of a numpy array (counted as ``h2d``); a cupy array is returned as it is."""
+    if not isinstance(array, np.ndarray):
+        return array
+    import cupy
+    device()
+    counters.bump("h2d")
+    return cupy.asarray(array)
+
+
+def to_host(array):
+    """A numpy copy of a cupy array (counted as ``d2h``); a numpy array is returned as it is."""
+    if isinstance(array, np.ndarray):
+        return array
+    import cupy
+    counters.bump("d2h")
+    return cupy.asnumpy(array)
+
+
+def _on_device(v, read):
+    """``v``'s buffer on the GPU; a host leaf (``jt.array``) is uploaded once and keeps the copy."""
+    data = read(v)
+    if isinstance(data, np.ndarray):
+        data = to_device(data)
+        if v._data is not None:
+            v._set_value(data)
+    return data
+
+
+# --- steps --------------------------------------------------------------------------------------
+def build(kernels):
+    """``{id(kernel): (KernelCode, cubin path)}``, compiling the missing kernels in parallel."""
+    arch = device().compute_capability          # e.g. "90": cubins are built for this GPU
+    codes = [codegen.generate(k, "cuda") for k in kernels]
+    paths = nvrtc.build_many([c.source for c in codes], arch)
+    return {id(k): (c, p) for k, c, p in zip(kernels, codes, paths)}
+
+
+@functools.lru_cache(maxsize=None)
+def _module(path):
+    import cupy
+    return cupy.RawModule(path=path)
+
+
+@functools.lru_cache(maxsize=None)
+def _function(path, name):
+    return _module(path).get_function(name)
+
+
+def run_kernel(kernel, compiled, read):
+    """Launch a ``schedule.Kernel`` built by ``build`` on the current stream; returns its output."""
+    import cupy
+    code, path = compiled
+    root = kernel.root
+    out = cupy.empty(root.shape, dtype=root.dtype)
+    buffers = tuple(_on_device(v, read) for v in kernel.inputs) + (out,)
+    args = (*buffers, _pack(*code.arguments(kernel)))
+    n_out = root.numel()
+    if kernel.kind == "map":
+        _grid_stride(_function(path, "jt_kernel"), n_out, args)
+    elif kernel.kind == "scatter":
+        _grid_stride(_function(path, "jt_init"), n_out, args)
+        _grid_stride(_function(path, "jt_kernel"), root.inputs[0].numel(), args)
+    elif n_out:
+        block = _reduce_block(root.inputs[0].numel() // n_out)
+        _function(path, "jt_kernel")((min(-(-n_out // block[1]), _max_blocks()),), block, args)
+    counters.bump("kernels_run")
+    return out
+
+
+def _pack(ints, floats):
+    """The ``JtArgs`` struct: a one-element numpy structured array that cupy passes by value."""
+    args = np.zeros(1, _args_dtype(len(ints), len(floats)))
+    args["ip"][0, :len(ints)] = ints
+    args["fp"][0, :len(floats)] = floats
+    return args
+
+
+@functools.lru_cache(maxsize=None)
+def _args_dtype(n_ip, n_fp):
+    return np.dtype([("ip", np.int64, (max(1, n_ip),)), ("fp", np.float64, (max(1, n_fp),))])
+
+
+def _grid_stride(fn, n, args):
+    if n:
+        block = codegen_cuda.BLOCK
+        fn((min(-(-n // block), _max_blocks()),), (block,), args)
+
+
+def _reduce_block(n_red):
+    """``(x, y)``: x threads (a power of two, up to a block) share one output, y outputs per block;
+    a short reduction gets few threads each so that the block's other threads take other outputs."""
+    x = 1
+    while x < min(n_red, codegen_cuda.BLOCK):
+        x *= 2
+    return x, codegen_cuda.BLOCK // x
+
+
+def run_library(step, read):
+    """Matmul through cuBLAS (cupy); any other library op runs on the host, staged both ways."""
+    import cupy
+    root = step.root
+    arrays = cpu.library_inputs(step, lambda v: _on_device(v, read))
+    if root.op == "matmul":
+        out = cupy.matmul(*arrays)
+    else:
+        out = to_device(OPS[root.op].run([to_host(a) for a in arrays], root.attrs))
+    counters.bump("library_calls")
+    return cupy.ascontiguousarray(out, dtype=root.dtype).reshape(root.shape)
+
+
+def run_collective(step, read):
+    """Collectives stage through the host (MPI on numpy buffers); readers upload the result."""
+    return cpu.run_collective(step, lambda v: to_host(read(v)))

@@ -1,0 +1,241 @@
+"""The CUDA backend without a GPU: every CUDA template rendered for representative kernels of real
+jtmini graphs (fused elementwise chains, broadcast and transposed reindexes with a checked pad,
+partial and full reductions, argmax/argmin, scatters; each dtype where it means something) and
+compiled with ``nvcc -cubin -arch=sm_90``; a compile error fails the test with nvcc's message.
+Also the GPU-free parts of ``runtime/cuda.py`` and ``runtime/nvrtc.py``: device choice per rank,
+``has_cuda()``, the cubin cache.
+
+Skipped only where nvcc is absent. Where cupy and its NVRTC are installed (an optional extra), the
+same sources are compiled through NVRTC too, as the runtime does. What needs a GPU is in
+tests/test_cuda_gpu.py.
+"""
+import concurrent.futures
+import os
+import shutil
+import subprocess
+import sys
+import types
+
+import numpy as np
+import pytest
+
+import jtmini as jt
+from jtmini import codegen, schedule
+from jtmini.runtime import cuda, nvrtc
+
+NVCC = shutil.which("nvcc")
+NVCC_ARGV = ["-cubin", "-arch=sm_90", "-std=c++17", "--expt-relaxed-constexpr"]
+DTYPES = ("float32", "float64", "int32", "int64", "bool")
+
+
+def _leaf(shape, dtype, seed=0):
+    values = np.random.default_rng(seed).standard_normal(shape) * 4
+    return jt.array(values.astype(dtype) if dtype != "bool" else values > 0)
+
+
+def _chain(dtype):
+    a, b = _leaf((3, 4), dtype, 1), _leaf((3, 4), dtype, 2)
+    if dtype == "bool":
+        return [((a & b) | ~a) ^ b, (a.cast("int32") + b).maximum(0)]
+    if dtype.startswith("int"):
+        return [(a * b + a // (b + 1) - a % 3 + jt.pow(a, 2)).maximum(b).minimum(7) - abs(a) + a.sign(),
+                jt.where(a > b, a, -b).cast("float32")]
+    math = jt.sigmoid(jt.relu(a * b + 1).exp() - a.abs().sqrt() + a.sin() * b.cos() - a.tanh())
+    rounding = a.floor() + a.ceil() + a.round() + a.sign() + (a % 1.5) + a // 2 + a ** b
+    return [math + rounding.maximum(b).minimum(3.0), (a.log() != b).cast("int64")]
+
+
+def _reductions(dtype):
+    a = _leaf((2, 3, 5), dtype, 3)
+    ops = ("sum", "max", "min") if dtype == "bool" else ("sum", "max", "min", "prod")
+    outs = [getattr(a, op)(dims=1) for op in ops] + [a.sum(), a.transpose().max()]
+    if dtype != "bool":
+        outs += [a.mean(dims=(0, 2), keepdims=True), (a * 2 + 1).sum(dims=2)]
+    return outs
+
+
+def _scatters(dtype):
+    x, idx = _leaf((4, 6), dtype, 4), jt.array(np.array([2, 0, 2, 1], dtype="int32"))
+    ops = ("add", "max", "min", "replace", "mul")
+    return [jt.reindex_reduce(x, op, (3, 6), ["@e0(i0)", "i1"], extras=[idx]) for op in ops]
+
+
+def _movement():
+    x, y = _leaf((3, 4), "float32", 5), _leaf((4,), "float32", 6)
+    padded = x.reindex((5, 7), ["i0-1", "i1-2"], overflow_value=-1.0)     # a checked index: a pad
+    windows = x.reindex((2, 3, 2, 2), ["i0+i2", "i1+i3"])                   # im2col-style taps
+    return [x.transpose() * 2 + y.broadcast_to((3, 4)).transpose(), padded.exp(), windows.sum(dims=(2, 3)),
+            x[jt.array(np.array([2, 0], dtype="int32"))] + 1, jt.pad(x, (1, 1)).flip(0)]
+
+
+def _args(dtype):
+    a = _leaf((3, 5), dtype, 7)
+    return [a.argmax(1)[0], a.argmin(0)[0], a.argmax()[0]]
+
+
+def _cases():
+    """(name, schedule.Kernel) for every kernel of the graphs above."""
+    graphs = {"movement": _movement()}
+    for dtype in DTYPES:
+        graphs.update({f"chain_{dtype}": _chain(dtype), f"reduce_{dtype}": _reductions(dtype),
+                       f"scatter_{dtype}": _scatters(dtype)})
+        if dtype != "bool":
+            graphs[f"arg_{dtype}"] = _args(dtype)
+    cases = []
+    for name, targets in graphs.items():
+        kernels = [s for s in schedule.plan(targets) if isinstance(s, schedule.Kernel)]
+        cases += [(f"{name}_{n}_{k.kind}", k) for n, k in enumerate(kernels)]
+    return cases
+
+
+CASES = _cases()
+SOURCES = {name: codegen.generate(k, "cuda").source for name, k in CASES}
+
+
+def test_cases_cover_every_template_and_dtype():
+    kinds = {k.kind for _, k in CASES}
+    assert kinds == {"map", "reduce", "argreduce", "scatter"}, kinds
+    dtypes = {v.dtype for _, k in CASES for v in k.nodes}
+    assert dtypes == set(DTYPES), dtypes
+
+
+def test_dialect_is_part_of_the_memo_and_cpu_source_is_unchanged():
+    name, kernel = CASES[0]
+    cpu_source = codegen.generate(kernel).source
+    assert codegen.generate(kernel, "cpu").source == cpu_source
+    assert "__global__" in SOURCES[name] and "__global__" not in cpu_source
+    assert "#pragma omp" in cpu_source
+
+
+def _nvcc(batch, out_dir):
+    """Compile a batch of .cu files in one nvcc run; '' or nvcc's message."""
+    argv = [NVCC, *NVCC_ARGV, "--output-directory", str(out_dir), *batch]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    return "" if done.returncode == 0 else f"$ {' '.join(argv)}\n{done.stdout}{done.stderr}"
+
+
+@pytest.fixture(scope="module")
+def nvcc_errors(tmp_path_factory):
+    """Every case's source compiled by nvcc, batched over the cores; {name: error message}."""
+    if NVCC is None:
+        pytest.skip("nvcc not found on PATH")
+    src_dir = tmp_path_factory.mktemp("cuda_src")
+    files = {}
+    for name, source in SOURCES.items():
+        files[name] = src_dir / f"{name}.cu"
+        files[name].write_text(source)
+    jobs = max(1, os.cpu_count() or 1)
+    batches = [[str(f) for f in list(files.values())[k::jobs]] for k in range(jobs)]
+    with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
+        list(pool.map(lambda batch: _nvcc(batch, src_dir), batches))
+        # nvcc stops a batch at its first bad file: each file left without a cubin is compiled
+        # alone, so every failure shows its own message (this costs nothing while all compile)
+        missing = [name for name, f in files.items() if not f.with_suffix(".cubin").exists()]
+        messages = pool.map(lambda name: _nvcc([str(files[name])], src_dir), missing)
+        return {name: message for name, message in zip(missing, messages) if message}
+
+
+@pytest.mark.parametrize("name", [name for name, _ in CASES])
+def test_nvcc_compiles(name, nvcc_errors):
+    if name in nvcc_errors:
+        pytest.fail(f"{name} does not compile:\n{nvcc_errors[name]}\n{SOURCES[name]}", pytrace=False)
+
+
+def _nvrtc_or_skip():
+    try:
+        from cupy.cuda import nvrtc as cupy_nvrtc
+        cupy_nvrtc.getVersion()
+    except Exception:
+        pytest.skip("cupy with NVRTC is not installed (optional extra: pip install -e .[cuda])")
+
+
+def test_nvrtc_compiles_every_case():
+    _nvrtc_or_skip()
+    sources = list(SOURCES.values())
+    with concurrent.futures.ThreadPoolExecutor(os.cpu_count() or 1) as pool:
+        cubins = list(pool.map(lambda s: nvrtc.compile_cubin(s, nvrtc.options("90")), sources))
+    assert all(isinstance(c, bytes) and c for c in cubins)
+
+
+# --- runtime/nvrtc.py: the on-disk cubin cache ---------------------------------------------------
+def test_cubins_are_cached_on_disk(tmp_path, monkeypatch):
+    compiled = []
+    monkeypatch.setattr(nvrtc, "version", lambda: (12, 8))
+    monkeypatch.setattr(nvrtc, "compile_cubin", lambda source, opts: compiled.append(source) or b"cubin")
+    monkeypatch.setattr(nvrtc, "_paths", {})
+    with jt.flag_scope(cache_dir=str(tmp_path)):
+        first = nvrtc.build_many(["a", "b", "a"], "90")
+        monkeypatch.setattr(nvrtc, "_paths", {})        # as a new process would: only the disk
+        second = nvrtc.build_many(["b", "a"], "90")
+    assert compiled == ["a", "b"] or compiled == ["b", "a"]
+    assert first == [second[1], second[0], second[1]]
+    assert os.path.dirname(first[0]) == str(tmp_path / "cuda") and open(first[0], "rb").read() == b"cubin"
+
+
+# --- runtime/cuda.py without a GPU ---------------------------------------------------------------
+@pytest.mark.parametrize("local_rank,expected", [(0, (0, "2")), (1, (1, "3")), (2, (0, "2")), (3, (1, "3"))])
+def test_each_local_rank_takes_its_own_visible_gpu(local_rank, expected, monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
+    assert cuda.choose_device(local_rank, 2) == expected
+
+
+def test_device_choice_without_cuda_visible_devices(monkeypatch):
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert [cuda.choose_device(r, 4) for r in range(5)] == [(0, "0"), (1, "1"), (2, "2"), (3, "3"), (0, "0")]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-5f2a, GPU-77c1")
+    assert cuda.choose_device(1, 2) == (1, "GPU-77c1")
+    with pytest.raises(RuntimeError, match="no CUDA device"):
+        cuda.choose_device(0, 0)
+
+
+def _fake_cupy(count, used=None):
+    """Just enough of cupy for has_cuda() and device(): ``count`` GPUs (or an exception to raise)."""
+    def device_count():
+        if isinstance(count, Exception):
+            raise count
+        return count
+
+    class Device:
+        def __init__(self, ordinal):
+            self.ordinal = ordinal
+
+        def use(self):
+            used.append(self.ordinal)
+
+    runtime = types.SimpleNamespace(getDeviceCount=device_count,
+                                    getDeviceProperties=lambda k: {"name": b"Fake GPU"})
+    return types.SimpleNamespace(cuda=types.SimpleNamespace(runtime=runtime, Device=Device))
+
+
+def test_rank_selects_and_logs_its_gpu(monkeypatch):
+    used, logged = [], []
+    monkeypatch.setitem(sys.modules, "cupy", _fake_cupy(2, used))
+    monkeypatch.setattr(cuda.compiler, "_log", logged.append)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
+    monkeypatch.setattr(cuda.world, "rank", 3)
+    monkeypatch.setattr(cuda.world, "local_rank", 1)
+    cuda.device.cache_clear()
+    try:
+        assert cuda.device().ordinal == 1
+    finally:
+        cuda.device.cache_clear()
+    assert used == [1]
+    assert logged == ["rank 3 (local rank 1) uses GPU 3 (Fake GPU), device 1 of 2 visible"]
+
+
+@pytest.mark.parametrize("count,expected", [(None, False), (RuntimeError("no driver"), False), (0, False), (2, True)])
+def test_has_cuda_never_raises(count, expected, monkeypatch):
+    # None in sys.modules makes `import cupy` raise ImportError, as when cupy is not installed
+    monkeypatch.setitem(sys.modules, "cupy", None if count is None else _fake_cupy(count))
+    cuda.has_cuda.cache_clear()
+    try:
+        assert cuda.has_cuda() is expected
+    finally:
+        cuda.has_cuda.cache_clear()
+
+
+def test_importing_jtmini_does_not_import_cupy():
+    code = "import sys, jtmini as jt; loaded = 'cupy' in sys.modules; jt.has_cuda; print(loaded)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "False", done.stderr
+    assert isinstance(jt.has_cuda, bool)

@@ -1,0 +1,135 @@
+"""The CUDA backend on a real GPU: values against numpy, gradients against PyTorch, with
+``jt.flags.use_cuda`` on. Skipped with "no CUDA device" where ``jt.has_cuda`` is False (every CI
+machine): this file records what a session with a GPU must run, together with the whole op suite
+under CUDA::
+
+    JTMINI_USE_CUDA=1 python -m pytest tests/test_ops.py tests/test_indexing.py tests/test_autograd.py
+    python -m pytest tests/test_cuda_gpu.py
+"""
+import numpy as np
+import pytest
+
+import jtmini as jt
+from conftest import assert_var, check_grad, make_input
+
+pytestmark = pytest.mark.skipif(not jt.has_cuda, reason="no CUDA device")
+DTYPES = ("float32", "float64", "int32", "int64", "bool")
+
+
+@pytest.fixture(autouse=True)
+def on_gpu():
+    with jt.flag_scope(use_cuda=True):
+        yield
+
+
+def _values(rng, shape, dtype):
+    values = rng.standard_normal(shape) * 4
+    return values > 0 if dtype == "bool" else values.astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_fused_chain_stays_on_the_gpu(dtype, rng):
+    a_np, b_np = _values(rng, (33, 65), dtype), _values(rng, (65,), dtype)
+    a, b = jt.array(a_np), jt.array(b_np)
+    if dtype == "bool":
+        out, expected = (a & b) | ~a, (a_np & b_np) | ~a_np
+    elif dtype.startswith("int"):
+        out, expected = (a * b + a // (b + 100)).maximum(3) % 7, np.maximum(a_np * b_np + a_np // (b_np + 100), 3) % 7
+    else:
+        out = jt.relu(a * b * 0.1 + 1).exp() - a.abs().sqrt()
+        expected = np.exp(np.maximum(a_np * b_np * 0.1 + 1, 0)) - np.sqrt(np.abs(a_np))
+    out.sync()
+    assert type(out._data).__module__.startswith("cupy")
+    assert_var(out, expected)
+
+
+@pytest.mark.parametrize("layout", ["transposed", "sliced"])
+def test_reindexed_inputs_and_checked_pad(layout, rng):
+    value = rng.standard_normal((5, 7)).astype("float32")
+    x, _ = make_input(value, layout)
+    assert_var(x * 2 + 1, value * 2 + 1)
+    padded = x.reindex((7, 10), ["i0-1", "i1-2"], overflow_value=-3.0)
+    assert_var(padded, np.pad(value, ((1, 1), (2, 1)), constant_values=-3.0))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("op", ["sum", "max", "min"])
+def test_reductions_partial_and_full(op, dtype, rng):
+    value = _values(rng, (4, 300, 3), dtype)
+    x = jt.array(value)
+    ref = {"sum": np.sum, "max": np.max, "min": np.min}[op]
+    expected_dtype = "int64" if op == "sum" and dtype in ("bool", "int32") else dtype
+    tol = dict(rtol=1e-5) if dtype == "float32" else {}
+    assert_var(getattr(x, op)(dims=1), ref(value, axis=1).astype(expected_dtype), **tol)
+    assert_var(getattr(x, op)(), ref(value).astype(expected_dtype), **tol)
+    assert_var(getattr(x.transpose(), op)(dims=(0, 2)), ref(value, axis=(0, 2)).astype(expected_dtype), **tol)
+
+
+def test_reduction_is_deterministic(rng):
+    x = jt.array(rng.standard_normal(1_000_003).astype("float32"))
+    assert x.sum().numpy().tobytes() == x.sum().numpy().tobytes()
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int32", "int64"])
+def test_argmax_argmin_first_extreme_wins(dtype, rng):
+    value = rng.integers(-3, 4, (6, 700)).astype(dtype)          # many ties across threads
+    x = jt.array(value)
+    assert_var(x.argmax(1)[0], value.argmax(1).astype("int32"))
+    assert_var(x.argmin(0)[0], value.argmin(0).astype("int32"))
+
+
+def test_argmax_prefers_the_first_nan(rng):
+    value = rng.standard_normal((3, 600)).astype("float32")
+    value[1, [500, 100]] = np.nan
+    assert_var(jt.array(value).argmax(1)[0], value.argmax(1).astype("int32"))
+
+
+def _identity(op, dtype):
+    """What every output element of a scatter starts from, as in the CPU kernel."""
+    if dtype == "bool":
+        return op in ("mul", "min")
+    if op in ("add", "mul"):
+        return int(op == "mul")
+    info = np.finfo(dtype) if dtype.startswith("float") else np.iinfo(dtype)
+    return info.min if op == "max" else info.max          # numeric_limits lowest() / max()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("op", ["add", "max", "min", "mul"])
+def test_scatter(op, dtype, rng):
+    value = _values(rng, (50, 6), dtype)
+    if op == "mul" and dtype != "bool":
+        value = np.where(np.abs(value) > 2, 1, value).astype(dtype)   # keep products in range
+    idx = rng.integers(0, 5, 50).astype("int32")
+    out = jt.reindex_reduce(jt.array(value), op, (5, 6), ["@e0(i0)", "i1"], extras=[jt.array(idx)])
+    ufunc = {"add": np.add, "max": np.maximum, "min": np.minimum, "mul": np.multiply}[op]
+    expected = np.full((5, 6), _identity(op, dtype), dtype=dtype)
+    ufunc.at(expected, idx, value)
+    assert_var(out, expected, rtol=1e-5 if dtype == "float32" else None)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_matmul_through_cublas(dtype, rng):
+    a, b = rng.standard_normal((3, 17, 33)).astype(dtype), rng.standard_normal((33, 9)).astype(dtype)
+    jt.reset_stats()
+    assert_var(jt.array(a) @ jt.array(b).transpose().transpose(), a @ b, rtol=1e-4 if dtype == "float32" else None)
+    assert jt.stats()["library_calls"] == 1
+
+
+def test_gradients_against_torch():
+    import torch
+    rng = np.random.default_rng(0)
+    values = [rng.standard_normal((3, 4)), rng.standard_normal((3, 4))]
+    check_grad(lambda a, b: (a * b).exp().sum(dims=1), lambda a, b: (a * b).exp().sum(1), values,
+               layouts=["transposed", "sliced"])
+    check_grad(lambda a, b: a.maximum(b).max(dims=0), lambda a, b: torch.maximum(a, b).amax(0), values)
+
+
+def test_transfers_are_counted_and_leaves_uploaded_once(rng):
+    x = jt.array(rng.standard_normal((8, 8)).astype("float32"))
+    jt.reset_stats()
+    (x * 2).numpy()
+    assert jt.stats().get("h2d") == 1 and jt.stats().get("d2h") == 1
+    jt.reset_stats()
+    (x + 1).sum().item()
+    assert jt.stats().get("h2d", 0) == 0 and jt.stats().get("d2h") == 1
