@@ -91,9 +91,10 @@ def run_jtmini(threads, iters, warmup, profile):
 
 
 def _profile_step(jt, model, opt, batches):
-    """Seconds per kernel group over the last of ``batches`` (wrapping the executor's calls)."""
-    from jtmini import executor, nn
-    totals, run_kernel, run_library = {}, executor._run_kernel, executor._run_library
+    """Seconds per kernel group over the last of ``batches`` (wrapping the CPU runtime's calls)."""
+    from jtmini import nn
+    from jtmini.runtime import cpu
+    totals, run_kernel, run_library = {}, cpu.run_kernel, cpu.run_library
 
     def timed(key, fn, *args):
         start = time.perf_counter()
@@ -101,9 +102,8 @@ def _profile_step(jt, model, opt, batches):
         totals[key] = totals.get(key, 0.0) + time.perf_counter() - start
         return out
 
-    executor._run_kernel = lambda k, *a: timed(f"{k.kind}: {' '.join(v.op for v in k.nodes)[-60:]}",
-                                               run_kernel, k, *a)
-    executor._run_library = lambda c, *a: timed(f"library: {c.root.op}", run_library, c, *a)
+    cpu.run_kernel = lambda k, *a: timed(f"{k.kind}: {' '.join(v.op for v in k.nodes)[-60:]}", run_kernel, k, *a)
+    cpu.run_library = lambda c, *a: timed(f"library: {c.root.op}", run_library, c, *a)
     try:
         for x, y in batches:
             totals.clear()
@@ -113,7 +113,7 @@ def _profile_step(jt, model, opt, batches):
             opt.step(loss)
             total = time.perf_counter() - start
     finally:
-        executor._run_kernel, executor._run_library = run_kernel, run_library
+        cpu.run_kernel, cpu.run_library = run_kernel, run_library
     totals["(forward graph building)"] = built - start
     totals["(step outside kernels: grad, schedule, bookkeeping)"] = total - sum(totals.values())
     return {"total_s": total, "groups": sorted(totals.items(), key=lambda kv: -kv[1])[:25]}
