@@ -1,12 +1,16 @@
-"""Pooling: a ``reindex`` lays every window out as two trailing dims (N, C, Ho, Wo, kh, kw), and a
-max or sum reduction over them gives the result; both fuse into one kernel. Gradients come from
-the op rules (reduce, then the reindex's scatter-add back onto the input).
+"""Pooling: the kh*kw strided slices of the (padded) input, one per position inside the window,
+combined elementwise by ``maximum`` or ``+``. The forward is one fused kernel, and every gradient
+is a gather (a slice's or pad's gradient), never a scatter-add: no atomics, and no (N, C, Ho, Wo,
+kh, kw) window tensor in memory.
 
     >>> import jtmini as jt
     >>> from jtmini import nn
     >>> nn.MaxPool2d(3, stride=2, padding=1)(jt.randn(2, 8, 14, 14)).shape
     (2, 8, 7, 7)
 """
+import functools
+import operator
+
 import numpy as np
 
 from ..creation import ones
@@ -17,32 +21,37 @@ from .module import Module
 _LOWEST = {"float32": float(np.finfo(np.float32).min), "float64": float(np.finfo(np.float64).min)}
 
 
+def _geometry(kernel_size, stride, padding, dilation):
+    kernel = pair(kernel_size)
+    return kernel, pair(stride) if stride is not None else kernel, pair(padding), pair(dilation)
+
+
 def _out_shape(x, geometry, ceil_mode):
     (kh, kw), (s_h, s_w), (p_h, p_w), (d_h, d_w) = geometry
     h, w = x.shape[2:]
     return out_size(h, kh, s_h, p_h, d_h, ceil_mode), out_size(w, kw, s_w, p_w, d_w, ceil_mode)
 
 
-def _windows(x, geometry, out, fill, shift=(0, 0)):
-    """x viewed as (N, C, Ho, Wo, kh, kw) windows; reads outside x give ``fill``. ``shift`` moves
-    the windows right/down (for a frame that includes the padding)."""
+def _window_slices(x, geometry, out, fill):
+    """Slice (a, b) holds, at (ho, wo), element (a, b) of window (ho, wo); reads outside ``x``
+    give ``fill``. The pad covers the padding plus any window overhang of ceil_mode."""
     (kh, kw), (s_h, s_w), (p_h, p_w), (d_h, d_w) = geometry
-    n, c = x.shape[:2]
-    return x.reindex([n, c, *out, kh, kw],
-                     ["i0", "i1", f"i2*{s_h}-{p_h - shift[0]}+i4*{d_h}", f"i3*{s_w}-{p_w - shift[1]}+i5*{d_w}"],
-                     overflow_value=fill)
-
-
-def _geometry(kernel_size, stride, padding, dilation):
-    kernel = pair(kernel_size)
-    return kernel, pair(stride) if stride is not None else kernel, pair(padding), pair(dilation)
+    (ho, wo), (h, w) = out, x.shape[2:]
+    over_h = max(0, (ho - 1) * s_h + (kh - 1) * d_h + 1 - (h + 2 * p_h))
+    over_w = max(0, (wo - 1) * s_w + (kw - 1) * d_w + 1 - (w + 2 * p_w))
+    if p_h or p_w or over_h or over_w:
+        x = x.pad((p_w, p_w + over_w, p_h, p_h + over_h), value=fill)
+    return [x[:, :, a * d_h:a * d_h + (ho - 1) * s_h + 1:s_h, b * d_w:b * d_w + (wo - 1) * s_w + 1:s_w]
+            for a in range(kh) for b in range(kw)]
 
 
 def max_pool2d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False):
-    """Max over each window of NCHW ``x``; ``stride`` defaults to the kernel size."""
+    """Max over each window of NCHW ``x``; ``stride`` defaults to the kernel size. Gradient ties
+    (equal values in a window) are shared, where PyTorch gives all to one of them."""
     geometry = _geometry(kernel_size, stride, padding, dilation)
     fill = _LOWEST.get(x.dtype, -(2 ** 31))
-    return _windows(x, geometry, _out_shape(x, geometry, ceil_mode), fill).max(dims=(4, 5))
+    slices = _window_slices(x, geometry, _out_shape(x, geometry, ceil_mode), fill)
+    return functools.reduce(lambda a, b: a.maximum(b), slices)
 
 
 def avg_pool2d(x, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True):
@@ -50,14 +59,14 @@ def avg_pool2d(x, kernel_size, stride=None, padding=0, ceil_mode=False, count_in
     divisor (PyTorch's default); window parts hanging past the padding (ceil_mode) never do."""
     geometry = _geometry(kernel_size, stride, padding, 1)
     out = _out_shape(x, geometry, ceil_mode)
-    total = _windows(x, geometry, out, 0).sum(dims=(4, 5))
+    total = functools.reduce(operator.add, _window_slices(x, geometry, out, 0))
     (p_h, p_w), (h, w) = geometry[2], x.shape[2:]
-    if count_include_pad:       # count the positions of the padded frame, a ones image as big
-        frame, shift = ones((1, 1, h + 2 * p_h, w + 2 * p_w), dtype=x.dtype), (p_h, p_w)
+    if count_include_pad:       # count positions of the padded frame: a ones image that big
+        frame = ones((1, 1, h + 2 * p_h, w + 2 * p_w), dtype=x.dtype)
+        geometry = geometry[:2] + ((0, 0),) + geometry[3:]
     else:
-        frame, shift = ones((1, 1, h, w), dtype=x.dtype), (0, 0)
-    count = _windows(frame, geometry, out, 0, shift).sum(dims=(4, 5))
-    return total / count
+        frame = ones((1, 1, h, w), dtype=x.dtype)
+    return total / functools.reduce(operator.add, _window_slices(frame, geometry, out, 0))
 
 
 def _adaptive_bounds(size, out):
