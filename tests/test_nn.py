@@ -170,6 +170,7 @@ def test_dropout_scales_kept_values_and_is_identity_in_eval():
 
 # --- the whole model -----------------------------------------------------------------------------
 def test_resnet18_training_step_matches_pytorch():
+    torch.manual_seed(0)
     ref = bench_module().torch_resnet18(in_channels=1, num_classes=10)
     model = Resnet18(num_classes=10, in_channels=1)
     copy_weights(model, ref)
