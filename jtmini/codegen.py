@@ -183,7 +183,7 @@ class _Builder:
         template = "reduce" if self.kind == "argreduce" else self.kind
         source = _env.get_template(f"{self.dialect}/{template}.{_EXTENSIONS[self.dialect]}.j2").render(
             title=" ".join(op for op, *_ in self.nodes), buffers=buffers, symbols=self.symbols,
-            consts=consts, body=self.lines, grain=GRAIN, **context)
+            consts=consts, body=self.lines, grain=GRAIN, out_ctype=dtypes.C_TYPES[out_dtype], **context)
         return KernelCode(source, tuple(int_consts), tuple(float_consts))
 
     def loops(self, dims):
@@ -248,13 +248,13 @@ class _Builder:
         red = attrs["op"]
         init = {"add": "0", "mul": "1", "max": f"std::numeric_limits<{ctype}>::lowest()",
                 "min": f"std::numeric_limits<{ctype}>::max()", "replace": "0"}[red]
-        accumulate = {"add": f"out[o] += {value};", "mul": f"out[o] *= {value};",
-                      "max": f"out[o] = jt_max(out[o], {value});", "min": f"out[o] = jt_min(out[o], {value});",
-                      "replace": f"out[o] = {value};"}[red]
-        sync = "atomic" if red in ("add", "mul") and dtype != "bool" else ("critical" if red != "replace" else "none")
+        step = {"add": "{0} += {1};", "mul": "{0} *= {1};", "max": "{0} = jt_max({0}, {1});",
+                "min": "{0} = jt_min({0}, {1});", "replace": "{0} = {1};"}[red]
         return {"n_out": " * ".join(out_dims) or "1", "n_in": " * ".join(src_dims) or "1", "loops": loops,
                 "init": f"({ctype}){init}", "in_range": " && ".join(conds) or "true", "value": value,
-                "out_index": out_index, "accumulate": accumulate, "sync": sync}
+                "out_index": out_index, "accumulate": step.format("dst[o]", value),
+                "merge": step.format("out[k]", "parts[(t - 1) * n_out + k]"),
+                "split": "false" if red == "replace" else "true"}
 
 
 def _accumulator(op, src_dtype, out_dtype, value, arg_var):

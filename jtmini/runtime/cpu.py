@@ -7,6 +7,7 @@ int nt)``: buffer pointers (inputs then output), integer arguments (dims, intege
 float constants, and the thread count.
 """
 import ctypes
+import os
 
 import numpy as np
 
@@ -16,6 +17,10 @@ from ..ops.registry import OPS
 
 _loaded = {}
 _blas_threads = None
+# Idle OpenMP workers spin by default, and spinning workers starve BLAS's own threads between
+# kernels (2-thread training ran 2x slower). Read by libgomp when the first kernel loads; a value
+# the user set wins.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
 def build(kernels):

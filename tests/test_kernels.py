@@ -1,0 +1,34 @@
+"""Kernel-level behaviour that the op tests do not pin down: threaded scatter is exact and
+repeatable, and the thread count never changes which kernels exist."""
+import numpy as np
+import pytest
+
+import jtmini as jt
+
+
+def _scatter(x, op):
+    return jt.array(x).reindex_reduce(op, [50], ["(i0*7+i1)%50"])
+
+
+@pytest.mark.parametrize("op, fold, start", [("add", np.add, 0), ("max", np.maximum, -np.inf),
+                                            ("min", np.minimum, np.inf)])
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_threaded_scatter_matches_numpy_and_repeats_bit_for_bit(op, fold, start, threads):
+    x = np.random.default_rng(0).standard_normal((300, 200)).astype(np.float32)
+    expected = np.full(50, start, np.float32)
+    fold.at(expected, ((np.arange(300)[:, None] * 7 + np.arange(200)) % 50).ravel(), x.ravel())
+    with jt.flag_scope(num_threads=threads):
+        first, second = _scatter(x, op).numpy(), _scatter(x, op).numpy()
+    assert np.allclose(first, expected, rtol=1e-5, atol=1e-4)
+    assert np.array_equal(first, second)
+
+
+def test_thread_count_is_a_runtime_argument():
+    x = jt.randn(100, 300)
+    with jt.flag_scope(num_threads=1):
+        one = (x * 2).sum(dims=1).numpy()
+    jt.reset_stats()
+    with jt.flag_scope(num_threads=2):
+        two = (x * 2).sum(dims=1).numpy()
+    assert jt.stats()["kernels_compiled"] == 0
+    assert np.allclose(one, two, rtol=1e-6)
