@@ -139,6 +139,8 @@ class _Builder:
 
     def reindexed(self, k, idx, guarded):
         op, attrs, dtype, ndim, inputs = self.nodes[k]
+        if op == "reshape" and inputs[0][0] == "in":    # same row-major layout: no divisions
+            return f"in{inputs[0][1]}[{self.offset(('t', k), idx, guarded)}]"
         names, conds, imap = self.index_map(k, idx)
         if not conds:
             return self.value(inputs[0], names, guarded)

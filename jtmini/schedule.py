@@ -86,7 +86,8 @@ def plan(targets):
         if kind not in FUSIBLE:
             materialized.add(id(v))
         elif uses.get(id(v), 0) > 1 and kind != "const" and not _cheap_view(v, materialized):
-            materialized.add(id(v))
+            base = _view_base(v)         # buffer the computed values; the views stay free index math
+            materialized.add(id(base) if base._data is None and OPS[base.op].kind != "const" else id(v))
         if kind == "collective":          # MPI reads whole buffers, constants included
             materialized.update(id(i) for i in v.inputs if i._data is None)
         elif kind == "reindex" and _expands(v):
@@ -95,7 +96,7 @@ def plan(targets):
         if OPS[v.op].kind == "library":
             for inp in v.inputs:
                 if inp._data is None and _view_chain(inp, _is_buffer(materialized)) is None:
-                    materialized.add(id(inp))
+                    materialized.add(id(_view_base(inp)))     # BLAS takes numpy views of it
     is_buffer = _is_buffer(materialized)
     return [_step(v, is_buffer) for v in order if id(v) in materialized]
 
@@ -105,9 +106,19 @@ def _is_buffer(materialized):
 
 
 def _cheap_view(v, materialized):
-    """A movement op reading a buffer directly: recomputing it per consumer costs one load."""
-    inp = v.inputs[0] if v.inputs else None
-    return OPS[v.op].kind == "reindex" and len(v.inputs) == 1 and (inp._data is not None or id(inp) in materialized)
+    """Movement ops down to a buffer: recomputing them per consumer costs index math and a load."""
+    while OPS[v.op].kind == "reindex" and len(v.inputs) == 1:
+        v = v.inputs[0]
+        if v._data is not None or id(v) in materialized:
+            return True
+    return False
+
+
+def _view_base(v):
+    """The Var under a chain of reshapes and transposes: the same elements in another order."""
+    while v._data is None and v.op in ("reshape", "transpose"):
+        v = v.inputs[0]
+    return v
 
 
 def _step(v, is_buffer):
