@@ -147,6 +147,9 @@ def _binary_grad(rule):
 
 def operands(*values):
     """Vars of one dtype and one broadcast shape from Vars and Python scalars (weak scalars)."""
+    first = values[0]
+    if all(isinstance(v, Var) and v.shape == first.shape and v.dtype == first.dtype for v in values):
+        return list(values)            # the common case in a model: nothing to convert
     from ..creation import as_var
     like = next((v for v in values if isinstance(v, Var)), None)
     vars_ = [as_var(v, like=like) for v in values]
