@@ -13,20 +13,32 @@ new parameter and state value is built from them, and ``jt.sync`` realizes all o
 loss, BatchNorm's running statistics and anything else still pending, such as an accuracy you
 computed from the same batch) in ONE schedule, so the forward and backward passes run once and
 each update is a fused kernel. Then each parameter is rebound to its new buffer.
+
+Under mpirun the optimizer is data-parallel with no code change: the constructor gives every rank
+rank 0's parameters, and the update uses the gradient of the whole global batch, gathered from
+every rank (see ``backward`` for what it assumes of the loss).
 """
 import numpy as np
 
-from . import sync
+from . import sync, world
 from .autograd import grad
 from .creation import array
+from .dataset.dataset import take_shard
 from .nn import persist
+from .nn.module import broadcast_in_place
+from .ops.collective import mpi_all_reduce_many
 from .var import pending_roots
 
 
 class Optimizer:
     """Base class. ``params`` is a list of Vars or of dicts (param groups) each with ``params``
     and optional per-group hyper-parameters (``lr``, ``momentum``, ...) overriding the
-    optimizer's attributes. Vars marked ``stop_grad`` are not updated (BatchNorm statistics)."""
+    optimizer's attributes. Vars marked ``stop_grad`` are not updated (BatchNorm statistics).
+
+    Under mpirun the constructor broadcasts every Var of ``params`` (BatchNorm statistics too)
+    from rank 0, so ranks that initialised their models differently train identically. It is done
+    here rather than in the first ``step``: by then the first loss is already built from each
+    rank's own weights."""
 
     def __init__(self, params, lr):
         groups = list(params)
@@ -38,6 +50,7 @@ class Optimizer:
         self.lr = lr
         self.n_step = 0
         self._grads = None      # accumulated gradients, one Var per trainable parameter, or None
+        broadcast_in_place([p for group in self.param_groups for p in group["params"]], root=0)
         for group in self.param_groups:
             self.init_state(group)
 
@@ -66,7 +79,19 @@ class Optimizer:
         return [p for p in group["params"] if not p.is_stop_grad()]
 
     def backward(self, loss):
-        """Add d(loss)/d(param) to the accumulated gradients (lazily; nothing runs yet)."""
+        """Add d(loss)/d(param) to the accumulated gradients (lazily; nothing runs yet).
+
+        Under mpirun ``loss`` is taken to be a mean over this rank's shard of the global batch
+        (as ``nn.cross_entropy_loss`` of a Dataset batch is), and what is accumulated is the
+        gradient of this rank's share of the global batch's mean loss: ``loss * n_r / N`` with
+        ``n_r`` samples here out of ``N`` (the Dataset's figures; ``1 / world_size`` for a batch
+        that did not come from a Dataset). Summed over ranks by ``step``, that is exactly the
+        gradient one process computes on the whole batch, also when shards differ in size, and
+        also through synchronised BatchNorm, whose statistics mix every rank's samples.
+        """
+        shard = take_shard()        # taken outside MPI too, so it never outlives its batch
+        if world.in_mpi:
+            loss = loss * _share_of_global_batch(shard)
         grads = grad(loss, [p for group in self.param_groups for p in self.trainable(group)])
         if self._grads is not None:
             grads = [g + old for g, old in zip(grads, self._grads)]
@@ -90,10 +115,15 @@ class Optimizer:
         self.n_step += 1
         self.zero_grad()
 
-    def _sync_gradients(self, grads):
-        """Hook for data parallelism: under mpirun the MPI layer averages ``grads`` (a flat list
-        of Vars, one per trainable parameter) over ranks here. Identity outside MPI."""
-        return grads
+    @staticmethod
+    def _sync_gradients(grads):
+        """Under mpirun: every rank's ``grads`` (a flat list, one Var per trainable parameter)
+        summed over ranks; ``backward`` already weighed each rank's share. One MPI call per 16 MB
+        bucket, not one per parameter. Identity outside MPI.
+
+            # rank 0: g = [1.]    rank 1: g = [3.]    -> both ranks: [4.]
+        """
+        return mpi_all_reduce_many(grads, "add") if world.in_mpi else grads
 
     def _realize(self, loss, new_values):
         """One schedule for the loss, the new values, pending non-trainable state in the groups
@@ -126,6 +156,15 @@ class Optimizer:
 
     def load(self, path):
         self.load_state_dict(persist.load(path))
+
+
+def _share_of_global_batch(shard):
+    """This rank's fraction of the global batch: ``n_r / N`` from the Dataset's ``(n_r, N)``, or
+    ``1 / world_size`` when the batch did not come from a Dataset."""
+    if shard is None:
+        return 1.0 / world.world_size
+    rank_samples, global_samples = shard
+    return rank_samples / global_samples
 
 
 def _zeros_like_params(group):

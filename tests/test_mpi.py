@@ -5,46 +5,15 @@ machine, one thread per rank) under a timeout; every rank checks its own values 
 against numpy and prints a JSON report, which is parsed here. The mistake programs must end the
 whole job quickly with an error naming the rank. Outside mpirun, collectives are identities.
 """
-import json
 import os
-import re
-import shutil
 import subprocess
 import sys
-import time
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 import jtmini as jt
-
-PROGS = Path(__file__).parent / "mpi_progs"
-needs_mpirun = pytest.mark.skipif(shutil.which("mpirun") is None, reason="needs Open MPI's mpirun")
-
-# Root may run mpirun, extra ranks may share cores, and traffic stays on loopback / shared memory.
-MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
-           "OMPI_MCA_rmaps_base_oversubscribe": "1", "OMPI_MCA_btl": "self,vader",
-           "OMPI_MCA_oob_tcp_if_include": "lo", "JTMINI_NUM_THREADS": "1"}
-
-
-def launch(ranks, prog, *args, timeout=120, **env):
-    """Run ``mpirun -np ranks python prog args``; returns (CompletedProcess, seconds)."""
-    # An explicit env: a process that already started MPI must hand mpirun a copy of its own.
-    env = dict(os.environ, **MPI_ENV, **env)
-    argv = ["mpirun", "-np", str(ranks), sys.executable, str(PROGS / prog), *args]
-    start = time.monotonic()
-    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout)
-    return done, time.monotonic() - start
-
-
-def reports(done, ranks):
-    """The JSON line each rank printed, by rank; fails with the job's output if it failed."""
-    assert done.returncode == 0, f"exit status {done.returncode}\n{done.stdout}\n{done.stderr}"
-    found = [json.loads(text) for text in re.findall(r"\{[^{}]*\}", done.stdout)]
-    by_rank = {r["rank"]: r for r in found}
-    assert sorted(by_rank) == list(range(ranks)), done.stdout
-    return by_rank
+from mpi_launch import PROGS, launch, needs_mpirun, reports
 
 
 # --- values and gradients of every collective, every root, every dtype ----------------------------

@@ -160,6 +160,24 @@ def prefetched(source):
         thread.join()
 
 
+_last_shard = None      # (this rank's samples, the global batch's) of the batch a Dataset yielded last
+
+
+def take_shard():
+    """``(samples on this rank, samples in the global batch)`` of the batch a Dataset yielded
+    last, or None if no batch was yielded since the previous call (each call forgets it, so a
+    stale figure is never reused). Under mpirun the optimizer weighs this rank's loss by their
+    ratio: shards differ by one sample when the global batch is not divisible by world_size.
+
+    >>> images, labels = next(iter(ds))       # rank 0 of 2, ds.batch_size == 5
+    >>> take_shard(), take_shard()
+    ((3, 5), None)
+    """
+    global _last_shard
+    shard, _last_shard = _last_shard, None
+    return shard
+
+
 def _rank_and_size():
     # read at use time: single_process_scope switches the world off for a while
     return (world.rank, world.world_size) if world.in_mpi else (0, 1)
@@ -264,12 +282,14 @@ class Dataset:
         return full * self.real_batch_size + last
 
     def __iter__(self):
+        global _last_shard
         # the epoch's shards are cut here, in the caller's thread, from the world as it is now
         shards = self._rank_batches(self._epoch_order(), *_rank_and_size())
-        batches = map(self.get_batch, shards)
+        batches = map(self.get_batch, (indices for indices, _ in shards))
         if self.prefetch or self.num_workers > 0:
             batches = prefetched(batches)
-        for batch in batches:
+        for (indices, global_size), batch in zip(shards, batches):
+            _last_shard = (len(indices), global_size)    # as the batch is handed over, not when prefetched
             yield batch if self.keep_numpy_array else map_arrays(to_var, batch)
 
     def _epoch_order(self):
@@ -281,7 +301,7 @@ class Dataset:
         return np.random.default_rng((self.seed, epoch)).permutation(n)
 
     def _rank_batches(self, order, rank, world_size):
-        """This rank's index array (a view of ``order``) for each global batch."""
+        """(this rank's index array (a view of ``order``), the global batch's size) per global batch."""
         if self.batch_size < world_size:
             raise ValueError(f"batch_size {self.batch_size} is the global batch and must be at "
                              f"least world_size {world_size}")
@@ -289,5 +309,5 @@ class Dataset:
         for start in range(0, self.batch_len * self.batch_size, self.batch_size):
             batch = order[start:start + self.batch_size]
             lo, hi = shard_bounds(len(batch), rank, world_size)
-            shards.append(batch[lo:hi])
+            shards.append((batch[lo:hi], len(batch)))
         return shards

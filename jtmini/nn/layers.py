@@ -8,7 +8,9 @@
 """
 import math
 
-from .. import init
+from .. import init, world
+from ..creation import full
+from ..ops.collective import mpi_all_reduce_many
 from . import functional as F
 from .module import Module
 
@@ -38,7 +40,11 @@ class BatchNorm(Module):
     statistics toward them by ``momentum`` (the running variance is the unbiased one, as in
     PyTorch). Evaluation (``eval()``): normalise by the running statistics. The statistics are
     realized with the next optimizer step (they are in ``parameters()``, marked ``stop_grad``).
-    With ``sync`` (the default) the MPI layer averages the batch statistics over ranks.
+
+    Under mpirun with ``sync`` (the default) the batch statistics are those of the whole global
+    batch, gathered from every rank's shard (per step, one MPI call per layer forward and one for
+    its gradient backward), so training matches one process on the whole batch and the running
+    statistics stay identical on every rank.
 
     >>> bn = nn.BatchNorm2d(16)
     >>> y = bn(jt.randn(8, 16, 5, 5))     # train mode: batch statistics
@@ -58,8 +64,8 @@ class BatchNorm(Module):
             raise ValueError(f"BatchNorm({self.num_features}) got input of shape {x.shape}")
         kept = (1, self.num_features) + (1,) * (x.ndim - 2)
         if self.is_train:
-            mean, var = self._batch_statistics(x)
-            self._update_running(mean, var, x.numel() // self.num_features)
+            mean, var, count = self._batch_statistics(x)
+            self._update_running(mean, var, count)
         else:
             mean, var = self.running_mean.reshape(kept), self.running_var.reshape(kept)
         # y = x * scale + shift: one fused pass over x; the per-channel terms are tiny
@@ -70,24 +76,46 @@ class BatchNorm(Module):
         return x * scale + (shift + self.bias.reshape(kept) if self.affine else shift)
 
     def _batch_statistics(self, x):
-        """Per-channel mean and biased variance (as E[x^2] - E[x]^2: two reductions that can run
-        side by side, and one pair of numbers per channel for the MPI layer to average)."""
+        """Per-channel mean, biased variance and the number of values per channel behind them.
+        The variance is E[x^2] - E[x]^2: two reductions that can run side by side, and one pair of
+        numbers per channel to combine over ranks."""
         dims = (0,) + tuple(range(2, x.ndim))
         mean, mean_sq = x.mean(dims=dims, keepdims=True), (x * x).mean(dims=dims, keepdims=True)
-        mean, mean_sq = self._sync_statistics(mean, mean_sq)
-        return mean, mean_sq - mean * mean
+        mean, mean_sq, count = self._sync_statistics(mean, mean_sq, x.numel() // self.num_features)
+        return mean, mean_sq - mean * mean, count
 
     def _update_running(self, mean, var, count):
         """Move the running statistics toward this batch's (no gradient flows through assign)."""
         c, m = self.num_features, self.momentum
-        unbiased = var.reshape(c) * (count / max(count - 1, 1))
+        unbiased = var.reshape(c) * _bessel(count)
         self.running_mean.assign(self.running_mean * (1 - m) + mean.reshape(c) * m)
         self.running_var.assign(self.running_var * (1 - m) + unbiased * m)
 
-    def _sync_statistics(self, mean, mean_sq):
-        """Hook for synchronised BatchNorm: under mpirun (with ``sync``) the MPI layer averages
-        the per-rank ``mean`` and ``mean_sq`` over ranks here. Identity outside MPI."""
-        return mean, mean_sq
+    def _sync_statistics(self, mean, mean_sq, count):
+        """Under mpirun with ``sync``: the global batch's ``mean`` and ``mean_sq`` from each rank's,
+        and the global ``count`` (a 0-d Var). Identity otherwise.
+
+        Ranks are weighted by ``count``, the values per channel on this rank, not averaged: the
+        Dataset's shards differ by one sample when the global batch is not divisible by
+        world_size, and a plain mean of means would then differ from one process on the whole
+        batch. One all-reduce of (count * mean, count * mean_sq, count), i.e. one MPI call.
+
+            # rank 0: count 2, mean [1.]    rank 1: count 6, mean [3.]
+            # both ranks after the call: mean [(2 * 1 + 6 * 3) / 8] = [2.5], count 8
+        """
+        if not (self.sync and world.in_mpi):
+            return mean, mean_sq, count
+        sums = mpi_all_reduce_many([mean * count, mean_sq * count, full((), count, mean.dtype)], "add")
+        total = sums[2]
+        return sums[0] / total, sums[1] / total, total
+
+
+def _bessel(count):
+    """``n / (n - 1)``: turns the biased variance of ``n`` values into the unbiased one (1 for a
+    single value). ``n`` is an int, or a Var when it was summed over ranks."""
+    if isinstance(count, int):
+        return count / max(count - 1, 1)
+    return count / (count - 1).maximum(1)
 
 
 BatchNorm1d = BatchNorm2d = BatchNorm

@@ -21,6 +21,8 @@ import collections
 
 import numpy as np
 
+from .. import sync, world
+from ..ops.collective import mpi_broadcast_many
 from ..var import Var
 from . import persist
 
@@ -37,6 +39,20 @@ def _members(name, value, kind):
         for key, item in value.items():
             if isinstance(item, kind):
                 yield f"{name}.{key}", item
+
+
+def broadcast_in_place(vars_, root=0):
+    """Under mpirun, give every rank ``root``'s values of ``vars_`` (each Var is assigned its new
+    value, computed now); nothing outside mpirun. A few bucketed MPI calls, not one per Var.
+
+        >>> broadcast_in_place([w], root=0)     # rank 0: w unchanged    rank 1: w = rank 0's w
+    """
+    if not world.in_mpi:
+        return
+    vars_ = list(vars_)
+    for var, value in zip(vars_, mpi_broadcast_many(vars_, root)):
+        var.assign(value)
+    sync(vars_)       # now: after the call every rank holds root's values, as documented
 
 
 class Module:
@@ -152,6 +168,15 @@ class Module:
         return self.load_state_dict(persist.load(path))
 
     load_parameters = load_state_dict
+
+    def mpi_param_broadcast(self, root=0):
+        """Under mpirun, give every rank ``root``'s value of every Var of the tree (parameters and
+        BatchNorm statistics); nothing outside mpirun. Optimizers do this for their parameters
+        when they are built, so a training script needs it only after changing weights later.
+
+            >>> model.mpi_param_broadcast(root=0)   # rank 0: unchanged    rank 1: rank 0's weights
+        """
+        broadcast_in_place(self.parameters(), root)
 
 
 class Sequential(Module):
