@@ -1,12 +1,20 @@
-"""Benchmark: ``x.mpi_all_reduce()`` against raw mpi4py ``Allreduce`` on the same buffers.
+"""Benchmark MPI in jtmini, in one run: collectives against raw mpi4py, and data-parallel training.
 
-    python3 tools/bench_mpi.py                 # launches mpirun -np 2 and -np 4, prints one table
-    python3 tools/bench_mpi.py --ranks 2       # one job only
+    python3 tools/bench_mpi.py                 # both tables: all-reduce at np 2 and 4, training
+    python3 tools/bench_mpi.py --ranks 2       # all-reduce at np 2 only
+    python3 tools/bench_mpi.py --no-train      # skip the training table (about 1 minute)
 
-Each size is timed as the median of several repetitions, after a warm-up (the kernel library is
-compiled once and cached). jtmini's time includes everything a user pays: building the lazy node,
+All-reduce: ``x.mpi_all_reduce()`` against mpi4py ``Allreduce`` on the same buffers. Each size
+is timed as the median of several repetitions, after a warm-up (the kernel library is compiled
+once and cached). jtmini's time includes everything a user pays: building the lazy node,
 scheduling it, allocating the (immutable) output and the MPI call. Target: ratio (mpi4py time /
 jtmini time) >= 0.9 from 1 MB up.
+
+Training: the test_resnet recipe (ResNet-18, MNIST, global batch 100, SGD momentum) for a few
+steps after a warm-up, as one plain process with one thread against ``mpirun -np 2`` with one
+thread per rank; images per second of the global batch, MPI calls per optimizer step and the
+wall time per step spent inside MPI calls (waiting for the slower rank included). Target:
+speed-up >= 1.8x on a machine with two free cores.
 """
 import argparse
 import json
@@ -53,26 +61,104 @@ def measure():
                               "jtmini_ms": ours * 1e3, "ratio": raw / ours}), flush=True)
 
 
-def launch(ranks):
-    argv = ["mpirun", "-np", str(ranks), sys.executable, os.path.abspath(__file__), "--measure"]
-    done = subprocess.run(argv, env=dict(os.environ, **MPI_ENV), capture_output=True, text=True, timeout=600)
+TRAIN_WARMUP, TRAIN_STEPS, TRAIN_BATCH = 3, 10, 100
+
+
+def _time_mpi_calls():
+    """Wrap runtime.mpi.issue (every collective goes through it) to add up the seconds spent in
+    it; returns a function reading the total."""
+    from jtmini.runtime import mpi as runtime
+    spent, issue = [0.0], runtime.issue
+
+    def timed(v, arrays):
+        start = time.perf_counter()
+        try:
+            return issue(v, arrays)
+        finally:
+            spent[0] += time.perf_counter() - start
+    runtime.issue = timed
+    return lambda: spent[0]
+
+
+def measure_training():
+    """On each rank (or the one process): train the test_resnet model; rank 0 prints one JSON line."""
+    import jtmini as jt
+    from jtmini import nn
+    from jtmini.dataset import MNIST
+    from jtmini.models import Resnet18
+    mpi_seconds = _time_mpi_calls()
+    jt.seed(1)
+    model = Resnet18(num_classes=10, in_channels=1)
+    optimizer = nn.SGD(model.parameters(), 0.1, 0.9, 1e-4)
+    batches = iter(MNIST(train=True).set_attrs(batch_size=TRAIN_BATCH, shuffle=True, drop_last=True, prefetch=True))
+    for step in range(TRAIN_WARMUP + TRAIN_STEPS):
+        if step == TRAIN_WARMUP:          # compiled, caches and buffers warm: start the clock
+            jt.mpi and jt.mpi.barrier()
+            start, cpu, calls, in_mpi = (time.perf_counter(), time.process_time(), jt.stats().get("mpi_calls", 0),
+                                         mpi_seconds())
+        images, labels = next(batches)
+        optimizer.step(nn.cross_entropy_loss(model(images), labels))
+    seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu
+    if jt.rank == 0:
+        per_step_ms = 1e3 / TRAIN_STEPS
+        print(json.dumps({"ranks": jt.world_size, "img_s": TRAIN_STEPS * TRAIN_BATCH / seconds,
+                          "calls_per_step": (jt.stats().get("mpi_calls", 0) - calls) / TRAIN_STEPS,
+                          "mpi_ms_per_step": (mpi_seconds() - in_mpi) * per_step_ms,
+                          "cpu_ms_per_step": cpu_seconds * per_step_ms}), flush=True)
+
+
+def _json_lines(argv, env, what):
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)
     if done.returncode != 0:
-        sys.exit(f"mpirun -np {ranks} failed:\n{done.stderr}")
+        sys.exit(f"{what} failed:\n{done.stderr}")
     return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+
+
+def launch(ranks, mode="--measure"):
+    argv = ["mpirun", "-np", str(ranks), sys.executable, os.path.abspath(__file__), mode]
+    return _json_lines(argv, dict(os.environ, **MPI_ENV), f"mpirun -np {ranks}")
+
+
+def launch_alone(mode):
+    """One plain process (no mpirun), one thread."""
+    argv = [sys.executable, os.path.abspath(__file__), mode]
+    return _json_lines(argv, dict(os.environ, JTMINI_NUM_THREADS="1"), "the single process")
+
+
+def all_reduce_table(ranks_list):
+    print(f"{'ranks':>5} {'size':>6} {'mpi4py ms':>10} {'jtmini ms':>10} {'ratio':>6}")
+    for ranks in ranks_list:
+        for row in launch(ranks):
+            print(f"{row['ranks']:>5} {row['size']:>6} {row['mpi4py_ms']:>10.3f} {row['jtmini_ms']:>10.3f} "
+                  f"{row['ratio']:>6.2f}")
+
+
+def training_table():
+    rows = launch_alone("--measure-training") + launch(2, "--measure-training")
+    print(f"\ntest_resnet model, global batch {TRAIN_BATCH}, 1 thread per process, {TRAIN_STEPS} steps")
+    print(f"{'ranks':>5} {'img/s':>8} {'speed-up':>8} {'MPI calls/step':>15} {'ms in MPI/step':>15} "
+          f"{'CPU ms/step':>12}")
+    for row in rows:
+        print(f"{row['ranks']:>5} {row['img_s']:>8.1f} {row['img_s'] / rows[0]['img_s']:>7.2f}x "
+              f"{row['calls_per_step']:>15.1f} {row['mpi_ms_per_step']:>15.1f} {row['cpu_ms_per_step']:>12.0f}")
+    print("(ms in MPI: wall time inside collectives, waiting for the slower rank included; CPU ms: rank 0's\n"
+          " process time, which other programs on the machine do not inflate)")
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ranks", type=int, nargs="*", default=[2, 4])
+    parser.add_argument("--no-train", action="store_true", help="skip the training table")
     parser.add_argument("--measure", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--measure-training", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.measure:
         return measure()
-    print(f"{'ranks':>5} {'size':>6} {'mpi4py ms':>10} {'jtmini ms':>10} {'ratio':>6}")
-    for ranks in args.ranks:
-        for row in launch(ranks):
-            print(f"{row['ranks']:>5} {row['size']:>6} {row['mpi4py_ms']:>10.3f} {row['jtmini_ms']:>10.3f} "
-                  f"{row['ratio']:>6.2f}")
+    if args.measure_training:
+        return measure_training()
+    all_reduce_table(args.ranks)
+    if not args.no_train:
+        training_table()
 
 
 if __name__ == "__main__":
