@@ -1,8 +1,9 @@
-"""2-D convolution as im2col + GEMM: one ``reindex`` gathers every window into a matrix (padding
-reads 0 through the checked reindex, stride and dilation live in the index expressions), one BLAS
-matmul multiplies the weight by it, and a reindex view (fused into the consumer, no copy) puts
+"""2-D convolution as im2col + GEMM: the ``conv_windows`` op (``ops/window.py``) gathers every
+window into a (C, kh, kw, N, Ho, Wo) tensor (padding reads 0, stride and dilation live in its
+multiply-add index), which BLAS reads as the (K, N*Ho*Wo) matrix; one matmul multiplies the weight
+by it, and a reshape + permute of the product (index math fused into the consumer, no copy) puts
 the result in NCHW. The backward pass comes from the op rules: matmul's gradients and, for the
-input, the window reindex's scatter-add (col2im).
+input, conv_windows' gathered col2im (no scatter-add).
 
     >>> import jtmini as jt
     >>> from jtmini import nn
@@ -15,6 +16,7 @@ import math
 from dataclasses import dataclass
 
 from .. import init
+from ..ops.window import conv_windows
 from .module import Module
 
 
@@ -67,21 +69,6 @@ def _axis(size, kernel, stride, padding, dilation):
     return Axis(out, stride, padding, dilation, first, stop - first)
 
 
-def window_exprs(hax, wax, cols, rows, channel0="0"):
-    """Index expressions reading ``x[n, c, h, w]`` for the im2col element (col, row).
-
-    ``col`` enumerates (c, ki, kj) and ``row`` (n, ho, wo). The per-sample geometry is compiled in
-    as constants (a division by a constant is a multiply) while the batch size stays a runtime
-    dim, so a new batch size reuses the kernel."""
-    plane, taps = hax.out * wax.out, hax.taps * wax.taps
-    return [f"({rows})/{plane}",
-            f"{channel0}+({cols})/{taps}",
-            f"({rows})/{wax.out}%{hax.out}*{hax.stride}-{hax.padding}"
-            f"+(({cols})/{wax.taps}%{hax.taps}+{hax.first})*{hax.dilation}",
-            f"({rows})%{wax.out}*{wax.stride}-{wax.padding}"
-            f"+(({cols})%{wax.taps}+{wax.first})*{wax.dilation}"]
-
-
 def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     """Convolve NCHW ``x`` with ``weight`` (out_channels, in_channels/groups, kh, kw).
 
@@ -95,40 +82,24 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     hax = _axis(x.shape[2], kh, s_h, p_h, d_h)
     wax = _axis(x.shape[3], kw, s_w, p_w, d_w)
     # (O, K) @ (K, N*Ho*Wo): the weight and its gradient stay in their (O, C, kh, kw) layout, and
-    # the window matrix's gradient (K, N*Ho*Wo) feeds the col2im scatter directly
+    # the windows (C, taps_h, taps_w, N, Ho, Wo) are that (K, N*Ho*Wo) matrix (per group: C is
+    # outermost) without a copy
     matrix = _weight_matrix(weight, groups, hax, wax)
-    rows = x.shape[0] * hax.out * wax.out
-    channel0 = "0" if groups == 1 else f"i0*{cg}"
-    cols = x.reindex([*matrix.shape[:-2], matrix.shape[-1], rows],
-                     window_exprs(hax, wax, f"i{matrix.ndim - 2}", f"i{matrix.ndim - 1}", channel0))
-    out = _as_nchw(matrix @ cols, x.shape[0], hax, wax)
+    cols = conv_windows(x, (hax.out, wax.out), (hax.taps, wax.taps), (s_h, s_w), (p_h, p_w),
+                        (d_h, d_w), (hax.first, wax.first))
+    cols = cols.reshape(*matrix.shape[:-2], matrix.shape[-1], x.shape[0] * hax.out * wax.out)
+    out = (matrix @ cols).reshape(o, x.shape[0], hax.out, wax.out).permute(1, 0, 2, 3)
     return out + bias.reshape(1, o, 1, 1) if bias is not None else out
 
 
 def _weight_matrix(weight, groups, hax, wax):
-    """The weight over its live taps as (O, K), or (groups, O/groups, K) with groups."""
+    """The weight over its live taps as (O, K), or (groups, O/groups, K) with groups: a view of
+    the parameter (BLAS reads it through numpy), whose gradient is a gather (a slice's)."""
     o, cg, kh, kw = weight.shape
-    taps = hax.taps * wax.taps
-    shape = (o, cg * taps) if groups == 1 else (groups, o // groups, cg * taps)
-    if (hax.taps, wax.taps) == (kh, kw):
-        return weight.reshape(shape)                  # a free view of the parameter
-    # slice and flatten in one reindex with constant divisors (see _as_nchw on reshape's cost)
-    row, col = ("i0", "i1") if groups == 1 else (f"i0*{o // groups}+i1", "i2")
-    return weight.reindex(list(shape), [row, f"{col}/{taps}", f"{col}/{wax.taps}%{hax.taps}+{hax.first}",
-                                        f"{col}%{wax.taps}+{wax.first}"])
-
-
-def _as_nchw(out, n, hax, wax):
-    """The matmul result (O, N*Ho*Wo) or (groups, O/groups, N*Ho*Wo) viewed as (N, O, Ho, Wo).
-
-    A reindex, not reshape + permute: its index is multiply-adds, while a reshape's index divides
-    by runtime dims at every element read (measured: ~50 ms of a 600 ms ResNet-18 step)."""
-    row = "(i0*yshape2+i2)*yshape3+i3"
-    if out.ndim == 2:
-        o, exprs = out.shape[0], ["i1", row]
-    else:
-        o, exprs = out.shape[0] * out.shape[1], [f"i1/{out.shape[1]}", f"i1%{out.shape[1]}", row]
-    return out.reindex([n, o, hax.out, wax.out], exprs)
+    shape = (o, cg * hax.taps * wax.taps) if groups == 1 else (groups, o // groups, cg * hax.taps * wax.taps)
+    if (hax.taps, wax.taps) != (kh, kw):
+        weight = weight[:, :, hax.first:hax.first + hax.taps, wax.first:wax.first + wax.taps]
+    return weight.reshape(shape)
 
 
 class Conv2d(Module):

@@ -1,0 +1,88 @@
+"""Convolution windows (im2col) as one op, whose gradient (col2im) is a sum of gathers.
+
+``conv_windows(x)`` of NCHW ``x`` is the 6-D tensor ``cols[c, a, b, n, ho, wo]`` = ``x[n, c,
+ho*s_h - p_h + (a + f_h)*d_h, wo*s_w - p_w + (b + f_w)*d_w]`` (0 outside ``x``): every kernel tap
+``(a, b)`` of every window, taps counted from the first live one ``f``. Its layout is the (K,
+N*Ho*Wo) matrix of im2col, K = C*taps, so a reshape hands it to BLAS as a view. Every index is a
+multiply-add of loop indices: no per-element division.
+
+The gradient wrt ``x`` is not the generic scatter-add over the windows. Tap ``(a, b)`` of window
+``(ho, wo)`` reads ``(h, w)`` exactly when ``ho = (h + p - (a+f)*d) / s`` divides evenly and is in
+range, so ``dx`` is, per tap, a checked gather of ``dcols[c, a, b, n]`` onto x's shape (the stride's
+misses read 0 through a ``%`` condition), and the taps' gathers are added. That is one elementwise
+kernel: each ``dx`` element written by one thread in a fixed order (parallel, deterministic, no
+scatter), with the tap index compiled in, and it fuses with the rest of the backward pass (the
+residual add, relu's mask) where a reduce would end the kernel.
+"""
+from ..var import Var
+from .registry import IndexMap, OpSpec, register
+
+GEOMETRY = ("stride", "padding", "dilation", "first")     # (h, w) pairs, compiled into kernels
+
+
+def _infer(inputs, a):
+    x = inputs[0]
+    if x.ndim != 4:
+        raise ValueError(f"conv_windows: x must be NCHW, got shape {x.shape}")
+    c, taps_h, taps_w, n, _, _ = a["shape"]
+    if (c, n) != (x.shape[1], x.shape[0]) or taps_h < 1 or taps_w < 1:
+        raise ValueError(f"conv_windows: shape {a['shape']} does not fit x {x.shape}")
+    return a["shape"], x.dtype
+
+
+def _affine(*terms):
+    """C sum of ``(coefficient, symbol)`` terms (symbol "" for a constant), zeros dropped."""
+    parts = []
+    for k, sym in terms:
+        if k:
+            body = {1: sym, -1: "-" + sym}.get(k, f"{k}*{sym}") if sym else str(k)
+            parts.append(body if body.startswith("-") or not parts else "+" + body)
+    return "".join(parts) or "0"
+
+
+def _axes(a):
+    """Per spatial axis (h, w): stride, padding, dilation, first live tap."""
+    return zip(*(a[g] for g in GEOMETRY))
+
+
+def _index(a, nin, nout):
+    """Output (c, a, b, n, ho, wo) -> input (n, c, h, w), checked: padding reads 0."""
+    rows = [_affine((s, f"i{4 + k}"), (d, f"i{1 + k}"), (f * d - p, ""))
+            for k, (s, p, d, f) in enumerate(_axes(a))]
+    return IndexMap(("i3", "i0", *rows), checked=True, overflow_value=0)
+
+
+def _tap_gather(dcols, shape, a, tap):
+    """``dcols[c, tap, n, ho, wo]`` placed at the (n, c, h, w) that tap ``tap`` reads, 0 elsewhere."""
+    exprs, conditions = ["i1", str(tap[0]), str(tap[1]), "i0"], []
+    for k, (s, p, d, f) in enumerate(_axes(a)):
+        offset = _affine((1, f"i{2 + k}"), (p - (f + tap[k]) * d, ""))
+        exprs.append(f"({offset})/{s}" if s != 1 else offset)
+        if s != 1:              # C's % of a negative offset is <= 0: nonzero still means "between"
+            conditions.append(f"({offset})%{s}!=0")
+    return Var.node("reindex", [dcols], shape=shape, exprs=tuple(exprs), overflow_value=0,
+                    conditions=tuple(conditions))
+
+
+def _grad(dcols, out, inputs, a):
+    total = None
+    for tap_h in range(out.shape[1]):
+        for tap_w in range(out.shape[2]):
+            gathered = _tap_gather(dcols, inputs[0].shape, a, (tap_h, tap_w))
+            total = gathered if total is None else total + gathered
+    return [total]
+
+
+register(OpSpec("conv_windows", "reindex", infer=_infer, index=_index, grad=_grad))
+
+
+def conv_windows(x, out_hw, taps, stride, padding, dilation, first=(0, 0)):
+    """The (C, taps_h, taps_w, N, Ho, Wo) windows of NCHW ``x`` (see the module doc); every
+    geometry argument is an (h, w) pair; ``first`` and ``taps`` pick the live kernel taps.
+
+    >>> conv_windows(jt.randn(2, 3, 8, 8), (4, 4), (3, 3), (2, 2), (1, 1), (1, 1)).shape
+    (3, 3, 3, 2, 4, 4)
+    """
+    n, c = x.shape[:2]
+    return Var.node("conv_windows", [x], shape=(c, *taps, n, *out_hw), stride=tuple(stride),
+                    padding=tuple(padding), dilation=tuple(dilation), first=tuple(first))
