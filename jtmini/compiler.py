@@ -144,7 +144,9 @@ def _log(message):
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(_JittorStyle())
         logger.addHandler(handler)
-        logger.setLevel(logging.INFO)
+        # Under mpirun only rank 0 speaks: N identical lines per event help nobody.
+        from . import world
+        logger.setLevel(logging.INFO if world.rank == 0 else logging.WARNING)
         logger.propagate = False  # a configured root logger would print the line a second time
     logger.info(message)
 

@@ -19,7 +19,6 @@ batch, default 100), ``TEST_EVAL_BATCH_SIZE`` (default 500), ``TEST_ACCURACY_FLO
 ``TEST_LOSS_LIMIT`` (the pass marks, for short smoke runs).
 """
 import io
-import logging
 import os
 import random
 import resource
@@ -134,18 +133,9 @@ def global_losses(shard_losses, shard_sizes):
     return list(sums[0] / sums[1])
 
 
-def quiet_unless_rank0():
-    """On ranks other than 0, drop jtmini's info lines (the compiler found, ...); warnings pass."""
-    if world.rank != 0:
-        logger = logging.getLogger("jtmini")
-        logger.addHandler(logging.NullHandler())    # jtmini then installs no stderr handler of its own
-        logger.setLevel(logging.WARNING)
-
-
 def main():
     """``unittest.main()``, except that under mpirun ranks other than 0 print their report only
     when their test fails (the exit status is non-zero either way)."""
-    quiet_unless_rank0()
     if world.rank == 0:
         unittest.main()                 # reports and exits, as usual
     report = io.StringIO()
