@@ -64,7 +64,8 @@ def test_value_and_gradient_match_loops(geometry, dtype, rng):
     (2, 3, 3, 3, 2, 2, 1, (11, 10)),        # stride 3 with dilation 2: most pixels skip taps
     (3, 4, 1, 2, 0, 1, 1, (7, 7)),          # 1x1 stride 2: three quarters of dx are 0
     (2, 2, (2, 4), (3, 2), (1, 2), (2, 1), 2, (9, 8)),
-    (3, 5, 3, 2, 1, 1, 1, (3, 3)),          # live taps on a small map
+    (4, 6, 3, 2, 1, 1, 2, (2, 2)),          # groups, live taps 1..2 of 3 (weight slice view)
+    (4, 4, 3, 1, 1, 1, 2, (1, 1)),          # groups, only the centre tap is live
 ])
 def test_conv2d_gradients_match_pytorch(cin, cout, k, stride, pad, dil, groups, size, rng):
     torch = pytest.importorskip("torch")
