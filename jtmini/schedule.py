@@ -90,8 +90,9 @@ def plan(targets):
             materialized.add(id(base) if base._data is None and OPS[base.op].kind != "const" else id(v))
         if kind == "collective":          # MPI reads whole buffers, constants included
             materialized.update(id(i) for i in v.inputs if i._data is None)
-        elif kind == "reindex" and _expands(v):
-            materialized.update(id(i) for i in v.inputs if i._data is None and OPS[i.op].kind != "const")
+        elif kind == "reindex" and _expands(v):          # views of a buffer are cheap to re-read
+            materialized.update(id(i) for i in v.inputs if i._data is None and OPS[i.op].kind != "const"
+                                and not _cheap_view(i, materialized))
     for v in order:
         if OPS[v.op].kind == "library":
             for inp in v.inputs:
