@@ -96,14 +96,12 @@ for _name, (_expr, _rule, _float_only) in UNARY.items():
 
 
 # --- binary ------------------------------------------------------------------------------------
-def _max_grad(d, out, x, a):
-    a_wins = (x[0] > x[1]) + (x[0] == x[1]) * 0.5       # ties split the gradient, as in PyTorch
-    return [d * a_wins, d * (1 - a_wins)]
-
-
-def _min_grad(d, out, x, a):
-    a_wins = (x[0] < x[1]) + (x[0] == x[1]) * 0.5
-    return [d * a_wins, d * (1 - a_wins)]
+def _extreme_grad(beats):
+    """Gradient of maximum/minimum: the winner takes it; ties split it, as in PyTorch."""
+    def grad(d, out, x, a):
+        a_wins = beats(x[0], x[1]) + (x[0] == x[1]) * 0.5
+        return [d * a_wins, d * (1 - a_wins)]
+    return grad
 
 
 def _pow_grad(d, out, x, a):
@@ -123,8 +121,8 @@ BINARY = {
     "floordiv": ("jt_floordiv({0}, {1})", None, "same"),
     "mod": ("jt_mod({0}, {1})", lambda d, out, x, a: [d, -d * x[0].floordiv(x[1])], "same"),
     "pow": ("jt_pow({0}, {1})", _pow_grad, "same"),
-    "maximum": ("jt_max({0}, {1})", _max_grad, "same"),
-    "minimum": ("jt_min({0}, {1})", _min_grad, "same"),
+    "maximum": ("jt_max({0}, {1})", _extreme_grad(lambda p, q: p > q), "same"),
+    "minimum": ("jt_min({0}, {1})", _extreme_grad(lambda p, q: p < q), "same"),
     "equal": ("({0} == {1})", None, "bool"),
     "not_equal": ("({0} != {1})", None, "bool"),
     "less": ("({0} < {1})", None, "bool"),
