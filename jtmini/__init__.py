@@ -4,13 +4,14 @@
     >>> a, b = jt.randn(1000), jt.randn(1000)
     >>> (jt.relu(a * b + 1)).sum().item()     # one fused, compiled kernel
 """
-from . import creation, ops, world
+# The public API, re-exported (hence the noqa: these names are used by jtmini's users, not here).
+from . import creation, ops, world  # noqa: F401
 from . import mpi as _mpi
-from .autograd import grad
-from .compiler import VERSION as __version__
-from .flags import flag_scope, flags
-from .counters import reset_stats, stats
-from .var import Var, install_methods, pending_roots
+from .autograd import grad  # noqa: F401
+from .compiler import VERSION as __version__  # noqa: F401
+from .counters import reset_stats, stats  # noqa: F401
+from .flags import flag_scope, flags  # noqa: F401
+from .var import Var, install_methods, pending_roots  # noqa: F401
 
 install_methods()
 globals().update(ops.FUNCTIONS)
