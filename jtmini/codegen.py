@@ -111,11 +111,9 @@ class _Builder:
         if self.flat:
             return idx[0]
         dims = self.dims(ref)
-        expr = "0"
-        for i, n in zip(idx, dims):
-            i = f"jt_clamp<int64_t>({i}, {n})" if guarded else i
-            expr = i if expr == "0" else f"({expr})*{n}+{i}"
-        return expr
+        if guarded:
+            idx = [f"jt_clamp<int64_t>({i}, {n})" for i, n in zip(idx, dims)]
+        return _row_major(idx, dims)
 
     def let(self, ctype, expr):
         name = self.fresh("v")
@@ -129,13 +127,19 @@ class _Builder:
         src_dims = self.dims(inputs[0])
         imap = spec.index(dict(attrs), len(src_dims), ndim)
         subst = self.substituter(idx, src_dims, self.dims(("t", k)), inputs[1:])
+        names, conds = self.indices(imap, subst, src_dims if imap.checked else None)
+        return names, conds, imap
+
+    def indices(self, imap, subst, bounds):
+        """Declare the index names of ``imap``; also the conditions under which they are used
+        (inside ``bounds``, when given, and none of ``imap.conditions``)."""
         names = []
         for expr in imap.exprs:
             names.append(self.fresh("j"))
             self.lines.append(f"const int64_t {names[-1]} = {subst(expr)};")
-        conds = [f"{j} >= 0 && {j} < {n}" for j, n in zip(names, src_dims)] if imap.checked else []
+        conds = [f"{j} >= 0 && {j} < {n}" for j, n in zip(names, bounds)] if bounds else []
         conds += [f"!({subst(c)})" for c in imap.conditions]
-        return names, conds, imap
+        return names, conds
 
     def reindexed(self, k, idx, guarded):
         op, attrs, dtype, ndim, inputs = self.nodes[k]
@@ -213,9 +217,7 @@ class _Builder:
         outer = [loops[d] for d in range(len(loops)) if d not in reduced]
         inner = [loops[d] for d in range(len(loops)) if d in reduced]
         value = self.value(src, [v for v, _ in loops])
-        out_index = "0"
-        for var, n in outer:
-            out_index = var if out_index == "0" else f"({out_index})*{n}+{var}"
+        out_index = _row_major([v for v, _ in outer], [n for _, n in outer])
         context = {"outer": outer, "inner": inner, "out_index": out_index,
                    "n_out": " * ".join(n for _, n in outer) or "1",
                    "n_red": " * ".join(n for _, n in inner) or "1"}
@@ -237,15 +239,8 @@ class _Builder:
         out_dims = self.dims(root)
         imap = OPS[op].index(attrs, len(src_dims), ndim)
         subst = self.substituter(idx, src_dims, out_dims, inputs[1:])
-        names = []
-        for expr in imap.exprs:
-            names.append(self.fresh("j"))
-            self.lines.append(f"const int64_t {names[-1]} = {subst(expr)};")
-        conds = [f"{j} >= 0 && {j} < {n}" for j, n in zip(names, out_dims)]
-        conds += [f"!({subst(c)})" for c in imap.conditions]
-        out_index = "0"
-        for j, n in zip(names, out_dims):
-            out_index = j if out_index == "0" else f"({out_index})*{n}+{j}"
+        names, conds = self.indices(imap, subst, out_dims)     # a scatter always drops strays
+        out_index = _row_major(names, out_dims)
         ctype = dtypes.C_TYPES[dtype]
         red = attrs["op"]
         init = {"add": "0", "mul": "1", "max": f"std::numeric_limits<{ctype}>::lowest()",
@@ -257,6 +252,14 @@ class _Builder:
                 "out_index": out_index, "accumulate": step.format("dst[o]", value),
                 "merge": step.format("out[k]", "parts[(t - 1) * n_out + k]"),
                 "split": "false" if red == "replace" else "true"}
+
+
+def _row_major(idx, dims):
+    """C expression of the row-major flat offset of index ``idx`` in a shape named ``dims``."""
+    expr = "0"
+    for i, n in zip(idx, dims):
+        expr = i if expr == "0" else f"({expr})*{n}+{i}"
+    return expr
 
 
 def _accumulator(op, src_dtype, out_dtype, value, arg_var):
