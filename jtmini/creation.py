@@ -63,10 +63,21 @@ def as_var(value, like=None, dtype=None):
 def _shape(shape):
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
         shape = tuple(shape[0])
+    bad = [s for s in shape if not isinstance(s, (numbers.Integral, np.integer))]
+    if bad:
+        raise TypeError(f"shape {shape}: dims must be ints, got {bad[0]!r}")
     shape = tuple(int(s) for s in shape)
     if any(s < 0 for s in shape):
         raise ValueError(f"negative dimension in shape {shape}")
     return shape
+
+
+def _shape_and_dtype(args, dtype):
+    """``(shape, dtype)`` from ``zeros``-style arguments: ``(2, 3)``, ``((2, 3),)`` or
+    ``((2, 3), "int32")`` (Jittor's positional dtype)."""
+    if len(args) == 2 and isinstance(args[0], (tuple, list)) and not isinstance(args[1], numbers.Integral):
+        args, dtype = args[:1], args[1]
+    return _shape(args), dtype
 
 
 @export("full", method=False)
@@ -78,12 +89,24 @@ def full(shape, value, dtype="float32"):
 
 @export("zeros", method=False)
 def zeros(*shape, dtype="float32"):
-    return full(_shape(shape), 0, dtype)
+    """Zeros of ``shape``, given as dims or as one tuple; Jittor's ``jt.zeros(shape, dtype)`` works too.
+
+    >>> jt.zeros(2, 3).shape, jt.zeros((2, 3), "int32").dtype
+    ((2, 3), 'int32')
+    """
+    shape, dtype = _shape_and_dtype(shape, dtype)
+    return full(shape, 0, dtype)
 
 
 @export("ones", method=False)
 def ones(*shape, dtype="float32"):
-    return full(_shape(shape), 1, dtype)
+    """Ones of ``shape``, given as dims or as one tuple; Jittor's ``jt.ones(shape, dtype)`` works too.
+
+    >>> jt.ones(2, 3).shape, jt.ones((2, 3), "int32").dtype
+    ((2, 3), 'int32')
+    """
+    shape, dtype = _shape_and_dtype(shape, dtype)
+    return full(shape, 1, dtype)
 
 
 @export("zeros_like")

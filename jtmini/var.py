@@ -181,13 +181,14 @@ class Var:
         return old
 
     def _set_value(self, data):
-        """Called by the executor with the computed buffer. A node with no gradient path (a
-        detached value, an updated parameter) forgets its inputs so history cannot pile up."""
+        """Called by the executor with the computed buffer. A node no gradient flows through (a
+        detached value, an updated parameter, a ``stop_grad`` statistic updated by ``+=`` every
+        step) forgets its inputs, so history cannot pile up from step to step."""
         if isinstance(data, np.ndarray):     # a GPU buffer (cupy) has no read-only flag
             data.flags.writeable = False
         self._data = data
         _pending.pop(id(self), None)
-        if self.op == "detach":
+        if self.op == "detach" or self._stop_grad:
             self.op, self.inputs, self.attrs = None, (), {}
 
 
@@ -224,6 +225,19 @@ def _reflected(fn_name):
     return lambda self, other: METHODS[fn_name](other, self)
 
 
+def _in_place(fn_name):
+    """``a += b`` and the like, as in Jittor and numpy: the handle ``a`` takes the new value and
+    keeps its shape, dtype and ``stop_grad`` (Vars built from ``a`` earlier keep the old value)."""
+    def op(self, other):
+        result = METHODS[fn_name](self, other)
+        if result.shape != self.shape:
+            raise ValueError(f"in-place {fn_name}: the result's shape {result.shape} does not fit "
+                             f"the Var's {self.shape}")
+        self._rebind(result if result.dtype == self.dtype else result.cast(self.dtype))
+        return self
+    return op
+
+
 def install_methods():
     """Attach every exported method and operator to Var (called once, when jtmini is imported)."""
     for name, fn in METHODS.items():
@@ -232,6 +246,8 @@ def install_methods():
     for dunder, fn_name in _OPERATORS.items():
         setattr(Var, f"__{dunder}__", _forward(fn_name))
         setattr(Var, f"__r{dunder}__", _reflected(fn_name))
+        if dunder != "matmul":
+            setattr(Var, f"__i{dunder}__", _in_place(fn_name))
     for dunder, fn_name in _COMPARISONS.items():
         setattr(Var, f"__{dunder}__", _forward(fn_name))
     Var.__neg__ = lambda self: METHODS["neg"](self)

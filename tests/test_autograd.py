@@ -171,3 +171,67 @@ def test_non_differentiable_ops_pass_no_gradient(rng):
     loss = sum((p * float(k + 1)).sum() for k, p in enumerate(pieces))
     assert_var(jt.grad(loss, x), np.zeros((3, 4), np.float32))
     assert_var(jt.grad(loss + top.sum(), x), (value == value.max(1, keepdims=True)).astype(np.float32))
+
+
+@pytest.mark.parametrize("op", ["+=", "-=", "*=", "/="])
+def test_in_place_operators_rebind_the_handle(op, rng):
+    a_np, b_np = rng.standard_normal(4).astype("float32"), rng.uniform(1, 2, 4).astype("float32")
+    w = jt.array(a_np)
+    v = w * 3
+    alias, before = v, v + 0            # an alias follows the handle; a consumer built earlier does not
+    exec(f"v {op} jt.array(b_np) * v")
+    want = {"+=": 3 * a_np + b_np * 3 * a_np, "-=": 3 * a_np - b_np * 3 * a_np,
+            "*=": 3 * a_np * b_np * 3 * a_np, "/=": 3 * a_np / (b_np * 3 * a_np)}[op]
+    assert alias is v
+    np.testing.assert_allclose(v.numpy(), want, rtol=1e-5)
+    np.testing.assert_allclose(before.numpy(), 3 * a_np, rtol=1e-6)
+    # the gradient flows through the rebound handle, as through the out-of-place expression
+    ref_w = torch.tensor(a_np, requires_grad=True)
+    ref_v, ref_b = ref_w * 3, torch.tensor(b_np)
+    ref = {"+=": ref_v + ref_b * ref_v, "-=": ref_v - ref_b * ref_v, "*=": ref_v * (ref_b * ref_v),
+           "/=": ref_v / (ref_b * ref_v)}[op]
+    ref.sum().backward()
+    np.testing.assert_allclose(jt.grad(v.sum(), [w])[0].numpy(), ref_w.grad.numpy(), rtol=1e-4, atol=1e-6)
+
+
+def test_in_place_keeps_dtype_and_refuses_a_new_shape():
+    counts = jt.array(np.array([1, 2], "int32"))
+    counts += 1
+    assert counts.dtype == "int32" and counts.numpy().tolist() == [2, 3]
+    with pytest.raises(ValueError, match=r"\(3, 2\).*\(2,\)"):
+        zeros = jt.zeros(2)
+        zeros += jt.zeros((3, 2))
+
+
+def _graph_size(v):
+    seen, stack = set(), [v]
+    while stack:
+        node = stack.pop()
+        if id(node) not in seen:
+            seen.add(id(node))
+            stack.extend(node.inputs)
+    return len(seen)
+
+
+def test_stop_grad_state_updated_in_place_keeps_no_history():
+    """Jittor's guide updates BatchNorm statistics with ``self.running_mean += ...`` every step:
+    the stop_grad handle stays the same Var and forgets each step's graph once computed."""
+    from jtmini import nn
+
+    class DocBatchNorm(jt.Module):
+        def __init__(self):
+            self.running_mean = jt.zeros(4).stop_grad()
+
+        def execute(self, x):
+            mean = jt.mean(x, dims=[0, 2, 3], keepdims=1)
+            self.running_mean += (mean.sum([0, 2, 3]) - self.running_mean) * 0.1
+            return x - mean
+
+    net = nn.Sequential(nn.Conv2d(1, 4, 3), DocBatchNorm())
+    stat = net[1].running_mean
+    opt = nn.SGD(net.parameters(), 0.1)
+    for _ in range(5):
+        opt.step((net(jt.randn(2, 1, 5, 5)) ** 2).mean())
+    assert net[1].running_mean is stat and stat.is_stop_grad()
+    assert _graph_size(stat) == 1
+    assert np.abs(stat.numpy()).sum() > 0

@@ -19,7 +19,7 @@ import time
 
 import numpy as np
 
-BATCH = 100
+BATCH = int(os.environ.get("BENCH_BATCH", 100))
 
 
 # --- the PyTorch reference (also used by tests/test_nn.py) ---------------------------------------

@@ -58,8 +58,9 @@ def _front(op):
     def reduce(x, dims=None, keepdims=False, *, dim=None, axis=None, keepdim=False):
         dims = _dims(x, next((v for v in (dims, dim, axis) if v is not None), None))
         keepdims = keepdims or keepdim
-        if op in ("max", "min") and x.numel() == 0:
-            raise ValueError(f"{op} of an empty Var (shape {x.shape})")
+        if op in ("max", "min") and any(x.shape[d] == 0 for d in dims):
+            # as numpy: nothing to take the max of; an empty *batch* (a rank's empty shard) is fine
+            raise ValueError(f"{op} over an empty dim of a Var (shape {x.shape}, dims {dims})")
         if not dims:
             return x
         return Var.node("reduce", [x], op=op, dims=dims, keepdims=keepdims)

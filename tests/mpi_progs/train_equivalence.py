@@ -26,10 +26,12 @@ from jtmini.dataset import Dataset
 
 STEPS = 20
 SAMPLES = 100          # 20 steps cross epoch ends, so short last batches are trained on too
-# name: (global batch, optimizer); 15 does not divide into 2 or 4 equal shards, 16 does
+# name: (global batch, optimizer); 15 does not divide into 2 or 4 equal shards, 16 does; with 33
+# every epoch ends on a batch of 1 sample, so all ranks but rank 0 get an empty shard of it
 CONFIGS = {
     "sgd_even": (16, lambda params: nn.SGD(params, 0.1, momentum=0.9, weight_decay=1e-3)),
     "adam_uneven": (15, lambda params: nn.Adam(params, 0.01)),
+    "sgd_empty_shards": (33, lambda params: nn.SGD(params, 0.05, momentum=0.9)),
 }
 
 
