@@ -1,7 +1,8 @@
-"""Matrix product, the library-backed op: numpy's ``matmul`` hands float32/float64 to BLAS."""
-import numpy as np
-
+"""Matrix product, the library-backed op: on the host, BLAS through numpy (``runtime/blas.py``
+splits it over ``flags.num_threads``); on the GPU, cuBLAS."""
 from .. import dtypes
+from ..flags import flags
+from ..runtime import blas
 from ..var import Var
 from .registry import OpSpec, export, register
 
@@ -37,7 +38,7 @@ def _matmul_grad(d, out, inputs, a):
 
 
 register(OpSpec("matmul", "library", infer=_matmul_infer, grad=_matmul_grad,
-                run=lambda arrays, a: np.matmul(*arrays)))
+                run=lambda arrays, a: blas.matmul(*arrays, threads=max(1, int(flags.num_threads)))))
 
 
 @export("matmul")

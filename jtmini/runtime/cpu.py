@@ -16,7 +16,6 @@ from ..flags import flags
 from ..ops.registry import OPS
 
 _loaded = {}
-_blas_threads = None
 # Idle OpenMP workers spin by default, and spinning workers starve BLAS's own threads between
 # kernels (2-thread training ran 2x slower). Read by libgomp when the first kernel loads; a value
 # the user set wins.
@@ -72,13 +71,8 @@ def library_inputs(step, read):
 
 
 def run_library(step, read):
-    """Run a ``schedule.LibraryCall`` (BLAS matmul) with the kernels' thread count."""
-    global _blas_threads
-    threads = max(1, int(flags.num_threads))
-    if _blas_threads != threads:
-        from threadpoolctl import threadpool_limits
-        threadpool_limits(limits=threads, user_api="blas")
-        _blas_threads = threads
+    """Run a ``schedule.LibraryCall`` (BLAS matmul, split over the kernels' thread count by
+    ``runtime/blas.py``)."""
     root = step.root
     out = OPS[root.op].run(library_inputs(step, read), root.attrs)
     counters.bump("library_calls")

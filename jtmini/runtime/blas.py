@@ -1,0 +1,70 @@
+"""Matrix products on jtmini's thread count, with BLAS itself single-threaded.
+
+OpenBLAS's worker threads spin for a while after every call (its ``THREAD_TIMEOUT``), and on a
+machine with as many cores as ``num_threads`` they spin on the cores our OpenMP kernels need
+next: at 2 threads a ResNet-18 step took 317 ms with OpenBLAS's threading and 258 ms this way
+(1 thread: 420 ms). OpenBLAS reads that timeout once, when numpy loads it, usually before jtmini is
+imported, so rather than tune it we keep BLAS at one thread and split each large product into
+one block per thread ourselves, on a pool of Python threads: numpy releases the GIL inside BLAS,
+and idle pool threads sleep instead of spinning.
+
+    >>> matmul(np.ones((512, 256), "float32"), np.ones((256, 512), "float32"), threads=2)[0, 0]
+    256.0
+"""
+import concurrent.futures
+import threading
+
+import numpy as np
+
+MIN_SPLIT_MACS = 1 << 20        # below ~1M multiply-adds (tens of microseconds) one call is faster
+_ALIGN = 16                      # block edges on whole AVX-512 vectors of float32
+
+_pool = None
+_pool_size = 0
+_pool_lock = threading.Lock()
+_limited = False
+
+
+def _single_threaded_blas():
+    global _limited
+    if not _limited:
+        from threadpoolctl import threadpool_limits
+        threadpool_limits(limits=1, user_api="blas")
+        _limited = True
+
+
+def _workers(n):
+    """A pool of at least ``n`` sleeping threads (grown, never shrunk)."""
+    global _pool, _pool_size
+    with _pool_lock:
+        if _pool_size < n:
+            _pool = concurrent.futures.ThreadPoolExecutor(max_workers=n, thread_name_prefix="jtmini-blas")
+            _pool_size = n
+        return _pool
+
+
+def _blocks(length, parts):
+    """``parts`` contiguous (start, stop) blocks covering ``range(length)``, edges aligned."""
+    step = -(-length // parts)
+    step = -(-step // _ALIGN) * _ALIGN if step > _ALIGN else step
+    return [(lo, min(lo + step, length)) for lo in range(0, length, step)]
+
+
+def matmul(a, b, threads):
+    """``np.matmul(a, b)`` computed by ``threads`` threads, each a single-threaded BLAS call on a
+    block of rows of ``a`` (or of columns of ``b``, whichever dimension is longer)."""
+    _single_threaded_blas()
+    m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
+    batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    if threads <= 1 or int(np.prod(batch)) * m * n * k < MIN_SPLIT_MACS or max(m, n) < 2 * _ALIGN:
+        return np.matmul(a, b)
+    out = np.empty(batch + (m, n), np.result_type(a, b))
+    if m >= n:
+        jobs = [(a[..., lo:hi, :], b, out[..., lo:hi, :]) for lo, hi in _blocks(m, threads)]
+    else:
+        jobs = [(a, b[..., lo:hi], out[..., lo:hi]) for lo, hi in _blocks(n, threads)]
+    pending = [_workers(threads - 1).submit(np.matmul, x, y, out=o) for x, y, o in jobs[1:]]
+    np.matmul(*jobs[0][:2], out=jobs[0][2])
+    for job in pending:
+        job.result()
+    return out
