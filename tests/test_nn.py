@@ -73,12 +73,50 @@ def randn(*shape, seed=0):
     (1, 8, 7, 2, 3, 1, 1, False, (28, 28)),      # ResNet stem
     (8, 8, 3, 1, 1, 1, 1, False, (1, 1)),        # only the centre tap reads real pixels
     (8, 16, 3, 2, 1, 1, 1, False, (2, 2)),       # 2x2 of the 3x3 taps are live
+    # maps smaller than the live window: one dense product with the spread weight
+    (8, 16, 3, 1, 1, 1, 1, True, (2, 2)),        # ResNet's 2x2 stage
+    (4, 6, 5, 1, 2, 1, 1, False, (3, 2)),
+    (4, 6, 5, 2, 2, 1, 1, False, (3, 3)),        # stride 2 over a 3x3 map
 ])
 def test_conv2d(cin, cout, k, stride, pad, dil, groups, bias, size):
     jt.seed(0)
     layer = nn.Conv2d(cin, cout, k, stride, pad, dil, groups, bias)
     ref = torch.nn.Conv2d(cin, cout, k, stride, pad, dil, groups, bias)
     compare_layer(layer, ref, randn(3, cin, *size))
+
+
+@pytest.mark.parametrize("cin,cout,k,stride,pad,dil,bias,size", [
+    (3, 8, 3, 1, 1, 1, True, (5, 4)),
+    (4, 6, 3, 2, 1, 1, False, (6, 5)),
+    (4, 6, 3, 1, 2, 2, True, (5, 5)),            # dilation: only even offsets are taps
+    (3, 5, (3, 5), (2, 1), (0, 2), (1, 2), True, (5, 6)),
+    (8, 16, 3, 2, 1, 1, False, (2, 2)),
+])
+def test_conv2d_as_one_dense_product(cin, cout, k, stride, pad, dil, bias, size, monkeypatch):
+    """The dense path (chosen on small maps) on every geometry, forced."""
+    from jtmini.nn import conv
+    monkeypatch.setattr(conv, "_dense_is_cheaper", lambda hw, hax, wax: True)
+    jt.seed(0)
+    layer = nn.Conv2d(cin, cout, k, stride, pad, dil, 1, bias)
+    ref = torch.nn.Conv2d(cin, cout, k, stride, pad, dil, 1, bias)
+    compare_layer(layer, ref, randn(3, cin, *size))
+
+
+def _ops_in_graph(v):
+    seen, stack, ops = set(), [v], set()
+    while stack:
+        node = stack.pop()
+        if id(node) not in seen:
+            seen.add(id(node))
+            ops.add(node.op)
+            stack.extend(node.inputs)
+    return ops
+
+
+def test_small_maps_take_the_dense_path_and_large_ones_im2col():
+    conv = nn.Conv2d(8, 8, 3, padding=1, bias=False)
+    assert "conv_windows" not in _ops_in_graph(conv(jt.randn(2, 8, 2, 2)))     # 4 pixels < 9 taps
+    assert "conv_windows" in _ops_in_graph(conv(jt.randn(2, 8, 4, 4)))
 
 
 @pytest.mark.parametrize("layer,ref", [
