@@ -2,8 +2,8 @@
 
 OpenBLAS's worker threads spin for a while after every call (its ``THREAD_TIMEOUT``), and on a
 machine with as many cores as ``num_threads`` they spin on the cores our OpenMP kernels need
-next: at 2 threads a ResNet-18 step took 317 ms with OpenBLAS's threading and 258 ms this way
-(1 thread: 420 ms). OpenBLAS reads that timeout once, when numpy loads it, usually before jtmini is
+next: at 2 threads a ResNet-18 step took 357 ms with OpenBLAS's threading and 266 ms this way
+(1 thread: 409 ms). OpenBLAS reads that timeout once, when numpy loads it, usually before jtmini is
 imported, so rather than tune it we keep BLAS at one thread and split each large product into
 one block per thread ourselves, on a pool of Python threads: numpy releases the GIL inside BLAS,
 and idle pool threads sleep instead of spinning.
@@ -44,15 +44,22 @@ def _workers(n):
 
 
 def _blocks(length, parts):
-    """``parts`` contiguous (start, stop) blocks covering ``range(length)``, edges aligned."""
-    step = -(-length // parts)
-    step = -(-step // _ALIGN) * _ALIGN if step > _ALIGN else step
-    return [(lo, min(lo + step, length)) for lo in range(0, length, step)]
+    """``parts`` contiguous (start, stop) blocks covering ``range(length)``, inner edges on
+    multiples of ``_ALIGN``, sizes within ``_ALIGN`` of each other.
+
+    >>> _blocks(100, 2)
+    [(0, 48), (48, 100)]
+    """
+    edges = [0] + [min(length, round(k * length / parts / _ALIGN) * _ALIGN) for k in range(1, parts)] + [length]
+    return [(lo, hi) for lo, hi in zip(edges, edges[1:]) if hi > lo]
 
 
 def matmul(a, b, threads):
     """``np.matmul(a, b)`` computed by ``threads`` threads, each a single-threaded BLAS call on a
-    block of rows of ``a`` (or of columns of ``b``, whichever dimension is longer)."""
+    block of rows of ``a`` (or of columns of ``b``, whichever dimension is longer). Every element
+    is one BLAS dot product over all of K, but a block's edge can change which BLAS micro-kernel
+    computes it, so results may differ from one call in the last bit; they repeat exactly at a
+    given thread count."""
     _single_threaded_blas()
     m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
     batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
