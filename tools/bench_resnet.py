@@ -7,6 +7,8 @@ RSS, and jtmini's first-iteration latency with an empty kernel cache (a fresh JT
 and with the warm one. ``--profile`` adds jtmini's time per kernel group.
 
     python tools/bench_resnet.py [--iters 20] [--warmup 3] [--threads 1 2] [--profile]
+
+``BENCH_BATCH=50`` changes the batch (e.g. to see one data-parallel rank's share of the work).
 """
 import argparse
 import json
