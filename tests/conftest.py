@@ -156,3 +156,14 @@ def numeric_grad(fn, values, eps=1e-6):
             g[idx] = (parts[0] - parts[1]) / (2 * eps)
         grads.append(g)
     return grads
+
+
+def graph_nodes(var):
+    """Every node ``var`` is built from (itself included), each once."""
+    seen, stack = {}, [var]
+    while stack:
+        node = stack.pop()
+        if id(node) not in seen:
+            seen[id(node)] = node
+            stack.extend(node.inputs)
+    return list(seen.values())

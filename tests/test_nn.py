@@ -10,6 +10,7 @@ import pytest
 import jtmini as jt
 from jtmini import init, nn
 from jtmini.models import Resnet18
+from conftest import graph_nodes
 
 torch = pytest.importorskip("torch")
 TOL = 1e-4
@@ -102,21 +103,12 @@ def test_conv2d_as_one_dense_product(cin, cout, k, stride, pad, dil, bias, size,
     compare_layer(layer, ref, randn(3, cin, *size))
 
 
-def _ops_in_graph(v):
-    seen, stack, ops = set(), [v], set()
-    while stack:
-        node = stack.pop()
-        if id(node) not in seen:
-            seen.add(id(node))
-            ops.add(node.op)
-            stack.extend(node.inputs)
-    return ops
-
-
 def test_small_maps_take_the_dense_path_and_large_ones_im2col():
     conv = nn.Conv2d(8, 8, 3, padding=1, bias=False)
-    assert "conv_windows" not in _ops_in_graph(conv(jt.randn(2, 8, 2, 2)))     # 4 pixels < 9 taps
-    assert "conv_windows" in _ops_in_graph(conv(jt.randn(2, 8, 4, 4)))
+    def ops(v):
+        return {node.op for node in graph_nodes(v)}
+    assert "conv_windows" not in ops(conv(jt.randn(2, 8, 2, 2)))     # 4 pixels < 9 taps
+    assert "conv_windows" in ops(conv(jt.randn(2, 8, 4, 4)))
 
 
 @pytest.mark.parametrize("layer,ref", [

@@ -20,7 +20,7 @@ import math
 from dataclasses import dataclass
 
 from .. import init
-from ..ops.window import conv_windows
+from ..ops.window import conv_windows, exact_quotient
 from ..var import Var
 from .module import Module
 
@@ -86,19 +86,20 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
         raise ValueError(f"conv2d: input {x.shape} does not fit weight {weight.shape} with groups={groups}")
     hax = _axis(x.shape[2], kh, s_h, p_h, d_h)
     wax = _axis(x.shape[3], kw, s_w, p_w, d_w)
+    n, out_hw = x.shape[0], (hax.out, wax.out)
     if groups == 1 and _dense_is_cheaper(x.shape[2:], hax, wax):
+        # (N, C*H*W) @ (C*H*W, O*Ho*Wo): both are plain reshapes, and so is the NCHW result
         spread = _spread_weight(weight, x.shape[2:], hax, wax)
-        out = (x.reshape(x.shape[0], -1) @ spread.reshape(spread.shape[0] * spread.shape[1] * spread.shape[2], -1))
-        out = out.reshape(x.shape[0], o, hax.out, wax.out)
-        return out + bias.reshape(1, o, 1, 1) if bias is not None else out
-    # (O, K) @ (K, N*Ho*Wo): the weight and its gradient stay in their (O, C, kh, kw) layout, and
-    # the windows (C, taps_h, taps_w, N, Ho, Wo) are that (K, N*Ho*Wo) matrix (per group: C is
-    # outermost) without a copy
-    matrix = _weight_matrix(weight, groups, hax, wax)
-    cols = conv_windows(x, (hax.out, wax.out), (hax.taps, wax.taps), (s_h, s_w), (p_h, p_w),
-                        (d_h, d_w), (hax.first, wax.first))
-    cols = cols.reshape(*matrix.shape[:-2], matrix.shape[-1], x.shape[0] * hax.out * wax.out)
-    out = (matrix @ cols).reshape(o, x.shape[0], hax.out, wax.out).permute(1, 0, 2, 3)
+        out = (x.reshape(n, -1) @ spread.reshape(-1, o * hax.out * wax.out)).reshape(n, o, *out_hw)
+    else:
+        # (O, K) @ (K, N*Ho*Wo): the weight and its gradient stay in their (O, C, kh, kw) layout,
+        # and the windows (C, taps_h, taps_w, N, Ho, Wo) are that (K, N*Ho*Wo) matrix (per group:
+        # C is outermost) without a copy
+        matrix = _weight_matrix(weight, groups, hax, wax)
+        cols = conv_windows(x, out_hw, (hax.taps, wax.taps), (s_h, s_w), (p_h, p_w), (d_h, d_w),
+                            (hax.first, wax.first))
+        cols = cols.reshape(*matrix.shape[:-2], matrix.shape[-1], n * hax.out * wax.out)
+        out = (matrix @ cols).reshape(o, n, *out_hw).permute(1, 0, 2, 3)
     return out + bias.reshape(1, o, 1, 1) if bias is not None else out
 
 
@@ -124,10 +125,7 @@ def _spread_weight(weight, hw, hax, wax):
     o, c = weight.shape[:2]
     exprs, conditions = ["i3", "i0"], []
     for k, ax in enumerate((hax, wax)):
-        offset = f"i{1 + k}-{ax.stride}*i{4 + k}+{ax.padding}"
-        exprs.append(f"({offset})/{ax.dilation}" if ax.dilation != 1 else offset)
-        if ax.dilation != 1:          # C's % of a negative offset is <= 0: nonzero still means "between"
-            conditions.append(f"({offset})%{ax.dilation}!=0")
+        exprs.append(exact_quotient(f"i{1 + k}-{ax.stride}*i{4 + k}+{ax.padding}", ax.dilation, conditions))
     return Var.node("reindex", [weight], shape=(c, *hw, o, hax.out, wax.out), exprs=tuple(exprs),
                     overflow_value=0, conditions=tuple(conditions))
 

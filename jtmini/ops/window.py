@@ -52,14 +52,21 @@ def _index(a, nin, nout):
     return IndexMap(("i3", "i0", *rows), checked=True, overflow_value=0)
 
 
+def exact_quotient(offset, divisor, conditions):
+    """The C index ``offset / divisor``; appends to ``conditions`` the overflow condition "does not
+    divide evenly" (a stride or dilation step that lands between taps or windows)."""
+    if divisor == 1:
+        return offset
+    # C's % of a negative offset is <= 0: nonzero still means "between"
+    conditions.append(f"({offset})%{divisor}!=0")
+    return f"({offset})/{divisor}"
+
+
 def _tap_gather(dcols, shape, a, tap):
     """``dcols[c, tap, n, ho, wo]`` placed at the (n, c, h, w) that tap ``tap`` reads, 0 elsewhere."""
     exprs, conditions = ["i1", str(tap[0]), str(tap[1]), "i0"], []
     for k, (s, p, d, f) in enumerate(_axes(a)):
-        offset = _affine((1, f"i{2 + k}"), (p - (f + tap[k]) * d, ""))
-        exprs.append(f"({offset})/{s}" if s != 1 else offset)
-        if s != 1:              # C's % of a negative offset is <= 0: nonzero still means "between"
-            conditions.append(f"({offset})%{s}!=0")
+        exprs.append(exact_quotient(_affine((1, f"i{2 + k}"), (p - (f + tap[k]) * d, "")), s, conditions))
     return Var.node("reindex", [dcols], shape=shape, exprs=tuple(exprs), overflow_value=0,
                     conditions=tuple(conditions))
 

@@ -38,6 +38,8 @@ def _workers(n):
     global _pool, _pool_size
     with _pool_lock:
         if _pool_size < n:
+            if _pool is not None:
+                _pool.shutdown(wait=False)      # its idle threads exit; queued work still runs
             _pool = concurrent.futures.ThreadPoolExecutor(max_workers=n, thread_name_prefix="jtmini-blas")
             _pool_size = n
         return _pool
