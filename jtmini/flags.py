@@ -39,6 +39,8 @@ _SPECS = {
                   "where compiled kernels (and downloaded data sets) are kept"),
     "compile_jobs": (_cores, int, "compiler processes run at once for missing kernels"),
     "use_cuda": (False, _parse_bool, "run on the GPU (CUDA backend)"),
+    "specialize_shapes": (True, _parse_bool,
+                          "compile dims into kernels with index math (faster; each new shape compiles anew)"),
 }
 
 

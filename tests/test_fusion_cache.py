@@ -1,4 +1,4 @@
-"""Fusion (one kernel per chain), shape-generic kernels, and the on-disk kernel cache seen from a
+"""Fusion (one kernel per chain), which kernels a new shape compiles, and the on-disk kernel cache seen from a
 whole jtmini program, in fresh processes."""
 import glob
 import json
@@ -43,16 +43,43 @@ def test_relu_chain_with_sum_is_one_kernel():
     assert np.isclose(value, np.maximum(a_np * b_np + c_np, 0).astype(np.float64).sum(), rtol=1e-6)
 
 
-def test_new_sizes_reuse_compiled_kernels():
-    def program(n):
-        x = jt.array(np.arange(n * 7, dtype=np.float32).reshape(n, 7))
-        return ((x * 2 - 1).transpose().sum(dims=1) + x.max(dims=0)).numpy()
-    program(5)
+def _builds():
+    """Kernels this process compiled or found on disk since the last reset_stats."""
+    return jt.stats()["kernels_compiled"] + jt.stats()["cache_hits"]
+
+
+def _transpose_program(n):
+    x_np = np.arange(n * 7, dtype=np.float32).reshape(n, 7)
+    x = jt.array(x_np)
+    assert np.allclose(((x * 2 - 1).transpose().sum(dims=1) + x.max(dims=0)).numpy(),
+                       (x_np * 2 - 1).T.sum(1) + x_np.max(0))
+
+
+def test_without_specialisation_new_sizes_reuse_every_kernel():
+    with jt.flag_scope(specialize_shapes=False):
+        _transpose_program(5)
+        jt.reset_stats()
+        for n in (6, 11, 40):
+            _transpose_program(n)
+        assert _builds() == 0 and jt.stats()["kernels_run"] > 0
+
+
+def test_specialised_kernels_build_once_per_shape_and_flat_ones_never_again():
+    _transpose_program(5)
+    jt.reset_stats()
+    _transpose_program(5)
+    assert _builds() == 0
+    _transpose_program(13)                  # index math (transpose, partial reductions): new dims
+    assert _builds() > 0
+    x = jt.array(np.ones(5, np.float32))
+    (jt.relu(x * 2 + 1) - x.exp()).sync()   # one flat loop: dims stay run-time arguments
     jt.reset_stats()
     for n in (6, 11, 40):
-        x_np = np.arange(n * 7, dtype=np.float32).reshape(n, 7)
-        assert np.allclose(program(n), (x_np * 2 - 1).T.sum(1) + x_np.max(0))
-    assert jt.stats()["kernels_compiled"] == 0 and jt.stats()["kernels_run"] > 0
+        x_np = np.linspace(-1, 1, n, dtype=np.float32)
+        x = jt.array(x_np)
+        y = jt.relu(x * 2 + 1) - x.exp()
+        assert np.allclose(y.numpy(), np.maximum(x_np * 2 + 1, 0) - np.exp(x_np), atol=1e-6)
+    assert _builds() == 0 and jt.stats()["kernels_run"] == 3
 
 
 def test_second_process_compiles_nothing(tmp_path):

@@ -7,7 +7,7 @@ input, conv_windows' gathered col2im (no scatter-add).
 
 A map smaller than the kernel's live window (ResNet's 2x2 stage on MNIST: 4 pixels under 9 taps)
 is cheaper as one dense product, ``x`` as (N, C*H*W) times the weight spread over every (input
-pixel, output pixel) pair (``_spread_weight``): no windows to gather, and 4/9 of the work.
+pixel, output pixel) pair (``conv_spread``): no windows to gather, and 4/9 of the work.
 
     >>> import jtmini as jt
     >>> from jtmini import nn
@@ -20,8 +20,7 @@ import math
 from dataclasses import dataclass
 
 from .. import init
-from ..ops.window import conv_windows, exact_quotient
-from ..var import Var
+from ..ops.window import conv_spread, conv_windows
 from .module import Module
 
 
@@ -89,7 +88,7 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     n, out_hw = x.shape[0], (hax.out, wax.out)
     if groups == 1 and _dense_is_cheaper(x.shape[2:], hax, wax):
         # (N, C*H*W) @ (C*H*W, O*Ho*Wo): both are plain reshapes, and so is the NCHW result
-        spread = _spread_weight(weight, x.shape[2:], hax, wax)
+        spread = conv_spread(weight, x.shape[2:], out_hw, (s_h, s_w), (p_h, p_w), (d_h, d_w))
         out = (x.reshape(n, -1) @ spread.reshape(-1, o * hax.out * wax.out)).reshape(n, o, *out_hw)
     else:
         # (O, K) @ (K, N*Ho*Wo): the weight and its gradient stay in their (O, C, kh, kw) layout,
@@ -116,18 +115,6 @@ def _weight_matrix(weight, groups, hax, wax):
 def _dense_is_cheaper(hw, hax, wax):
     """The dense product costs C*H*W*O*Ho*Wo multiply-adds, im2col C*taps*O*Ho*Wo."""
     return hw[0] * hw[1] < hax.taps * wax.taps
-
-
-def _spread_weight(weight, hw, hax, wax):
-    """``spread[c, h, w, o, ho, wo]``: the weight tap joining input pixel (h, w) to output pixel
-    (ho, wo), 0 where none does: tap ``kh = (h - ho*stride + padding) / dilation`` when that
-    divides evenly and is a tap. A gather (a reindex); its gradient scatters back onto the taps."""
-    o, c = weight.shape[:2]
-    exprs, conditions = ["i3", "i0"], []
-    for k, ax in enumerate((hax, wax)):
-        exprs.append(exact_quotient(f"i{1 + k}-{ax.stride}*i{4 + k}+{ax.padding}", ax.dilation, conditions))
-    return Var.node("reindex", [weight], shape=(c, *hw, o, hax.out, wax.out), exprs=tuple(exprs),
-                    overflow_value=0, conditions=tuple(conditions))
 
 
 class Conv2d(Module):

@@ -8,8 +8,10 @@
 """
 import math
 
+import numpy as np
+
 from .. import init, world
-from ..creation import full
+from ..creation import array
 from ..ops.collective import mpi_all_reduce_many
 from . import functional as F
 from .module import Module
@@ -80,9 +82,10 @@ class BatchNorm(Module):
         The variance is E[x^2] - E[x]^2: two reductions that can run side by side, and one pair of
         numbers per channel to combine over ranks."""
         dims = (0,) + tuple(range(2, x.ndim))
-        mean, mean_sq = x.mean(dims=dims, keepdims=True), (x * x).mean(dims=dims, keepdims=True)
-        mean, mean_sq, count = self._sync_statistics(mean, mean_sq, x.numel() // self.num_features)
-        return mean, mean_sq - mean * mean, count
+        sums, square_sums = x.sum(dims=dims, keepdims=True), (x * x).sum(dims=dims, keepdims=True)
+        sums, square_sums, count = self._sync_sums(sums, square_sums, x.numel() // self.num_features)
+        mean = sums / count
+        return mean, square_sums / count - mean * mean, count
 
     def _update_running(self, mean, var, count):
         """Move the running statistics toward this batch's (no gradient flows through assign)."""
@@ -91,23 +94,23 @@ class BatchNorm(Module):
         self.running_mean.assign(self.running_mean * (1 - m) + mean.reshape(c) * m)
         self.running_var.assign(self.running_var * (1 - m) + unbiased * m)
 
-    def _sync_statistics(self, mean, mean_sq, count):
-        """Under mpirun with ``sync``: the global batch's ``mean`` and ``mean_sq`` from each rank's,
-        and the global ``count`` (a 0-d Var). Identity otherwise.
+    def _sync_sums(self, sums, square_sums, count):
+        """Under mpirun with ``sync``: the per-channel sums and sums of squares over the global
+        batch, and its ``count`` of values per channel (a 0-d Var), from each rank's. Identity
+        otherwise.
 
-        Ranks are weighted by ``count``, the values per channel on this rank, not averaged: the
-        Dataset's shards differ by one sample when the global batch is not divisible by
-        world_size, and a plain mean of means would then differ from one process on the whole
-        batch. One all-reduce of (count * mean, count * mean_sq, count), i.e. one MPI call.
+        Summing (not averaging per-rank means) weights each rank by its count: the Dataset's shards
+        differ by one sample when the global batch is not divisible by world_size, and a plain mean
+        of means would then differ from one process on the whole batch. The reductions themselves
+        are the all-reduce's inputs and the count is a constant, so syncing adds one MPI call and no
+        kernels.
 
-            # rank 0: count 2, mean [1.]    rank 1: count 6, mean [3.]
-            # both ranks after the call: mean [(2 * 1 + 6 * 3) / 8] = [2.5], count 8
+            # rank 0: count 2, sums [2.]    rank 1: count 6, sums [18.]
+            # both ranks after the call: sums [20.], count 8 (mean 2.5)
         """
         if not (self.sync and world.in_mpi):
-            return mean, mean_sq, count
-        sums = mpi_all_reduce_many([mean * count, mean_sq * count, full((), count, mean.dtype)], "add")
-        total = sums[2]
-        return sums[0] / total, sums[1] / total, total
+            return sums, square_sums, count
+        return mpi_all_reduce_many([sums, square_sums, array(np.array(count, sums.dtype))], "add")
 
 
 def _bessel(count):

@@ -13,6 +13,11 @@ misses read 0 through a ``%`` condition), and the taps' gathers are added. That 
 kernel: each ``dx`` element written by one thread in a fixed order (parallel, deterministic, no
 scatter), with the tap index compiled in, and it fuses with the rest of the backward pass (the
 residual add, relu's mask) where a reduce would end the kernel.
+
+``conv_spread(weight)`` is the other way to lay a convolution out for one matrix product, for maps
+smaller than the kernel: ``spread[c, h, w, o, ho, wo]`` is the weight tap joining input pixel
+``(h, w)`` to output pixel ``(ho, wo)``, 0 where none does. Its gradient is again a gather (each
+tap's entries, one per output pixel, summed), not a scatter onto the taps.
 """
 from ..var import Var
 from .registry import IndexMap, OpSpec, register
@@ -93,3 +98,45 @@ def conv_windows(x, out_hw, taps, stride, padding, dilation, first=(0, 0)):
     n, c = x.shape[:2]
     return Var.node("conv_windows", [x], shape=(c, *taps, n, *out_hw), stride=tuple(stride),
                     padding=tuple(padding), dilation=tuple(dilation), first=tuple(first))
+
+
+def _spread_infer(inputs, a):
+    weight = inputs[0]
+    c, _, _, o, _, _ = a["shape"]
+    if weight.ndim != 4 or weight.shape[:2] != (o, c):
+        raise ValueError(f"conv_spread: shape {a['shape']} does not fit weight {weight.shape}")
+    return a["shape"], weight.dtype
+
+
+def _spread_index(a, nin, nout):
+    """Output (c, h, w, o, ho, wo) -> weight (o, c, kh, kw), tap ``kh = (h - ho*s + p) / d`` when
+    that divides evenly (checked: a tap out of range reads 0)."""
+    exprs, conditions = ["i3", "i0"], []
+    for k, (s, p, d, _) in enumerate(_axes(a)):
+        exprs.append(exact_quotient(_affine((1, f"i{1 + k}"), (-s, f"i{4 + k}"), (p, "")), d, conditions))
+    return IndexMap(tuple(exprs), checked=True, overflow_value=0, conditions=tuple(conditions))
+
+
+def _spread_grad(dspread, out, inputs, a):
+    """``dweight[o, c, kh, kw]`` = the sum over output pixels of the entries tap (kh, kw) filled."""
+    o, c, kh, kw = inputs[0].shape
+    out_hw = out.shape[4:]
+    rows = [_affine((s, f"i{4 + k}"), (d, f"i{2 + k}"), (-p, "")) for k, (s, p, d, _) in enumerate(_axes(a))]
+    per_pixel = Var.node("reindex", [dspread], shape=(o, c, kh, kw, *out_hw), exprs=("i1", *rows, "i0", "i4", "i5"),
+                         overflow_value=0, conditions=())
+    return [per_pixel.sum(dims=(4, 5))]
+
+
+register(OpSpec("conv_spread", "reindex", infer=_spread_infer, index=_spread_index, grad=_spread_grad))
+
+
+def conv_spread(weight, in_hw, out_hw, stride, padding, dilation):
+    """The (C, H, W, O, Ho, Wo) spread of an (O, C, kh, kw) conv weight (see the module doc), so
+    that ``x.reshape(N, C*H*W) @ spread.reshape(C*H*W, O*Ho*Wo)`` is the convolution.
+
+    >>> conv_spread(jt.randn(8, 4, 3, 3), (2, 2), (2, 2), (1, 1), (1, 1), (1, 1)).shape
+    (4, 2, 2, 8, 2, 2)
+    """
+    o, c = weight.shape[:2]
+    return Var.node("conv_spread", [weight], shape=(c, *in_hw, o, *out_hw), stride=tuple(stride),
+                    padding=tuple(padding), dilation=tuple(dilation), first=(0, 0))
