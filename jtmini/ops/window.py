@@ -19,6 +19,8 @@ smaller than the kernel: ``spread[c, h, w, o, ho, wo]`` is the weight tap joinin
 ``(h, w)`` to output pixel ``(ho, wo)``, 0 where none does. Its gradient is again a gather (each
 tap's entries, one per output pixel, summed), not a scatter onto the taps.
 """
+import itertools
+
 from ..var import Var
 from .registry import IndexMap, OpSpec, register
 
@@ -118,13 +120,18 @@ def _spread_index(a, nin, nout):
 
 
 def _spread_grad(dspread, out, inputs, a):
-    """``dweight[o, c, kh, kw]`` = the sum over output pixels of the entries tap (kh, kw) filled."""
+    """``dweight[o, c, kh, kw]`` = the sum over output pixels ``(ho, wo)`` of the entry tap
+    (kh, kw) filled there: one gather per output pixel, added in one elementwise kernel (the
+    dense path runs on maps of a few pixels). Built in (c, kh, kw, o) order, which reads
+    ``dspread`` (c, h, w, o, ho, wo) nearly in its own order, then permuted: a view."""
     o, c, kh, kw = inputs[0].shape
-    out_hw = out.shape[4:]
-    rows = [_affine((s, f"i{4 + k}"), (d, f"i{2 + k}"), (-p, "")) for k, (s, p, d, _) in enumerate(_axes(a))]
-    per_pixel = Var.node("reindex", [dspread], shape=(o, c, kh, kw, *out_hw), exprs=("i1", *rows, "i0", "i4", "i5"),
-                         overflow_value=0, conditions=())
-    return [per_pixel.sum(dims=(4, 5))]
+    total = None
+    for ho, wo in itertools.product(*(range(n) for n in out.shape[4:])):
+        rows = [_affine((d, f"i{1 + k}"), (s * at - p, "")) for k, ((s, p, d, _), at) in enumerate(zip(_axes(a), (ho, wo)))]
+        tap = Var.node("reindex", [dspread], shape=(c, kh, kw, o), exprs=("i0", *rows, "i3", str(ho), str(wo)),
+                       overflow_value=0, conditions=())
+        total = tap if total is None else total + tap
+    return [total.permute(3, 0, 1, 2)]
 
 
 register(OpSpec("conv_spread", "reindex", infer=_spread_infer, index=_spread_index, grad=_spread_grad))
