@@ -20,7 +20,8 @@ def realize(targets):
         return
     steps = schedule.plan(todo)
     runtime = _runtime()
-    compiled = runtime.build([s for s in steps if isinstance(s, schedule.Kernel)])
+    kernels = [s for s in steps if isinstance(s, schedule.Kernel)]
+    compiled = runtime.build(kernels) if kernels else {}
     _run(steps, compiled, seen, runtime)
 
 

@@ -22,6 +22,7 @@ MPI_COMM_WORLD with mpi4py.
 import collections
 import ctypes
 import functools
+import math
 import sys
 
 import numpy as np
@@ -108,12 +109,11 @@ def issue(v, arrays):
     """Run the collective of node ``v`` on this rank's input buffers; returns the output."""
     out = _output(v.shape, v.dtype)
     args = _arguments(v, arrays, out)
-    signature = describe(v)
-    mpi_guard.check_same(comm(), signature)
-    with mpi_guard.watch(f"{signature} on rank {world.rank}"):
+    mpi_guard.check_same(comm(), lambda: describe(v))
+    with mpi_guard.watch(lambda: f"{describe(v)} on rank {world.rank}"):
         err = _kernels()[v.op](*args)
     if err != 0:
-        raise RuntimeError(f"{signature} failed on rank {world.rank}: MPI error code {err}")
+        raise RuntimeError(f"{describe(v)} failed on rank {world.rank}: MPI error code {err}")
     counters.bump("mpi_calls")
     return out
 
@@ -123,7 +123,7 @@ def _output(shape, dtype):
     pages pays a page fault per page (a 16 MB all_reduce took 30 ms instead of 12 ms on a 2-core
     VM), and the same shapes come back every training step. A pooled array is handed out again only
     when the pool holds the sole reference (CPython's refcount): no Var, view or user keeps it."""
-    if np.prod(shape, dtype=np.int64) * np.dtype(dtype).itemsize < _RECYCLE_BYTES:
+    if math.prod(shape) * np.dtype(dtype).itemsize < _RECYCLE_BYTES:
         return np.empty(shape, dtype)
     pool = _recycled.setdefault((tuple(shape), dtype), collections.deque(maxlen=2))
     for k in range(len(pool)):

@@ -15,7 +15,6 @@
     #     rank 1: program exit
     # otherwise, after JTMINI_MPI_TIMEOUT s -> rank 0: mpi_all_reduce(...) did not complete ...
 """
-import contextlib
 import os
 import sys
 import threading
@@ -78,7 +77,7 @@ class _Watchdog:
         while True:
             armed = self._armed
             if armed is not None and time.monotonic() > armed[0]:
-                abort(f"{armed[1]} did not complete within {armed[2]:g} s (JTMINI_MPI_TIMEOUT): another "
+                abort(f"{_text(armed[1])} did not complete within {armed[2]:g} s (JTMINI_MPI_TIMEOUT): another "
                       "rank is probably not making this call (an MPI call inside `if jt.rank == ...`?); "
                       "aborting the MPI job")
             time.sleep(self.POLL_S)
@@ -87,20 +86,31 @@ class _Watchdog:
 _watchdog = _Watchdog()
 
 
-@contextlib.contextmanager
-def watch(what):
-    """Abort the job if the block has not finished within ``JTMINI_MPI_TIMEOUT`` seconds."""
-    _watchdog.arm(what, timeout_s())
-    try:
-        yield
-    finally:
+class watch:
+    """``with watch(what):`` aborts the job if the block has not finished within
+    ``JTMINI_MPI_TIMEOUT`` seconds. ``what`` is the description, or a function that makes it
+    (called only if the watchdog fires: a hot loop of small collectives should not format strings)."""
+
+    def __init__(self, what):
+        self.what = what
+
+    def __enter__(self):
+        _watchdog.arm(self.what, timeout_s())
+
+    def __exit__(self, *exc):
         _watchdog.disarm()
 
 
+def _text(what):
+    return what() if callable(what) else what
+
+
 def check_same(comm, signature):
-    """In debug mode, raise MPIMismatchError on every rank unless all ranks pass equal signatures."""
+    """In debug mode, raise MPIMismatchError on every rank unless all ranks pass equal signatures
+    (``signature``: a string, or a function making it, called only in debug mode)."""
     if not debug_enabled():
         return
+    signature = _text(signature)
     with watch(f"debug check before {signature} on rank {world.rank}"):
         signatures = comm.allgather(signature)
     if any(s != signatures[0] for s in signatures):
