@@ -84,7 +84,8 @@ def generate(kernel, dialect="cpu"):
 
 
 class _Builder:
-    """Renders one kernel from its signature alone (so equal signatures give equal source)."""
+    """Renders one kernel from its signature and any dims compiled in (so equal keys give equal
+    source)."""
 
     def __init__(self, sig, dialect="cpu", dims=None):
         self.kind, self.ins, self.nodes = sig
@@ -235,7 +236,8 @@ class _Builder:
         else:
             numel, loops, idx = " * ".join(dims) or "1", self.loops(dims), [f"i{d}" for d in range(len(dims))]
         value = self.value(root, idx)
-        return {"numel": numel, "loops": loops, "collapse": _collapse([self.known(n) for _, n in loops]), "value": value,
+        collapse = _collapse([self.known(n) for _, n in loops])
+        return {"numel": numel, "loops": loops, "collapse": collapse, "value": value,
                 "out_index": self.offset(root, idx, False)}
 
     def build_reduce(self, root, arg=False):

@@ -126,10 +126,12 @@ def _spread_grad(dspread, out, inputs, a):
     ``dspread`` (c, h, w, o, ho, wo) nearly in its own order, then permuted: a view."""
     o, c, kh, kw = inputs[0].shape
     total = None
-    for ho, wo in itertools.product(*(range(n) for n in out.shape[4:])):
-        rows = [_affine((d, f"i{1 + k}"), (s * at - p, "")) for k, ((s, p, d, _), at) in enumerate(zip(_axes(a), (ho, wo)))]
-        tap = Var.node("reindex", [dspread], shape=(c, kh, kw, o), exprs=("i0", *rows, "i3", str(ho), str(wo)),
-                       overflow_value=0, conditions=())
+    for pixel in itertools.product(*(range(n) for n in out.shape[4:])):
+        # input row (col) that tap i1 (i2) reads for this output pixel: pixel*s - p + tap*d
+        rows = [_affine((d, f"i{1 + k}"), (s * at - p, ""))
+                for k, ((s, p, d, _), at) in enumerate(zip(_axes(a), pixel))]
+        tap = Var.node("reindex", [dspread], shape=(c, kh, kw, o), overflow_value=0, conditions=(),
+                       exprs=("i0", *rows, "i3", *map(str, pixel)))
         total = tap if total is None else total + tap
     return [total.permute(3, 0, 1, 2)]
 
