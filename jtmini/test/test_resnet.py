@@ -36,6 +36,7 @@ from jtmini.models import Resnet18
 # Calibrated on this recipe: after 600 iterations (one epoch) the last-50 mean loss was 0.098 and
 # test accuracy 0.973 (jtmini); PyTorch with three seeds gave 0.090-0.127 and 0.967-0.977. Before
 # one epoch accuracy still swings (0.85-0.97 between 300 and 500 iterations), hence the default.
+# Rounding alone moves the end point: later jtmini builds gave 0.955-0.973 at 600 iterations.
 LOSS_LIMIT = float(os.environ.get("TEST_LOSS_LIMIT", 0.25))
 ACCURACY_FLOOR = float(os.environ.get("TEST_ACCURACY_FLOOR", 0.95))
 
