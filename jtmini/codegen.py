@@ -38,10 +38,15 @@ class KernelCode:
     def arguments(self, kernel):
         """``(ints, floats)`` for a launch of ``kernel``: every dim of its inputs and nodes, then
         the integer constants (``ip``); the float constants (``fp``)."""
-        ints = [d for v in kernel.inputs for d in v.shape] + [d for v in kernel.nodes for d in v.shape]
+        ints = list(kernel_dims(kernel))
         ints += [int(kernel.nodes[k].attrs["value"]) for k in self.int_consts]
         floats = [float(kernel.nodes[k].attrs["value"]) for k in self.float_consts]
         return ints, floats
+
+
+def kernel_dims(kernel):
+    """Every dim of a kernel's inputs, then of its nodes: the values of its dim symbols, in order."""
+    return tuple(d for v in kernel.inputs for d in v.shape) + tuple(d for v in kernel.nodes for d in v.shape)
 
 
 def _structural(v):
@@ -73,9 +78,7 @@ def generate(kernel, dialect="cpu"):
     """The KernelCode of a schedule.Kernel in ``dialect``: "cpu" (C++ with OpenMP) or "cuda"
     (memoised on the dialect, the signature and any dims compiled in)."""
     sig = signature(kernel)
-    dims = None
-    if flags.specialize_shapes and not is_flat(sig):
-        dims = tuple(d for v in kernel.inputs for d in v.shape) + tuple(d for v in kernel.nodes for d in v.shape)
+    dims = kernel_dims(kernel) if flags.specialize_shapes and not is_flat(sig) else None
     key = (dialect, sig, dims)
     code = _memo.get(key)
     if code is None:
@@ -95,10 +98,6 @@ class _Builder:
         self.symbols = [f"in{k}_{d}" for k, (_, nd) in enumerate(self.ins) for d in range(nd)]
         self.symbols += [f"t{k}_{d}" for k, node in enumerate(self.nodes) for d in range(node[3])]
         self.dims_in_source = dims      # each symbol's value, or None: read from ip at run time
-
-    def in_ndim(self, ref):
-        kind, k = ref
-        return self.ins[k][1] if kind == "in" else self.nodes[k][3]
 
     def dims(self, ref):
         kind, k = ref

@@ -173,6 +173,7 @@ def _host_id():
     return "\n".join([platform.machine(), *lines.values()])
 
 
+@functools.lru_cache(maxsize=None)     # training steps look the same kernels up every step
 def _key(source, tc):
     parts = [source, shlex.join(_argv(tc, "SRC", "OUT")), tc.version, VERSION, _host_id()]
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()

@@ -16,7 +16,6 @@ from ..flags import flags
 from ..ops.registry import OPS
 
 _loaded = {}
-_functions = {}      # (cache dir, source) -> loaded kernel: a step that runs built kernels hashes nothing
 # Idle OpenMP workers spin by default, and spinning workers starve the threads that run the
 # matrix products between kernels (2-thread training ran 2x slower). Read by libgomp when the first kernel loads; a value
 # the user set wins.
@@ -26,11 +25,8 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 def build(kernels):
     """``{id(kernel): (KernelCode, function)}``, compiling the missing kernels in parallel."""
     codes = [codegen.generate(k) for k in kernels]
-    cache_dir = flags.cache_dir
-    missing = list(dict.fromkeys(c.source for c in codes if (cache_dir, c.source) not in _functions))
-    for source, path in zip(missing, compiler.build_many([(s, False) for s in missing])):
-        _functions[(cache_dir, source)] = load(path)
-    return {id(k): (c, _functions[(cache_dir, c.source)]) for k, c in zip(kernels, codes)}
+    paths = compiler.build_many([(c.source, False) for c in codes])
+    return {id(k): (c, load(p)) for k, c, p in zip(kernels, codes, paths)}
 
 
 def load(path):
