@@ -7,6 +7,7 @@ import numpy as np
 
 C_TYPES = {"bool": "bool", "int32": "int32_t", "int64": "int64_t",
            "float32": "float", "float64": "double"}
+SIZES = {name: np.dtype(name).itemsize for name in C_TYPES}     # bytes per element
 _ORDER = ["bool", "int32", "int64", "float32", "float64"]
 _ALIASES = {"float": "float32", "int": "int32", "bool_": "bool", "double": "float64", "long": "int64"}
 DEFAULT_FLOAT = "float32"

@@ -41,29 +41,31 @@ _SPECS = {
     "use_cuda": (False, _parse_bool, "run on the GPU (CUDA backend)"),
     "specialize_shapes": (True, _parse_bool,
                           "compile dims into kernels with index math (faster; each new shape compiles anew)"),
+    "mpi_timeout": (300.0, float, "seconds a blocking MPI call may take before the watchdog aborts the job"),
+    "mpi_debug": (False, _parse_bool, "check before every MPI call that all ranks make the same call"),
 }
 
 
 class Flags:
-    """Attribute access to the flags; unknown names raise AttributeError naming the known ones."""
+    """Attribute access to the flags; unknown names raise AttributeError naming the known ones.
 
-    def __init__(self):
-        object.__setattr__(self, "_values", {})
+    A flag's value lives in the instance ``__dict__`` once read or set, so reading it is a plain
+    attribute lookup (kernels read ``num_threads`` on every launch); ``__getattr__`` runs only for
+    a flag not looked at yet, to take it from the environment or its default."""
 
     def __getattr__(self, name):
-        values = object.__getattribute__(self, "_values")
-        if name not in values:
-            if name not in _SPECS:
-                raise AttributeError(f"unknown flag {name!r}; known flags: {', '.join(sorted(_SPECS))}")
-            default, parse, _ = _SPECS[name]
-            env = os.environ.get("JTMINI_" + name.upper())
-            values[name] = parse(env) if env is not None else (default() if callable(default) else default)
-        return values[name]
+        if name not in _SPECS:
+            raise AttributeError(f"unknown flag {name!r}; known flags: {', '.join(sorted(_SPECS))}")
+        default, parse, _ = _SPECS[name]
+        env = os.environ.get("JTMINI_" + name.upper())
+        value = parse(env) if env is not None else (default() if callable(default) else default)
+        object.__setattr__(self, name, value)
+        return value
 
     def __setattr__(self, name, value):
         if name not in _SPECS:
             raise AttributeError(f"unknown flag {name!r}; known flags: {', '.join(sorted(_SPECS))}")
-        self._values[name] = value
+        object.__setattr__(self, name, value)
 
     def __dir__(self):
         return sorted(_SPECS)
@@ -71,7 +73,7 @@ class Flags:
     @staticmethod
     def doc():
         """One line per flag: name, environment variable, meaning."""
-        return "\n".join(f"{n:<14} JTMINI_{n.upper():<16} {d}" for n, (_, _, d) in _SPECS.items())
+        return "\n".join(f"{n:<17} JTMINI_{n.upper():<19} {d}" for n, (_, _, d) in _SPECS.items())
 
 
 flags = Flags()

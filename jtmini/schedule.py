@@ -75,6 +75,8 @@ def _expands(v):
 
 def plan(targets):
     """The steps computing ``targets`` (Kernel / LibraryCall / Collective), in a valid order."""
+    if len(targets) == 1 and all(inp._data is not None for inp in targets[0].inputs):
+        return [_step(targets[0], _is_buffer(()))]     # one op on buffers: eager use, a collective
     order = topo_order(targets)
     uses = {}
     for v in order:

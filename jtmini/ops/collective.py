@@ -25,6 +25,7 @@ rank 0 holds ``[1, 2]``, rank 1 holds ``[3, 4]``.
 import numpy as np
 
 from .. import dtypes, world
+from ..runtime import mpi as runtime_mpi
 from ..var import Var
 from .registry import OpSpec, export, register
 
@@ -134,9 +135,8 @@ for _name, (_shape, _blocks, _grad) in _DECLARED.items():
 
 def _node(name, inputs, **attrs):
     """Build and queue a collective node (runtime/mpi.py issues queued nodes in creation order)."""
-    from ..runtime import mpi
     v = Var.node(name, inputs, **attrs)
-    mpi.enqueue(v)
+    runtime_mpi.enqueue(v)
     return v
 
 

@@ -1,9 +1,9 @@
 """Liveness for MPI jobs: one rank's mistake should end the job with a readable error, not a hang.
 
 - ``watch(what)``: a watchdog. A blocking MPI call that has not returned within
-  ``JTMINI_MPI_TIMEOUT`` seconds (default 300) prints ``what`` (op, shape, dtype, rank) and calls
+  ``JTMINI_MPI_TIMEOUT`` seconds (``flags.mpi_timeout``, default 300) prints ``what`` (op, shape, dtype, rank) and calls
   ``MPI_Abort``, which ends every rank.
-- ``check_same(comm, signature)``: with ``JTMINI_MPI_DEBUG=1``, every rank shares the signature of
+- ``check_same(comm, signature)``: with ``JTMINI_MPI_DEBUG=1`` (``flags.mpi_debug``), every rank shares the signature of
   the call it is about to make (op, shape, dtype, root) and all raise ``MPIMismatchError`` when
   they differ: the ``if jt.rank == 0: x.mpi_all_reduce()`` deadlock becomes an error on every rank.
 - ``install_excepthook()``: an uncaught exception on any rank prints its traceback prefixed with
@@ -22,18 +22,11 @@ import time
 import traceback
 
 from .. import world
+from ..flags import flags
 
 
 class MPIMismatchError(RuntimeError):
     """Ranks were about to make different MPI calls (raised on every rank, in debug mode)."""
-
-
-def timeout_s():
-    return float(os.environ.get("JTMINI_MPI_TIMEOUT", "300"))
-
-
-def debug_enabled():
-    return os.environ.get("JTMINI_MPI_DEBUG", "0").strip().lower() not in ("", "0", "false", "no", "off")
 
 
 def _rank_tag():
@@ -95,7 +88,7 @@ class watch:
         self.what = what
 
     def __enter__(self):
-        _watchdog.arm(self.what, timeout_s())
+        _watchdog.arm(self.what, flags.mpi_timeout)
 
     def __exit__(self, *exc):
         _watchdog.disarm()
@@ -108,7 +101,7 @@ def _text(what):
 def check_same(comm, signature):
     """In debug mode, raise MPIMismatchError on every rank unless all ranks pass equal signatures
     (``signature``: a string, or a function making it, called only in debug mode)."""
-    if not debug_enabled():
+    if not flags.mpi_debug:
         return
     signature = _text(signature)
     with watch(f"debug check before {signature} on rank {world.rank}"):
