@@ -173,9 +173,8 @@ class _Builder:
         return self.let(ctype, f"({' && '.join(conds)}) ? {inner} : ({ctype})({imap.overflow_value})")
 
     def substituter(self, idx, xdims, ydims, extras):
-        def extra(match):
-            args = [subst(a.strip()) for a in match.group(2).split(",")]
-            return self.value(extras[int(match.group(1))], args)
+        def extra(k, args):
+            return self.value(extras[k], [subst(a) for a in args])
 
         def name(match):
             kind, k = match.group(1), int(match.group(2))
@@ -185,7 +184,7 @@ class _Builder:
             return f"({table[k]})"
 
         def subst(expr):
-            expr = re.sub(r"@e(\d+)\(([^()]*)\)", extra, expr)
+            expr = _replace_extras(expr, extra)
             return re.sub(r"\b(i|xshape|yshape)(\d+)\b", name, expr)
         return subst
 
@@ -304,6 +303,32 @@ def _collapse(bounds):
             break
         count += 1
     return count
+
+
+def _replace_extras(expr, extra):
+    """``expr`` with every ``@eK(arg, ...)`` replaced by ``extra(K, [arg, ...])``; arguments may
+    hold parentheses, and further ``@e`` reads (left for ``extra`` to replace).
+
+    >>> _replace_extras("@e0(i0, (i1+1)/2) + 1", lambda k, args: f"E{k}{args}")
+    "E0['i0', '(i1+1)/2'] + 1"
+    """
+    out, pos = [], 0
+    for match in re.finditer(r"@e(\d+)\(", expr):
+        if match.start() < pos:           # inside the arguments of an outer read: done there
+            continue
+        args, depth, start = [], 1, match.end()
+        for end in range(match.end(), len(expr)):
+            depth += {"(": 1, ")": -1}.get(expr[end], 0)
+            if depth == 0 or (depth == 1 and expr[end] == ","):
+                args.append(expr[start:end].strip())
+                start = end + 1
+                if depth == 0:
+                    break
+        else:
+            raise ValueError(f"unbalanced parentheses after @e{match.group(1)} in index expression {expr!r}")
+        out += [expr[pos:match.start()], extra(int(match.group(1)), args)]
+        pos = end + 1
+    return "".join(out) + expr[pos:]
 
 
 def _row_major(idx, dims):

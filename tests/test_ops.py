@@ -702,6 +702,20 @@ def test_reindex_extras_gather(rng):
     assert_var(g, expected_g)
 
 
+def test_reindex_extras_take_expressions_with_parentheses_and_nested_reads(rng):
+    x_np = rng.standard_normal((6, 4)).astype(np.float32)
+    rows_np = np.array([5, 3, 1], np.int32)
+    order_np = np.array([2, 0, 1], np.int32)
+    x, rows, order = jt.array(x_np), jt.array(rows_np), jt.array(order_np)
+    # y[i, j] = x[rows[(i + 1) % 3] - 1, j];  z[i, j] = x[rows[order[i]], j]
+    y = x.reindex([3, 4], ["@e0((i0+1)%3) - 1", "i1"], extras=[rows])
+    assert_var(y, x_np[rows_np[(np.arange(3) + 1) % 3] - 1])
+    z = x.reindex([3, 4], ["@e0(@e1(i0))", "i1"], extras=[rows, order])
+    assert_var(z, x_np[rows_np[order_np]])
+    with pytest.raises(ValueError, match="unbalanced parentheses"):
+        x.reindex([3, 4], ["@e0((i0", "i1"], extras=[rows]).sync()
+
+
 def test_reindex_grad_numeric(rng):
     x_np = rng.standard_normal((3, 4))
 
