@@ -5,7 +5,7 @@
     python3 tools/bench_mpi.py --no-train      # skip the training table (about 1 minute)
 
 All-reduce: ``x.mpi_all_reduce()`` against mpi4py ``Allreduce`` on the same buffers. Each size
-is timed as the median of several repetitions, after a warm-up (the kernel library is compiled
+is timed as the median of many repetitions, the two taking turns, after a warm-up (the kernel library is compiled
 once and cached). jtmini's time includes everything a user pays: building the lazy node,
 scheduling it, allocating the (immutable) output and the MPI call. Target: ratio (mpi4py time /
 jtmini time) >= 0.9 from 1 MB up.
@@ -30,16 +30,19 @@ MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
            "OMPI_MCA_oob_tcp_if_include": "lo", "JTMINI_NUM_THREADS": "1"}
 
 
-def _median_seconds(fn, comm, reps):
+def _median_seconds(fns, comm, reps):
+    """Median time of one call of each of ``fns``, timed in turns (a barrier before every call)
+    so that a slow spell of a shared machine falls on all of them alike."""
     from mpi4py import MPI
-    times = []
+    times = [[] for _ in fns]
     for _ in range(reps):
-        comm.Barrier()
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
+        for fn, spent in zip(fns, times):
+            comm.Barrier()
+            start = time.perf_counter()
+            fn()
+            spent.append(time.perf_counter() - start)
     # the slowest rank decides how long a collective takes
-    return comm.allreduce(statistics.median(times), op=MPI.MAX)
+    return [comm.allreduce(statistics.median(spent), op=MPI.MAX) for spent in times]
 
 
 def measure():
@@ -52,10 +55,10 @@ def measure():
     for label, nbytes in SIZES.items():
         data = np.random.default_rng(jt.rank).standard_normal(nbytes // 4).astype("float32")
         x, out = jt.array(data), np.empty_like(data)
-        reps = 30 if nbytes <= 1 << 20 else 8
+        reps = 200 if nbytes <= 1 << 20 else 16
         x.mpi_all_reduce().sync()                                   # warm-up: MPI, kernel library
-        ours = _median_seconds(lambda: x.mpi_all_reduce().sync(), comm, reps)
-        raw = _median_seconds(lambda: comm.Allreduce(data, out), comm, reps)
+        ours, raw = _median_seconds([lambda: x.mpi_all_reduce().sync(), lambda: comm.Allreduce(data, out)],
+                                    comm, reps)
         if jt.rank == 0:
             print(json.dumps({"ranks": jt.world_size, "size": label, "mpi4py_ms": raw * 1e3,
                               "jtmini_ms": ours * 1e3, "ratio": raw / ours}), flush=True)
