@@ -13,7 +13,9 @@ creation order, which is program order and so the same on every rank:
     # both: a == x summed over ranks, b == rank 0's y
 
 A queued collective is issued exactly once and keeps its value, even when nothing on this rank
-reads it: other ranks may need it (``flush`` runs at exit as well).
+reads it: other ranks may need it (``flush`` runs at exit as well). So a collective whose inputs
+already have values, built while nothing older is queued, is issued right away: program order is
+kept, and an eager call pays no scheduling.
 
 MPI itself starts on the first collective (``import mpi4py.MPI``), never at ``import jtmini``. The
 kernel library (``templates/cpu/collective.cc.j2``) is compiled with mpicc and shares
