@@ -1,11 +1,12 @@
 """Liveness for MPI jobs: one rank's mistake should end the job with a readable error, not a hang.
 
 - ``watch(what)``: a watchdog. A blocking MPI call that has not returned within
-  ``JTMINI_MPI_TIMEOUT`` seconds (``flags.mpi_timeout``, default 300) prints ``what`` (op, shape, dtype, rank) and calls
-  ``MPI_Abort``, which ends every rank.
-- ``check_same(comm, signature)``: with ``JTMINI_MPI_DEBUG=1`` (``flags.mpi_debug``), every rank shares the signature of
-  the call it is about to make (op, shape, dtype, root) and all raise ``MPIMismatchError`` when
-  they differ: the ``if jt.rank == 0: x.mpi_all_reduce()`` deadlock becomes an error on every rank.
+  ``JTMINI_MPI_TIMEOUT`` seconds (``flags.mpi_timeout``, default 300) prints ``what`` (op, shape,
+  dtype, rank) and calls ``MPI_Abort``, which ends every rank.
+- ``check_same(comm, signature)``: with ``JTMINI_MPI_DEBUG=1`` (``flags.mpi_debug``), every rank
+  shares the signature of the call it is about to make (op, shape, dtype, root) and all raise
+  ``MPIMismatchError`` when they differ: the ``if jt.rank == 0: x.mpi_all_reduce()`` deadlock
+  becomes an error on every rank.
 - ``install_excepthook()``: an uncaught exception on any rank prints its traceback prefixed with
   the rank and aborts the whole job, instead of leaving the other ranks waiting forever.
 
