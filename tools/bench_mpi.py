@@ -5,10 +5,10 @@
     python3 tools/bench_mpi.py --no-train      # skip the training table (about 1 minute)
 
 All-reduce: ``x.mpi_all_reduce()`` against mpi4py ``Allreduce`` on the same buffers. Each size
-is timed as the median of many repetitions, the two taking turns, after a warm-up (the kernel library is compiled
-once and cached). jtmini's time includes everything a user pays: building the lazy node,
-scheduling it, allocating the (immutable) output and the MPI call. Target: ratio (mpi4py time /
-jtmini time) >= 0.9 from 1 MB up.
+is timed as the median of many repetitions, the two taking turns, after a warm-up (the kernel
+library is compiled once and cached). jtmini's time includes everything a user pays: building the
+lazy node, scheduling it, allocating the (immutable) output and the MPI call. Target: ratio
+(mpi4py time / jtmini time) >= 0.9 from 1 MB up.
 
 Training: the test_resnet recipe (ResNet-18, MNIST, global batch 100, SGD momentum) for a few
 steps after a warm-up, as one plain process with one thread against ``mpirun -np 2`` with one
