@@ -22,8 +22,6 @@ that made them.
 The examples below run on 2 ranks with ``x = jt.array([1., 2.]) + 2 * jt.rank``:
 rank 0 holds ``[1, 2]``, rank 1 holds ``[3, 4]``.
 """
-import numpy as np
-
 from .. import dtypes, world
 from ..runtime import mpi as runtime_mpi
 from ..var import Var
@@ -306,7 +304,7 @@ def _buckets(xs, bucket_bytes):
         bucket, size = [], 0
         for k in indices:
             bucket.append(k)
-            size += xs[k].numel() * np.dtype(xs[k].dtype).itemsize
+            size += xs[k].numel() * dtypes.SIZES[xs[k].dtype]
             if size >= bucket_bytes:
                 yield bucket
                 bucket, size = [], 0

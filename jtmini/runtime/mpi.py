@@ -30,7 +30,6 @@ import sys
 import numpy as np
 
 from .. import compiler, counters, dtypes, world
-from ..flags import flags
 from ..ops.registry import OPS
 from ..var import _host
 from . import mpi_guard
@@ -80,7 +79,7 @@ def enqueue(v):
     the scheduler (a quarter of a 1 MB all-reduce's time)."""
     if not _pending and all(x._data is not None for x in v.inputs):
         # a GPU buffer is staged through the host, as in runtime/cuda
-        v._set_value(issue(v, [np.ascontiguousarray(_host(x._data)) for x in v.inputs]))
+        _issue_and_keep(v, [_host(x._data) for x in v.inputs])
     else:
         _pending.append(v)
 
@@ -105,8 +104,14 @@ def run_collective(step, read):
     flush(before=v)
     if _pending and _pending[0] is v:
         _pending.popleft()
-    out = issue(v, [np.ascontiguousarray(read(src)) for src in step.sources])
-    v._set_value(out)            # keep the value: recomputing would issue the collective again
+    return _issue_and_keep(v, [read(src) for src in step.sources])
+
+
+def _issue_and_keep(v, buffers):
+    """Issue ``v`` on its input buffers and keep the output as its value: recomputing it would
+    issue the collective again."""
+    out = issue(v, [np.ascontiguousarray(b) for b in buffers])
+    v._set_value(out)
     return out
 
 
@@ -122,8 +127,7 @@ def issue(v, arrays):
     """Run the collective of node ``v`` on this rank's input buffers; returns the output."""
     out = _output(v.shape, v.dtype)
     args = _arguments(v, arrays, out)
-    if flags.mpi_debug:
-        mpi_guard.check_same(comm(), describe(v))
+    mpi_guard.check_same(comm(), lambda: describe(v))
     with mpi_guard.watch(lambda: f"{describe(v)} on rank {world.rank}"):
         err = _kernels()[v.op](*args)
     if err != 0:
