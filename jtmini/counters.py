@@ -8,7 +8,7 @@ import threading
 
 _counts = collections.Counter()
 _lock = threading.Lock()
-_KEYS = ("kernels_run", "kernels_compiled", "cache_hits", "library_calls")
+_KEYS = ("kernels_run", "kernels_compiled", "cache_hits", "library_calls", "plans_reused")
 
 
 def bump(name, n=1):
@@ -18,7 +18,8 @@ def bump(name, n=1):
 
 def stats():
     """A dict of counters: kernels_run, kernels_compiled, cache_hits (kernels found already built on
-    disk by this process), library_calls (BLAS and other library-backed ops), and any others in use."""
+    disk by this process), library_calls (BLAS and other library-backed ops), plans_reused (graphs
+    run on the stored plan of an earlier graph with the same signature), and any others in use."""
     with _lock:
         out = {k: 0 for k in _KEYS}
         out.update(_counts)

@@ -4,7 +4,7 @@ hand each target its buffer, and drop intermediate buffers as soon as their last
 The runtime that holds the buffers and runs the steps is ``runtime.cpu`` (numpy), or
 ``runtime.cuda`` (cupy) while ``flags.use_cuda`` is on; both have the same entry points.
 """
-from . import schedule
+from . import replay, schedule
 from .flags import flags
 from .runtime import cpu
 
@@ -18,10 +18,8 @@ def realize(targets):
             todo.append(t)
     if not todo:
         return
-    steps = schedule.plan(todo)
     runtime = _runtime()
-    kernels = [s for s in steps if isinstance(s, schedule.Kernel)]
-    compiled = runtime.build(kernels) if kernels else {}
+    steps, compiled = replay.steps_for(todo, runtime)
     _run(steps, compiled, seen, runtime)
 
 
@@ -46,9 +44,9 @@ def _run(steps, compiled, target_ids, runtime):
     def read(v):
         return v._data if v._data is not None else buffers[id(v)]
 
-    for n, step in enumerate(steps):
+    for n, (step, built) in enumerate(zip(steps, compiled)):
         if isinstance(step, schedule.Kernel):
-            out = runtime.run_kernel(step, compiled[id(step)], read)
+            out = runtime.run_kernel(step, built, read)
         elif isinstance(step, schedule.LibraryCall):
             out = runtime.run_library(step, read)
         else:

@@ -1,0 +1,109 @@
+"""Reuse the plan and the compiled kernels of a graph seen before.
+
+A training loop builds the same graph every step: the same ops, shapes, dtypes and wiring, on new
+Var objects holding new values. Planning it (``schedule.plan``) and finding its ~650 kernels
+(``runtime.build``: signatures, memo and cache lookups) cost about 20 ms of Python per ResNet-18
+step; reading the graph's *signature* costs about 3. So ``steps_for`` keys each planned graph by
+its signature and, on a hit, rebuilds the steps from the stored positions on the new Vars.
+
+The signature holds everything the plan and the generated sources depend on: per Var in
+topological order its op, compiled-in attrs, shape, dtype and inputs (by position, so sharing is
+part of it), the shapes and dtypes of the realized inputs, which Vars are targets, and the flags
+that change code. Runtime attrs (constants' values) are left out: kernels read them at launch, so
+a new learning rate still hits.
+"""
+import collections
+
+from . import counters, schedule
+from .flags import flags
+from .ops.registry import OPS
+
+CAPACITY = 32                       # graphs remembered (train and eval steps, a last short batch)
+_cache = collections.OrderedDict()  # signature -> _Template
+
+
+class _Template:
+    """A plan with every Var replaced by its position: topological order first, then leaves."""
+
+    def __init__(self, steps, compiled, position):
+        def at(vars_):
+            return tuple(position[id(v)] for v in vars_)
+
+        self.rows = []
+        for step in steps:
+            if isinstance(step, schedule.Kernel):
+                self.rows.append((schedule.Kernel, step.kind, position[id(step.root)], at(step.nodes), at(step.inputs)))
+            elif isinstance(step, schedule.LibraryCall):
+                self.rows.append((schedule.LibraryCall, None, position[id(step.root)], at(step.sources),
+                                  tuple(at(chain) for chain in step.views)))
+            else:
+                self.rows.append((schedule.Collective, None, position[id(step.root)], at(step.sources), None))
+        self.compiled = compiled
+
+    def steps(self, vars_):
+        """The plan's steps on ``vars_`` (a graph with the same signature)."""
+        steps = []
+        for cls, kind, root, first, second in self.rows:
+            if cls is schedule.Kernel:
+                steps.append(cls(kind, vars_[root], [vars_[k] for k in first], [vars_[k] for k in second]))
+            elif cls is schedule.LibraryCall:
+                steps.append(cls(vars_[root], [vars_[k] for k in first], [[vars_[k] for k in c] for c in second]))
+            else:
+                steps.append(cls(vars_[root], [vars_[k] for k in first]))
+        return steps
+
+
+def steps_for(targets, runtime):
+    """``(steps, compiled)``: the schedule computing ``targets`` (unrealized, no repeats) and, per
+    step, what ``runtime.build`` gave for it (None for library calls and collectives)."""
+    if len(targets) == 1 and all(inp._data is not None for inp in targets[0].inputs):
+        return _plan_and_build(targets, runtime)        # one eager op: planning is already cheap
+    order = schedule.topo_order(targets)
+    key, vars_, position = _signature(order, targets, runtime)
+    try:
+        template = _cache.get(key)
+    except TypeError:                                   # an attr that cannot be hashed
+        return _plan_and_build(targets, runtime)
+    if template is not None:
+        _cache.move_to_end(key)
+        counters.bump("plans_reused")
+        return template.steps(vars_), template.compiled
+    steps, compiled = _plan_and_build(targets, runtime)
+    _cache[key] = _Template(steps, compiled, position)
+    if len(_cache) > CAPACITY:
+        _cache.popitem(last=False)
+    return steps, compiled
+
+
+def clear():
+    """Forget every stored plan."""
+    _cache.clear()
+
+
+def _plan_and_build(targets, runtime):
+    steps = schedule.plan(targets)
+    kernels = [s for s in steps if isinstance(s, schedule.Kernel)]
+    built = runtime.build(kernels) if kernels else {}
+    return steps, [built.get(id(s)) for s in steps]
+
+
+def _signature(order, targets, runtime):
+    """``(key, vars_, position)``: the graph's signature, its Vars (``order`` then the realized
+    inputs, "leaves"), and each Var's index in ``vars_`` keyed by ``id``."""
+    position = {id(v): k for k, v in enumerate(order)}
+    leaves, rows = [], []
+    for v in order:
+        refs = []
+        for inp in v.inputs:
+            k = position.get(id(inp))
+            if k is None:
+                k = position[id(inp)] = len(position)
+                leaves.append(inp)
+            refs.append(k)
+        attrs = v.attrs
+        if OPS[v.op].runtime_attrs:
+            attrs = {name: a for name, a in attrs.items() if name not in OPS[v.op].runtime_attrs}
+        rows.append((v.op, tuple(attrs.items()), v.shape, v.dtype, tuple(refs)))
+    key = (runtime.__name__, flags.specialize_shapes, flags.dump_kernels, tuple(rows),
+           tuple((leaf.shape, leaf.dtype) for leaf in leaves), tuple(position[id(t)] for t in targets))
+    return key, order + leaves, position
