@@ -32,3 +32,21 @@ def test_thread_count_is_a_runtime_argument():
         two = (x * 2).sum(dims=1).numpy()
     assert jt.stats()["kernels_compiled"] == 0
     assert np.allclose(one, two, rtol=1e-6)
+
+
+@pytest.mark.parametrize("hw", [(4, 4), (2, 8), (7, 7), (4, 3), (1, 1)])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_short_inner_loops_vectorised_as_one_give_numpy_values(hw, threads):
+    """Reductions and maps over (n, c, h, w) views of a (c, n*h*w) buffer, as batch norm sees a
+    convolution's output: power-of-two inner loops run as one SIMD loop (``codegen._vector_loops``)."""
+    n, c = 9, 5
+    g_np = np.random.default_rng(hash(hw) % 1000).standard_normal((c, n * hw[0] * hw[1])).astype(np.float32)
+    x_np = g_np.reshape(c, n, *hw).transpose(1, 0, 2, 3)
+    x = jt.array(g_np).reshape(c, n, *hw).transpose(1, 0, 2, 3)
+    with jt.flag_scope(num_threads=threads):
+        sums = (x * x).sum(dims=(0, 2, 3)).numpy()
+        peaks = x.max(dims=(0, 2, 3)).numpy()
+        shifted = (x - x.mean(dims=(0, 2, 3), keepdims=True) * 2).numpy()
+    np.testing.assert_allclose(sums, (x_np.astype(np.float64) ** 2).sum((0, 2, 3)), rtol=1e-5)
+    np.testing.assert_array_equal(peaks, x_np.max((0, 2, 3)))
+    np.testing.assert_allclose(shifted, x_np - x_np.mean((0, 2, 3), keepdims=True) * 2, rtol=1e-5, atol=1e-6)
