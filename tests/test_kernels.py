@@ -50,3 +50,17 @@ def test_short_inner_loops_vectorised_as_one_give_numpy_values(hw, threads):
     np.testing.assert_allclose(sums, (x_np.astype(np.float64) ** 2).sum((0, 2, 3)), rtol=1e-5)
     np.testing.assert_array_equal(peaks, x_np.max((0, 2, 3)))
     np.testing.assert_allclose(shifted, x_np - x_np.mean((0, 2, 3), keepdims=True) * 2, rtol=1e-5, atol=1e-6)
+
+
+def test_each_launch_site_settles_on_a_thread_count_without_changing_values():
+    """``runtime/cpu.py`` times map and per-output-reduce launches on 1 and on ``num_threads``
+    threads, then keeps the faster: the values are the same bit for bit, during trials and after."""
+    from jtmini.runtime import cpu
+    x = jt.array(np.random.default_rng(5).standard_normal((300, 1000)).astype(np.float32))
+    with jt.flag_scope(num_threads=2):
+        runs = [((x * 3 + 1).exp().numpy(), (x * x).sum(dims=1).numpy()) for _ in range(2 * cpu.TRIALS + 1)]
+    for mapped, summed in runs[1:]:
+        np.testing.assert_array_equal(mapped, runs[0][0])
+        np.testing.assert_array_equal(summed, runs[0][1])
+    settled = [v for (_, size, threads), v in cpu._thread_trials.items() if size == 300 * 1000 and threads == 2]
+    assert settled and all(v in (1, 2) for v in settled)

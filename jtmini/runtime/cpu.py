@@ -8,6 +8,7 @@ float constants, and the thread count.
 """
 import ctypes
 import os
+import time
 
 import numpy as np
 
@@ -54,9 +55,45 @@ def run_kernel(kernel, compiled, read):
     root = kernel.root
     out = np.empty(root.shape, dtype=root.dtype)
     ints, floats = code.arguments(kernel)
-    call(fn, [read(v) for v in kernel.inputs] + [out], ints, floats, max(1, int(flags.num_threads)))
+    arrays = [read(v) for v in kernel.inputs] + [out]
+    threads = max(1, int(flags.num_threads))
+    if threads > 1 and _threads_do_not_change_values(kernel, out.size, threads):
+        threads = _threads_for((id(fn), out.size, threads), lambda n: call(fn, arrays, ints, floats, n))
+    else:
+        call(fn, arrays, ints, floats, threads)
     counters.bump("kernels_run")
     return out
+
+
+# Waking a sleeping OpenMP worker and joining it costs ~35 us on these VMs, as much as a 300k-element
+# map takes on one thread; whether a kernel gains from threads depends on its work per element.
+# So each launch site of a kernel whose values do not depend on the thread count times a few
+# launches on one thread and on all, alternately, then keeps the faster.
+TRIALS = 2
+_thread_trials = {}       # (id of the loaded function, output size, threads) -> {count: [seconds]}, or the count chosen
+
+
+def _threads_do_not_change_values(kernel, n_out, threads):
+    """Maps compute each element alone; a reduce keeps one thread per output (no split partial
+    sums) when it has at least 4 outputs per thread (see the reduce template)."""
+    return kernel.kind == "map" or (kernel.kind in ("reduce", "argreduce") and n_out >= 4 * threads)
+
+
+def _threads_for(key, launch):
+    """Run ``launch(threads)`` on the thread count chosen for ``key``, timing it while in trial."""
+    trials = _thread_trials.get(key)
+    if isinstance(trials, int):
+        launch(trials)
+        return trials
+    if trials is None:
+        trials = _thread_trials[key] = {1: [], key[-1]: []}
+    count = min(trials, key=lambda n: len(trials[n]))
+    start = time.perf_counter()
+    launch(count)
+    trials[count].append(time.perf_counter() - start)
+    if all(len(t) >= TRIALS for t in trials.values()):
+        _thread_trials[key] = min(trials, key=lambda n: min(trials[n]))
+    return count
 
 
 def library_inputs(step, read):
