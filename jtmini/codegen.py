@@ -237,8 +237,8 @@ class _Builder:
         bounds = [self.known(n) for _, n in loops]
         collapse = _collapse(bounds)
         vector_loops = min(_vector_loops(bounds), len(loops) - collapse)
-        return {"numel": numel, "loops": loops, "collapse": collapse, "vector_loops": vector_loops, "value": value,
-                "out_index": self.offset(root, idx, False)}
+        return {"numel": numel, "loops": loops, "collapse": collapse, "vector_loops": vector_loops,
+                "value": value, "out_index": self.offset(root, idx, False)}
 
     def build_reduce(self, root, arg=False):
         op, attrs, dtype, ndim, (src,) = self.nodes[root[1]]

@@ -65,12 +65,13 @@ def run_kernel(kernel, compiled, read):
     return out
 
 
-# Waking a sleeping OpenMP worker and joining it costs ~35 us on these VMs, as much as a 300k-element
-# map takes on one thread; whether a kernel gains from threads depends on its work per element.
-# So each launch site of a kernel whose values do not depend on the thread count times a few
-# launches on one thread and on all, alternately, then keeps the faster.
+# Waking a sleeping OpenMP worker and joining it costs ~35 us on these VMs, as long as a
+# 300k-element map takes on one thread, so whether a kernel gains from threads depends on its work
+# per element. Each launch site of a kernel whose values do not depend on the thread count times
+# a few launches on one thread and on all, alternately, then keeps the faster.
 TRIALS = 2
-_thread_trials = {}       # (id of the loaded function, output size, threads) -> {count: [seconds]}, or the count chosen
+# (id of the loaded function, output size, threads) -> {count: [seconds]}, then the count chosen
+_thread_trials = {}
 
 
 def _threads_do_not_change_values(kernel, n_out, threads):
