@@ -56,8 +56,8 @@ class _Template:
 def steps_for(targets, runtime):
     """``(steps, compiled)``: the schedule computing ``targets`` (unrealized, no repeats) and, per
     step, what ``runtime.build`` gave for it (None for library calls and collectives)."""
-    if len(targets) == 1 and all(inp._data is not None for inp in targets[0].inputs):
-        return _plan_and_build(targets, runtime)        # one eager op: planning is already cheap
+    if schedule.is_one_op_on_buffers(targets):          # planning it costs less than a signature
+        return _plan_and_build(targets, runtime)
     order = schedule.topo_order(targets)
     key, vars_, position = _signature(order, targets, runtime)
     try:
@@ -100,9 +100,9 @@ def _signature(order, targets, runtime):
                 k = position[id(inp)] = len(position)
                 leaves.append(inp)
             refs.append(k)
-        attrs = v.attrs
-        if OPS[v.op].runtime_attrs:
-            attrs = {name: a for name, a in attrs.items() if name not in OPS[v.op].runtime_attrs}
+        attrs, runtime_attrs = v.attrs, OPS[v.op].runtime_attrs
+        if runtime_attrs:
+            attrs = {name: a for name, a in attrs.items() if name not in runtime_attrs}
         rows.append((v.op, tuple(attrs.items()), v.shape, v.dtype, tuple(refs)))
     key = (runtime.__name__, flags.specialize_shapes, flags.dump_kernels, tuple(rows),
            tuple((leaf.shape, leaf.dtype) for leaf in leaves), tuple(position[id(t)] for t in targets))

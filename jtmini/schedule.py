@@ -75,8 +75,8 @@ def _expands(v):
 
 def plan(targets):
     """The steps computing ``targets`` (Kernel / LibraryCall / Collective), in a valid order."""
-    if len(targets) == 1 and all(inp._data is not None for inp in targets[0].inputs):
-        return [_step(targets[0], _is_buffer(()))]     # one op on buffers: eager use, a collective
+    if is_one_op_on_buffers(targets):
+        return [_step(targets[0], _is_buffer(()))]
     order = topo_order(targets)
     uses = {}
     for v in order:
@@ -102,6 +102,12 @@ def plan(targets):
                     materialized.add(id(_view_base(inp)))     # BLAS takes numpy views of it
     is_buffer = _is_buffer(materialized)
     return [_step(v, is_buffer) for v in order if id(v) in materialized]
+
+
+def is_one_op_on_buffers(targets):
+    """Whether ``targets`` is one Var whose inputs all have values (eager use, a collective on
+    values): its plan is one step, with no graph to walk."""
+    return len(targets) == 1 and all(inp._data is not None for inp in targets[0].inputs)
 
 
 def _is_buffer(materialized):
