@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import jinja2
 
-from . import codegen_cuda, dtypes
+from . import codegen_cuda, dtypes, numpy_views
 from .flags import flags
 from .ops.registry import OPS
 
@@ -42,6 +42,48 @@ class KernelCode:
         ints += [int(kernel.nodes[k].attrs["value"]) for k in self.int_consts]
         floats = [float(kernel.nodes[k].attrs["value"]) for k in self.float_consts]
         return ints, floats
+
+
+@dataclass(frozen=True)
+class CopyCode:
+    """A kernel that only moves the elements of one buffer (reshape, transpose, slice and
+    broadcast_to): one strided walk, compiled in whole. Generic index code would divide by
+    runtime dims per element: a (100, 64, 196) -> (64, 19600) transpose took 6 ms that way, 0.2 ms
+    as a walk; and with its dims known, a slice's short inner loops unroll (5x faster)."""
+    source: str
+
+    def arguments(self, kernel):
+        return [], []
+
+
+VIEW_OPS = ("reshape", "transpose", "slice", "broadcast_to")
+
+
+def _copy_walk(kernel):
+    """``numpy_views.copy_walk`` of a map kernel that is a chain of view ops on its one input,
+    else None."""
+    if kernel.kind != "map" or len(kernel.inputs) != 1:
+        return None
+    source = kernel.inputs[0]
+    for v in kernel.nodes:
+        if v.op not in VIEW_OPS or v.inputs[0] is not source:
+            return None
+        source = v
+    return numpy_views.copy_walk(kernel.inputs[0].shape, [(v.op, v.attrs, v.shape) for v in kernel.nodes])
+
+
+def _copy_code(ctype, dims, strides, offset):
+    key = ("copy", ctype, dims, strides, offset)
+    code = _memo.get(key)
+    if code is None:
+        rank = len(dims)
+        outer = [f"d{k}" for k in range(rank - 1)]
+        source = _env.get_template("cpu/copy.cc.j2").render(
+            title=f"{ctype} copy", ctype=ctype, rank=rank, dims=dims, strides=strides, offset=offset,
+            outer=outer, grain=GRAIN,
+            row_major=_row_major([f"i{k}" for k in range(rank - 1)], outer))
+        code = _memo[key] = CopyCode(source)
+    return code
 
 
 def kernel_dims(kernel):
@@ -76,7 +118,11 @@ def is_flat(sig):
 
 def generate(kernel, dialect="cpu"):
     """The KernelCode of a schedule.Kernel in ``dialect``: "cpu" (C++ with OpenMP) or "cuda"
-    (memoised on the dialect, the signature and any dims compiled in)."""
+    (memoised on the dialect, the signature and any dims compiled in). A CPU kernel that only
+    moves elements gets a CopyCode instead when dims are compiled in."""
+    walk = _copy_walk(kernel) if dialect == "cpu" and flags.specialize_shapes else None
+    if walk is not None:
+        return _copy_code(dtypes.C_TYPES[kernel.root.dtype], *walk)
     sig = signature(kernel)
     dims = kernel_dims(kernel) if flags.specialize_shapes and not is_flat(sig) else None
     key = (dialect, sig, dims)

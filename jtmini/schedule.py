@@ -9,6 +9,7 @@ times. Everything else is inlined into the kernel of the materialized Var that c
 """
 from dataclasses import dataclass, field
 
+from . import numpy_views
 from .ops.registry import OPS
 
 FUSIBLE = ("elementwise", "const", "reindex")
@@ -98,10 +99,25 @@ def plan(targets):
     for v in order:
         if OPS[v.op].kind == "library":
             for inp in v.inputs:
-                if inp._data is None and _view_chain(inp, _is_buffer(materialized)) is None:
-                    materialized.add(id(_view_base(inp)))     # BLAS takes numpy views of it
+                if inp._data is None:
+                    materialized.update(_library_input_buffers(inp, _is_buffer(materialized)))
     is_buffer = _is_buffer(materialized)
     return [_step(v, is_buffer) for v in order if id(v) in materialized]
+
+
+def _library_input_buffers(inp, is_buffer):
+    """The ids of the Vars to buffer so that a library op can read ``inp`` as a numpy view: the
+    Var under its reshapes and transposes when that is computed (its kernel writes it
+    contiguously), and ``inp`` itself too, gathered by a kernel, when that view needs a reshape
+    that copies (numpy's copy is single-threaded and 5x slower on short rows; see ``numpy_views``)."""
+    chain = _view_chain(inp, is_buffer)
+    if chain is None:
+        base = _view_base(inp)
+        chain = _view_chain(inp, lambda x: x is base or is_buffer(x))
+    source, views = chain
+    if numpy_views.view_strides(source.shape, [(v.op, v.attrs) for v in views]) is None:
+        return [id(source), id(inp)]
+    return [id(source)]
 
 
 def is_one_op_on_buffers(targets):
