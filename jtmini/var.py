@@ -20,8 +20,20 @@ import numpy as np
 from .ops.registry import OPS, METHODS
 
 _ids = itertools.count()
-_pending = weakref.WeakValueDictionary()    # id -> unrealized node, for sync_all(); keyed by id
-                                            # because Var.__eq__ builds a node
+# id -> weak reference to an unrealized node, for pending_roots(). Keyed by id because Var.__eq__
+# builds a node. Plain references with no callback (a WeakValueDictionary costs a third of a Var's
+# creation, and a callback when it dies); the dead ones are swept as the table doubles.
+_pending = {}
+_sweep_at = 1024
+
+
+def _track(v):
+    global _sweep_at
+    _pending[id(v)] = weakref.ref(v)
+    if len(_pending) >= _sweep_at:
+        for key in [key for key, ref in _pending.items() if ref() is None]:
+            del _pending[key]
+        _sweep_at = max(1024, 2 * len(_pending))
 
 
 class Var:
@@ -37,7 +49,7 @@ class Var:
         for inp in self.inputs:
             inp._add_consumer(self)
         if data is None:
-            _pending[id(self)] = self
+            _track(self)
 
     @staticmethod
     def node(op_name, inputs, **attrs):
@@ -175,7 +187,7 @@ class Var:
         for inp in self.inputs:
             inp._add_consumer(self)
         if self._data is None:
-            _pending[id(self)] = self
+            _track(self)
         else:
             _pending.pop(id(self), None)
         return old
@@ -202,7 +214,7 @@ def _host(data):
 
 def pending_roots():
     """Unrealized Vars no other unrealized Var consumes: realizing these computes everything."""
-    pending = list(_pending.values())
+    pending = [v for v in (ref() for ref in _pending.values()) if v is not None and v._data is None]
     consumed = {id(inp) for v in pending for inp in v.inputs}
     return sorted((v for v in pending if id(v) not in consumed), key=lambda v: v.id)
 

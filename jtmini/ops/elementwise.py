@@ -148,6 +148,11 @@ def operands(*values):
     first = values[0]
     if all(isinstance(v, Var) and v.shape == first.shape and v.dtype == first.dtype for v in values):
         return list(values)            # the common case in a model: nothing to convert
+    if len(values) == 2:               # next most common: ``x * 0.9``, the weak scalar keeps x's dtype
+        var, scalar = values if isinstance(first, Var) else values[::-1]
+        if isinstance(var, Var) and type(scalar) in (float, int) and dtypes.scalar_dtype(scalar, var.dtype) == var.dtype:
+            const = Var.node("const", [], shape=var.shape, dtype=var.dtype, value=scalar)
+            return [var, const] if var is first else [const, var]
     from ..creation import as_var
     like = next((v for v in values if isinstance(v, Var)), None)
     vars_ = [as_var(v, like=like) for v in values]
