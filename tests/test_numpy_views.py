@@ -53,20 +53,22 @@ def random_chain(rng, shape, with_broadcast):
     return chain, steps
 
 
-def random_shape(rng):
-    return tuple(int(n) for n in rng.integers(1, 6, rng.integers(1, 5)))
+def random_case(rng, with_broadcast):
+    """A random shape, a random chain on it, an arange buffer of that shape and numpy's result."""
+    shape = tuple(int(n) for n in rng.integers(1, 6, rng.integers(1, 5)))
+    chain, steps = random_chain(rng, shape, with_broadcast)
+    base = np.arange(int(np.prod(shape)), dtype=np.float32).reshape(shape)
+    result = base
+    for step in steps:
+        result = step(result)
+    return shape, chain, base, result
 
 
 def test_view_strides_agree_with_numpy():
     rng = np.random.default_rng(0)
     copies = views = 0
     for _ in range(1500):
-        shape = random_shape(rng)
-        chain, steps = random_chain(rng, shape, with_broadcast=False)
-        base = np.arange(int(np.prod(shape)), dtype=np.float32).reshape(shape)
-        arr = base
-        for step in steps:
-            arr = step(arr)
+        shape, chain, base, arr = random_case(rng, with_broadcast=False)
         got = numpy_views.view_strides(shape, [(op, attrs) for op, attrs, _ in chain])
         if arr.size <= 1:            # numpy may copy or not; no stride can be wrong
             continue
@@ -84,12 +86,7 @@ def test_view_strides_agree_with_numpy():
 def test_copy_walk_reads_the_elements_numpy_gives():
     rng = np.random.default_rng(1)
     for _ in range(600):
-        shape = random_shape(rng)
-        chain, steps = random_chain(rng, shape, with_broadcast=True)
-        base = np.arange(int(np.prod(shape)), dtype=np.float32).reshape(shape)
-        want = base
-        for step in steps:
-            want = step(want)
+        shape, chain, base, want = random_case(rng, with_broadcast=True)
         walk = numpy_views.copy_walk(shape, chain)
         copying_reshapes = [n for n, (op, attrs, out) in enumerate(chain) if op == "reshape"
                             and numpy_views.view_strides(shape, [(o, a) for o, a, _ in chain[:n + 1]]) is None]
