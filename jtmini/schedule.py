@@ -7,19 +7,12 @@ an expanding reindex (a broadcast, im2col windows) would re-evaluate a computed 
 times. Everything else is inlined into the kernel of the materialized Var that consumes it, so
 ``relu(a * b + c).sum()`` is one reduce kernel.
 """
-import math
 from dataclasses import dataclass, field
 
 from . import numpy_views
 from .ops.registry import OPS
 
 FUSIBLE = ("elementwise", "const", "reindex")
-# A value shared by consumers that are all at most TINY elements (batch-norm's per-channel mean,
-# variance, scale) is recomputed in each of them rather than buffered: a kernel launch costs
-# ~14 us, recomputing a few ops on a few hundred elements far less. TINY_OPS bounds what one
-# consumer recomputes, so chains of shared values cannot blow up.
-TINY = 4096
-TINY_OPS = 16
 ROOT_KINDS = {"elementwise": "map", "const": "map", "reindex": "map", "reduce": "reduce",
               "argreduce": "argreduce", "scatter": "scatter"}
 
@@ -86,22 +79,16 @@ def plan(targets):
     if is_one_op_on_buffers(targets):
         return [_step(targets[0], _is_buffer(()))]
     order = topo_order(targets)
-    uses, largest_use, size = {}, {}, {}
+    uses = {}
     for v in order:
-        size[id(v)] = math.prod(v.shape)
         for inp in v.inputs:
             uses[id(inp)] = uses.get(id(inp), 0) + 1
-            largest_use[id(inp)] = max(largest_use.get(id(inp), 0), size[id(v)])
     materialized = {id(t) for t in targets}
-    inlined_ops = {}        # per Var: how many ops its kernel would compute for it
     for v in order:
         kind = OPS[v.op].kind
-        inlined_ops[id(v)] = 1 + sum(inlined_ops.get(id(i), 0) for i in v.inputs
-                                     if i._data is None and id(i) not in materialized)
         if kind not in FUSIBLE:
             materialized.add(id(v))
-        elif uses.get(id(v), 0) > 1 and kind != "const" and not _cheap_view(v, materialized) \
-                and not (largest_use[id(v)] <= TINY and inlined_ops[id(v)] <= TINY_OPS):
+        elif uses.get(id(v), 0) > 1 and kind != "const" and not _cheap_view(v, materialized):
             base = _view_base(v)         # buffer the computed values; the views stay free index math
             materialized.add(id(base) if base._data is None and OPS[base.op].kind != "const" else id(v))
         if kind == "collective":          # MPI reads whole buffers, constants included
