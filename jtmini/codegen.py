@@ -56,17 +56,15 @@ class CopyCode:
         return [], []
 
 
-VIEW_OPS = ("reshape", "transpose", "slice", "broadcast_to")
-
-
 def _copy_walk(kernel):
-    """``numpy_views.copy_walk`` of a map kernel that is a chain of view ops on its one input,
-    else None."""
+    """``numpy_views.copy_walk`` of a map kernel that is a chain of ops on its one input, each
+    reading the one before; None when it is not, or when an op is not a view that numpy_views
+    knows (it alone lists them)."""
     if kernel.kind != "map" or len(kernel.inputs) != 1:
         return None
     source = kernel.inputs[0]
     for v in kernel.nodes:
-        if v.op not in VIEW_OPS or v.inputs[0] is not source:
+        if not v.inputs or v.inputs[0] is not source:
             return None
         source = v
     return numpy_views.copy_walk(kernel.inputs[0].shape, [(v.op, v.attrs, v.shape) for v in kernel.nodes])

@@ -62,7 +62,7 @@ def _walk(shape, chain, copy_allowed):
             shape, strides = tuple(shape[p] for p in perm), tuple(strides[p] for p in perm)
         elif op == "slice":
             offset += sum(start * s for start, s in zip(attrs["starts"], strides))
-            shape, strides = tuple(attrs["shape"]), tuple(s * step for s, step in zip(strides, attrs["steps"]))
+            shape, strides = out_shape, tuple(s * step for s, step in zip(strides, attrs["steps"]))
         elif op == "reshape":
             new_strides = reshaped_strides(shape, strides, out_shape)
             if new_strides is None:

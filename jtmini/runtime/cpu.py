@@ -18,8 +18,8 @@ from ..ops.registry import OPS
 
 _loaded = {}
 # Idle OpenMP workers spin by default, and spinning workers starve the threads that run the
-# matrix products between kernels (2-thread training ran 2x slower). Read by libgomp when the first kernel loads; a value
-# the user set wins.
+# matrix products between kernels (2-thread training ran 2x slower). Read by libgomp when the
+# first kernel loads; a value the user set wins.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
