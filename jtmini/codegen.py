@@ -84,6 +84,22 @@ def _copy_code(ctype, dims, strides, offset):
     return code
 
 
+def max_pool_source(mode, ctype, geometry, in_hw, out_hw):
+    """The C++ of max pooling's hand-written kernel (``templates/cpu/max_pool.cc.j2``): ``mode``
+    "pick" or "route" (see ``ops/pooling.py``); ``geometry`` the (h, w) pairs kernel, stride,
+    padding, dilation. Everything but the number of planes is compiled in."""
+    (kh, kw), (sh, sw), (ph, pw), (dh, dw) = geometry
+    # the frame holds every window whole: padding both sides, and any overhang of ceil_mode
+    frame_h = max(in_hw[0] + 2 * ph, (out_hw[0] - 1) * sh + (kh - 1) * dh + 1)
+    frame_w = max(in_hw[1] + 2 * pw, (out_hw[1] - 1) * sw + (kw - 1) * dw + 1)
+    # the frame is split by phase modulo the strides: row r is row r // sh of phase r % sh
+    phase_h, phase_w = -(-frame_h // sh), -(-frame_w // sw)
+    return _env.get_template("cpu/max_pool.cc.j2").render(
+        mode=mode, ctype=ctype, kh=kh, kw=kw, sh=sh, sw=sw, ph=ph, pw=pw, dh=dh, dw=dw,
+        height=in_hw[0], width=in_hw[1], ho=out_hw[0], wo=out_hw[1], phase_h=phase_h, phase_w=phase_w,
+        grain=GRAIN)
+
+
 def kernel_dims(kernel):
     """Every dim of a kernel's inputs, then of its nodes: the values of its dim symbols, in order."""
     return tuple(d for v in kernel.inputs for d in v.shape) + tuple(d for v in kernel.nodes for d in v.shape)

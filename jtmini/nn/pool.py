@@ -1,7 +1,7 @@
-"""Pooling: the kh*kw strided slices of the (padded) input, one per position inside the window,
-combined elementwise by ``maximum`` or ``+``. The forward is one fused kernel, and every gradient
-is a gather (a slice's or pad's gradient), never a scatter-add: no atomics, and no (N, C, Ho, Wo,
-kh, kw) window tensor in memory.
+"""Pooling. Max pooling runs as two hand-written kernels, one per direction (``ops/pooling.py``).
+Average pooling is the kh*kw strided slices of the (padded) input added elementwise. That forward
+is one fused kernel, and its gradient is a gather (a slice's or pad's gradient), never a
+scatter-add: no atomics, and no (N, C, Ho, Wo, kh, kw) window tensor in memory.
 
     >>> import jtmini as jt
     >>> from jtmini import nn
@@ -11,14 +11,10 @@ kh, kw) window tensor in memory.
 import functools
 import operator
 
-import numpy as np
-
 from ..creation import ones
+from ..ops.pooling import max_pool
 from .conv import out_size, pair
 from .module import Module
-
-# Padding of a max pool must never win: the lowest finite value (a C literal, unlike -inf).
-_LOWEST = {"float32": float(np.finfo(np.float32).min), "float64": float(np.finfo(np.float64).min)}
 
 
 def _geometry(kernel_size, stride, padding, dilation):
@@ -46,12 +42,15 @@ def _window_slices(x, geometry, out, fill):
 
 
 def max_pool2d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False):
-    """Max over each window of NCHW ``x``; ``stride`` defaults to the kernel size. Gradient ties
-    (equal values in a window) are shared, where PyTorch gives all to one of them."""
+    """Max over each window of NCHW ``x``; ``stride`` defaults to the kernel size. As in PyTorch,
+    padding is at most half the (dilated) kernel, and the gradient of a window goes to its first
+    largest element."""
     geometry = _geometry(kernel_size, stride, padding, dilation)
-    fill = _LOWEST.get(x.dtype, -(2 ** 31))
-    slices = _window_slices(x, geometry, _out_shape(x, geometry, ceil_mode), fill)
-    return functools.reduce(lambda a, b: a.maximum(b), slices)
+    for k, p, d in zip(geometry[0], geometry[2], geometry[3]):
+        if 2 * p > (k - 1) * d + 1:
+            raise ValueError(f"max_pool2d: padding {geometry[2]} is more than half the kernel "
+                             f"{geometry[0]} (dilation {geometry[3]})")
+    return max_pool(x, _out_shape(x, geometry, ceil_mode), *geometry)
 
 
 def avg_pool2d(x, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True):

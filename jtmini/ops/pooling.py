@@ -1,0 +1,88 @@
+"""Max pooling as a pair of hand-written kernels (``templates/cpu/max_pool.cc.j2``), adjoint to
+each other, that take the window geometry as attrs.
+
+Per (n, c) plane, every output window has a *winner* in ``x``: its first largest element in
+row-major window order, or its last NaN, as PyTorch picks them.
+
+- ``max_pool_pick(x, src)`` reads ``src`` (shaped like ``x``) at each window's winner, so
+  ``max_pool_pick(x, x)`` is the max pool itself.
+- ``max_pool_route(x, src)`` does the reverse: it adds each window's ``src`` value (shaped like
+  the pooled output) into that window's winner place, and leaves zeros elsewhere.
+
+Each op's gradient is the other one, so ``max_pool_pick`` can be differentiated any number of
+times. The winners are piecewise constant in ``x``, so no gradient flows to ``x`` through them.
+
+Why not generated kernels: composed from elementwise ``maximum`` over the kh*kw strided slices,
+the backward needed one buffer per slice and a 9-tap gather with a divisibility test per tap.
+That cost ResNet-18's stem about 10 ms per step on one thread. One thread per plane, scanning its
+windows, does the whole pass in about one.
+
+They run as library ops, on whole buffers. On the GPU runtime they are staged through the host.
+"""
+import numpy as np
+
+from .. import codegen, compiler, dtypes
+from ..flags import flags
+from ..runtime import cpu
+from ..var import Var
+from .registry import OpSpec, register
+
+GEOMETRY = ("kernel", "stride", "padding", "dilation")     # (h, w) pairs, compiled in
+_kernels = {}        # (mode, dtype, geometry, in_hw, out_hw) -> loaded function
+
+
+def _infer(mode):
+    def infer(inputs, a):
+        x, src = inputs
+        if x.ndim != 4 or src.dtype != x.dtype:
+            raise ValueError(f"max_pool_{mode}: x must be NCHW and src of its dtype, got "
+                             f"x {x.shape} {x.dtype}, src {src.shape} {src.dtype}")
+        pooled = x.shape[:2] + tuple(a["out_hw"])
+        want = x.shape if mode == "pick" else pooled
+        if src.shape != want:
+            raise ValueError(f"max_pool_{mode}: src must have shape {want} for x {x.shape}, got {src.shape}")
+        return (pooled if mode == "pick" else x.shape), x.dtype
+    return infer
+
+
+def _kernel(mode, dtype, a, in_hw):
+    geometry = tuple(tuple(a[g]) for g in GEOMETRY)
+    key = (mode, dtype, geometry, in_hw, tuple(a["out_hw"]))
+    fn = _kernels.get(key)
+    if fn is None:
+        source = codegen.max_pool_source(mode, dtypes.C_TYPES[dtype], geometry, in_hw, a["out_hw"])
+        fn = _kernels[key] = cpu.load(compiler.build(source))
+    return fn
+
+
+def _run(mode):
+    def run(arrays, a):
+        x, src = (np.ascontiguousarray(arr) for arr in arrays)
+        n, c = x.shape[:2]
+        out = np.empty((n, c) + (x.shape[2:] if mode == "route" else tuple(a["out_hw"])), x.dtype)
+        fn = _kernel(mode, x.dtype.name, a, x.shape[2:])
+        cpu.call(fn, [x, src, out], [n * c], [], max(1, int(flags.num_threads)))
+        return out
+    return run
+
+
+def _node(mode, x, src, a):
+    return Var.node(f"max_pool_{mode}", [x, src], **{k: a[k] for k in GEOMETRY + ("out_hw",)})
+
+
+register(OpSpec("max_pool_pick", "library", infer=_infer("pick"), run=_run("pick"),
+                grad=lambda d, out, inputs, a: [None, _node("route", inputs[0], d, a)]))
+register(OpSpec("max_pool_route", "library", infer=_infer("route"), run=_run("route"),
+                grad=lambda d, out, inputs, a: [None, _node("pick", inputs[0], d, a)]))
+
+
+def max_pool(x, out_hw, kernel, stride, padding, dilation):
+    """Max over the windows of NCHW ``x``. Every geometry argument is an (h, w) pair, and each
+    window must hold at least one element of ``x``.
+
+    >>> max_pool(jt.randn(2, 8, 14, 14), (7, 7), (3, 3), (2, 2), (1, 1), (1, 1)).shape
+    (2, 8, 7, 7)
+    """
+    a = {"kernel": tuple(kernel), "stride": tuple(stride), "padding": tuple(padding),
+         "dilation": tuple(dilation), "out_hw": tuple(out_hw)}
+    return _node("pick", x, x, a)

@@ -1,0 +1,90 @@
+"""Max pooling's hand-written kernels (ops/pooling.py) against PyTorch CPU: values, gradients and
+second gradients over many geometries, ties and NaNs, at 1 and 2 threads, and against numpy for
+integers."""
+import numpy as np
+import pytest
+
+import jtmini as jt
+from jtmini import nn
+
+torch = pytest.importorskip("torch")
+
+GEOMETRIES = [      # kernel, stride, padding, dilation, ceil_mode
+    (3, 2, 1, 1, False),            # ResNet's stem
+    (2, None, 0, 1, False),
+    (3, 1, 1, 1, False),
+    ((2, 3), (1, 2), (1, 0), 1, False),
+    (3, 2, 1, 2, False),            # dilated
+    (3, 2, 0, 1, True),             # ceil_mode: the last windows hang past the input
+    ((3, 2), 3, (1, 1), (1, 2), True),
+]
+
+
+def torch_pool(t, kernel, stride, padding, dilation, ceil_mode):
+    return torch.nn.functional.max_pool2d(t, kernel, stride, padding, dilation, ceil_mode)
+
+
+def run_both(x_np, geometry, threads=1):
+    """Output, gradient of sum(out * w) and the gradient of that gradient (weighted by v), from
+    jtmini and from PyTorch."""
+    rng = np.random.default_rng(3)
+    tx = torch.tensor(x_np, requires_grad=True)
+    t_out = torch_pool(tx, *geometry)
+    w = rng.standard_normal(t_out.shape).astype(x_np.dtype)
+    v = rng.standard_normal(x_np.shape).astype(x_np.dtype)
+    tw = torch.tensor(w, requires_grad=True)
+    (t_dx,) = torch.autograd.grad((t_out * tw).sum(), tx, create_graph=True)
+    (t_dw,) = torch.autograd.grad((t_dx * torch.tensor(v)).sum(), tw)
+    with jt.flag_scope(num_threads=threads):
+        x, jw = jt.array(x_np), jt.array(w)
+        out = nn.max_pool2d(x, *geometry)
+        dx = jt.grad((out * jw).sum(), x)
+        dw = jt.grad((dx * jt.array(v)).sum(), jw)
+        got = [out.numpy(), dx.numpy(), dw.numpy()]
+    return got, [t.detach().numpy() for t in (t_out, t_dx, t_dw)]
+
+
+@pytest.mark.parametrize("geometry", GEOMETRIES)
+@pytest.mark.parametrize("threads", [1, 2])
+def test_values_and_gradients_match_pytorch(geometry, threads):
+    x = np.random.default_rng(0).standard_normal((3, 5, 11, 9)).astype(np.float32)
+    got, expected = run_both(x, geometry, threads)
+    for name, g, e in zip(("out", "dx", "d(dx)/dw"), got, expected):
+        np.testing.assert_allclose(g, e, rtol=1e-6, atol=1e-6, err_msg=name)
+
+
+@pytest.mark.parametrize("geometry", GEOMETRIES[:3])
+def test_ties_send_the_gradient_to_the_first_largest_as_pytorch(geometry):
+    # relu'd small integers: most windows hold several equal maxima (zeros or the same integer)
+    x = np.maximum(np.random.default_rng(1).integers(-2, 3, (2, 3, 8, 10)), 0).astype(np.float64)
+    got, expected = run_both(x, geometry)
+    for g, e in zip(got, expected):
+        np.testing.assert_array_equal(g, e)
+
+
+def test_nan_wins_its_window_as_in_pytorch():
+    x = np.random.default_rng(2).standard_normal((1, 2, 6, 6)).astype(np.float32)
+    x[0, 0, 1, 1] = x[0, 1, 4, 3] = x[0, 1, 4, 4] = np.nan
+    got, expected = run_both(x, (3, 2, 1, 1, False))
+    for g, e in zip(got, expected):
+        np.testing.assert_array_equal(g, e)       # NaNs equal NaNs here
+
+
+def test_integers_against_numpy():
+    x = np.random.default_rng(4).integers(-1000, 1000, (2, 3, 7, 6)).astype(np.int32)
+    from numpy.lib.stride_tricks import sliding_window_view
+    expected = sliding_window_view(x, (2, 2), axis=(2, 3))[:, :, ::2, ::2].max(axis=(4, 5))
+    np.testing.assert_array_equal(nn.max_pool2d(jt.array(x), 2).numpy(), expected)
+
+
+def test_padding_beyond_half_the_kernel_is_refused():
+    with pytest.raises(ValueError, match="padding"):
+        nn.max_pool2d(jt.randn(1, 1, 8, 8), 3, 1, 2)
+
+
+def test_wrong_src_shape_names_both_shapes():
+    from jtmini.ops.pooling import max_pool
+    x = jt.randn(1, 2, 6, 6)
+    pooled = max_pool(x, (3, 3), (2, 2), (2, 2), (0, 0), (1, 1))
+    with pytest.raises(ValueError, match=r"\(1, 2, 3, 3\).*\(1, 2, 6, 6\)"):
+        jt.Var.node("max_pool_route", [x, x], **pooled.attrs)
