@@ -115,12 +115,13 @@ def signature(kernel):
     where.update({id(v): ("t", k) for k, v in enumerate(kernel.nodes)})
     return (kernel.kind, tuple((v.dtype, v.ndim) for v in kernel.inputs),
             tuple((v.op, _structural(v), v.dtype, v.ndim, tuple(where[id(i)] for i in v.inputs))
-                  for v in kernel.nodes))
+                  for v in kernel.nodes),
+            tuple(where[id(v)][1] for v in kernel.outputs))
 
 
 def is_flat(sig):
     """Whether a kernel runs as one 1-D loop: maps and full reductions with no index math."""
-    kind, _, nodes = sig
+    kind, _, nodes, _ = sig
     if kind not in ("map", "reduce") or any(OPS[op].kind == "reindex" for op, *_ in nodes):
         return False
     if kind == "reduce":        # flat only when everything is reduced
@@ -134,7 +135,7 @@ def generate(kernel, dialect="cpu"):
     """The KernelCode of a schedule.Kernel in ``dialect``: "cpu" (C++ with OpenMP) or "cuda"
     (memoised on the dialect, the signature and any dims compiled in). A CPU kernel that only
     moves elements gets a CopyCode instead when dims are compiled in."""
-    walk = _copy_walk(kernel) if dialect == "cpu" and flags.specialize_shapes else None
+    walk = _copy_walk(kernel) if dialect == "cpu" and flags.specialize_shapes and not kernel.outputs else None
     if walk is not None:
         return _copy_code(dtypes.C_TYPES[kernel.root.dtype], *walk)
     sig = signature(kernel)
@@ -151,13 +152,14 @@ class _Builder:
     source)."""
 
     def __init__(self, sig, dialect="cpu", dims=None):
-        self.kind, self.ins, self.nodes = sig
+        self.kind, self.ins, self.nodes, self.outputs = sig
         self.dialect = dialect
         self.lines, self.counter = [], 0
         self.flat = is_flat(sig)
         self.symbols = [f"in{k}_{d}" for k, (_, nd) in enumerate(self.ins) for d in range(nd)]
         self.symbols += [f"t{k}_{d}" for k, node in enumerate(self.nodes) for d in range(node[3])]
         self.dims_in_source = dims      # each symbol's value, or None: read from ip at run time
+        self.stored = {}                # (node position, index) -> C name of a value also stored
 
     def dims(self, ref):
         kind, k = ref
@@ -174,6 +176,8 @@ class _Builder:
         kind, k = ref
         if kind == "in":
             return f"in{k}[{self.offset(ref, idx, guarded)}]"
+        if (k, tuple(idx)) in self.stored:       # an extra output, computed once
+            return self.stored[k, tuple(idx)]
         op, attrs, dtype, ndim, inputs = self.nodes[k]
         spec, ctype = OPS[op], dtypes.C_TYPES[dtype]
         if spec.kind == "const":
@@ -254,6 +258,7 @@ class _Builder:
         out_dtype = self.nodes[-1][2]
         context = getattr(self, f"build_{self.kind}")(root)
         buffers = [{"name": f"in{k}", "ctype": "const " + dtypes.C_TYPES[dt]} for k, (dt, _) in enumerate(self.ins)]
+        buffers += [{"name": f"out{k}", "ctype": dtypes.C_TYPES[self.nodes[n][2]]} for k, n in enumerate(self.outputs)]
         buffers.append({"name": "out", "ctype": dtypes.C_TYPES[out_dtype]})
         int_consts, float_consts, consts = [], [], []
         for k, (op, attrs, dtype, *_rest) in enumerate(self.nodes):
@@ -293,12 +298,16 @@ class _Builder:
             idx = ["i0"]
         else:
             numel, loops, idx = " * ".join(dims) or "1", self.loops(dims), [f"i{d}" for d in range(len(dims))]
+        stores = []
+        for k, n in enumerate(self.outputs):     # same shape as root: stored at root's index
+            self.stored[n, tuple(idx)] = self.value(("t", n), idx)
+            stores.append((f"out{k}", self.stored[n, tuple(idx)]))
         value = self.value(root, idx)
         bounds = [self.known(n) for _, n in loops]
         collapse = _collapse(bounds)
         vector_loops = min(_vector_loops(bounds), len(loops) - collapse)
         return {"numel": numel, "loops": loops, "collapse": collapse, "vector_loops": vector_loops,
-                "value": value, "out_index": self.offset(root, idx, False)}
+                "value": value, "stores": stores, "out_index": self.offset(root, idx, False)}
 
     def build_reduce(self, root, arg=False):
         op, attrs, dtype, ndim, (src,) = self.nodes[root[1]]

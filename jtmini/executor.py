@@ -46,16 +46,16 @@ def _run(steps, compiled, target_ids, runtime):
 
     for n, (step, built) in enumerate(zip(steps, compiled)):
         if isinstance(step, schedule.Kernel):
-            out = runtime.run_kernel(step, built, read)
+            roots, outs = step.roots, runtime.run_kernel(step, built, read)
         elif isinstance(step, schedule.LibraryCall):
-            out = runtime.run_library(step, read)
+            roots, outs = [step.root], [runtime.run_library(step, read)]
         else:
-            out = runtime.run_collective(step, read)
-        root = step.root
-        if id(root) in target_ids:
-            root._set_value(out)
-        else:
-            buffers[id(root)] = out
+            roots, outs = [step.root], [runtime.run_collective(step, read)]
+        for root, out in zip(roots, outs):
+            if id(root) in target_ids:
+                root._set_value(out)
+            else:
+                buffers[id(root)] = out
         for src in (step.inputs if isinstance(step, schedule.Kernel) else step.sources):
             if last.get(id(src)) == n:
                 buffers.pop(id(src), None)

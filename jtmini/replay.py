@@ -32,20 +32,22 @@ class _Template:
         self.rows = []
         for step in steps:
             if isinstance(step, schedule.Kernel):
-                self.rows.append((schedule.Kernel, step.kind, position[id(step.root)], at(step.nodes), at(step.inputs)))
+                self.rows.append((schedule.Kernel, step.kind, position[id(step.root)], at(step.nodes), at(step.inputs),
+                                  at(step.outputs)))
             elif isinstance(step, schedule.LibraryCall):
                 self.rows.append((schedule.LibraryCall, None, position[id(step.root)], at(step.sources),
-                                  tuple(at(chain) for chain in step.views)))
+                                  tuple(at(chain) for chain in step.views), None))
             else:
-                self.rows.append((schedule.Collective, None, position[id(step.root)], at(step.sources), None))
+                self.rows.append((schedule.Collective, None, position[id(step.root)], at(step.sources), None, None))
         self.compiled = compiled
 
     def steps(self, vars_):
         """The plan's steps on ``vars_`` (a graph with the same signature)."""
         steps = []
-        for cls, kind, root, first, second in self.rows:
+        for cls, kind, root, first, second, third in self.rows:
             if cls is schedule.Kernel:
-                steps.append(cls(kind, vars_[root], [vars_[k] for k in first], [vars_[k] for k in second]))
+                steps.append(cls(kind, vars_[root], [vars_[k] for k in first], [vars_[k] for k in second],
+                                 [vars_[k] for k in third]))
             elif cls is schedule.LibraryCall:
                 steps.append(cls(vars_[root], [vars_[k] for k in first], [[vars_[k] for k in c] for c in second]))
             else:

@@ -5,7 +5,8 @@ its op cannot be inlined (reduce, argreduce, scatter, library, collective), when
 would otherwise recompute it, when a library op or collective needs it as a whole buffer, or when
 an expanding reindex (a broadcast, im2col windows) would re-evaluate a computed expression many
 times. Everything else is inlined into the kernel of the materialized Var that consumes it, so
-``relu(a * b + c).sum()`` is one reduce kernel.
+``relu(a * b + c).sum()`` is one reduce kernel. Last, a map kernel that reads another map
+kernel's result at its own index takes that kernel in and stores both (``_merge_maps``).
 """
 from dataclasses import dataclass, field
 
@@ -20,11 +21,18 @@ ROOT_KINDS = {"elementwise": "map", "const": "map", "reindex": "map", "reduce": 
 @dataclass
 class Kernel:
     """A generated kernel: computes ``root`` from the buffers ``inputs``; ``nodes`` are the inlined
-    Vars (topological order, ``root`` last)."""
+    Vars (topological order, ``root`` last). A map kernel may also store ``outputs``: nodes of the
+    same shape as ``root``, read by it at its own index (see ``_merge_maps``)."""
     kind: str
     root: object
     nodes: list
     inputs: list
+    outputs: list = field(default_factory=list)
+
+    @property
+    def roots(self):
+        """Every Var the kernel stores: ``outputs``, then ``root``."""
+        return self.outputs + [self.root]
 
 
 @dataclass
@@ -102,7 +110,69 @@ def plan(targets):
                 if inp._data is None:
                     materialized.update(_library_input_buffers(inp, _is_buffer(materialized)))
     is_buffer = _is_buffer(materialized)
-    return [_step(v, is_buffer) for v in order if id(v) in materialized]
+    return _merge_maps([_step(v, is_buffer) for v in order if id(v) in materialized])
+
+
+def _merge_maps(steps):
+    """``steps`` with map kernels merged: a map kernel that reads a buffer ``v`` of its own shape
+    only at its own index (through elementwise ops), where ``v`` comes from an earlier map kernel,
+    takes that kernel in. It computes ``v`` itself and stores it as another output, unless a step
+    in between reads ``v`` or anything else the earlier kernel stores.
+
+    An optimizer's update is the typical case: the new momentum, then the parameter from it. As
+    two kernels, one reads p, g and v and writes v', the other reads p and v' and writes p': 7
+    passes over memory. Merged, it is 5 passes and one launch. A ResNet-18 training step goes
+    from 626 kernels to 349."""
+    producer = {id(s.root): n for n, s in enumerate(steps) if isinstance(s, Kernel) and s.kind == "map"}
+    readers = {}
+    for n, step in enumerate(steps):
+        for src in (step.inputs if isinstance(step, Kernel) else step.sources):
+            readers.setdefault(id(src), []).append(n)
+    merged = list(steps)
+    for n, step in enumerate(steps):
+        if not isinstance(step, Kernel) or step.kind != "map":
+            continue
+        for v in _read_at_own_index(step):
+            k = producer.get(id(v))
+            if k is None or merged[k] is None or _read_between(merged[k].roots, k, n, readers):
+                continue
+            first = merged[k]
+            step.outputs = first.outputs + [v] + step.outputs
+            stored = {id(o) for o in step.outputs}
+            step.nodes = _unique(first.nodes + step.nodes)
+            step.inputs = [i for i in _unique(first.inputs + step.inputs) if id(i) not in stored]
+            merged[k] = None
+    return [s for s in merged if s is not None]
+
+
+def _read_between(vars_, k, n, readers):
+    """Whether a step strictly between positions ``k`` and ``n`` reads one of ``vars_``. (Merges
+    only move reads later, so positions from before the merges are conservative.)"""
+    return any(k < r < n for v in vars_ for r in readers.get(id(v), ()))
+
+
+def _read_at_own_index(kernel):
+    """The inputs of a map kernel of its root's shape that it reads only through elementwise ops
+    reached from the root by elementwise ops: at the root's own index."""
+    root, inputs = kernel.root, {id(i) for i in kernel.inputs}
+    if OPS[root.op].kind != "elementwise":
+        return []
+    reached, stack, clean = {id(root)}, [root], {}
+    while stack:
+        v = stack.pop()
+        for inp in v.inputs:
+            if id(inp) in inputs:
+                clean.setdefault(id(inp), inp)
+            elif id(inp) not in reached and OPS[inp.op].kind == "elementwise":
+                reached.add(id(inp))
+                stack.append(inp)
+    other_reads = {id(i) for v in kernel.nodes if id(v) not in reached for i in v.inputs}
+    return [v for key, v in clean.items() if key not in other_reads and v.shape == root.shape]
+
+
+def _unique(vars_):
+    seen = set()
+    return [v for v in vars_ if not (id(v) in seen or seen.add(id(v)))]
 
 
 def _library_input_buffers(inp, is_buffer):

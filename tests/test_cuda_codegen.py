@@ -68,6 +68,14 @@ def _movement():
             x[jt.array(np.array([2, 0], dtype="int32"))] + 1, jt.pad(x, (1, 1)).flip(0)]
 
 
+def _merged():
+    """An optimizer's update: the new momentum, then the parameter from it, as one kernel that
+    stores both (``schedule._merge_maps``)."""
+    p, g, v = (_leaf((5, 7), "float32", seed) for seed in (8, 9, 10))
+    v_new = v * 0.9 + g
+    return [v_new, p - v_new * 0.1]
+
+
 def _args(dtype):
     a = _leaf((3, 5), dtype, 7)
     return [a.argmax(1)[0], a.argmin(0)[0], a.argmax()[0]]
@@ -75,7 +83,7 @@ def _args(dtype):
 
 def _cases():
     """(name, schedule.Kernel) for every kernel of the graphs above."""
-    graphs = {"movement": _movement()}
+    graphs = {"movement": _movement(), "merged": _merged()}
     for dtype in DTYPES:
         graphs.update({f"chain_{dtype}": _chain(dtype), f"reduce_{dtype}": _reductions(dtype),
                        f"scatter_{dtype}": _scatters(dtype)})
@@ -95,6 +103,7 @@ SOURCES = {name: codegen.generate(k, "cuda").source for name, k in CASES}
 def test_cases_cover_every_template_and_dtype():
     kinds = {k.kind for _, k in CASES}
     assert kinds == {"map", "reduce", "argreduce", "scatter"}, kinds
+    assert any(k.outputs for _, k in CASES), "no map kernel with a second output"
     dtypes = {v.dtype for _, k in CASES for v in k.nodes}
     assert dtypes == set(DTYPES), dtypes
 

@@ -33,10 +33,11 @@ def _nan_argmax():
 
 
 def _representatives():
-    """One case per (kernel kind, output dtype), and argmax over NaNs and ties."""
+    """One case per (kernel kind, output dtype, one output or more), and argmax over NaNs and
+    ties."""
     chosen = {}
     for name, kernel in CASES:
-        chosen.setdefault((kernel.kind, kernel.root.dtype), (name, kernel))
+        chosen.setdefault((kernel.kind, kernel.root.dtype, bool(kernel.outputs)), (name, kernel))
     return list(chosen.values()) + [("argmax_nan_ties", k) for k in _nan_argmax()]
 
 
@@ -97,8 +98,8 @@ def _args(code, kernel):
 def test_emulated_cuda_kernel_matches_cpu(name, kernel, libraries):
     lib, root = libraries[name], kernel.root
     args = _args(codegen.generate(kernel, "cuda"), kernel)
-    out = np.full(root.shape, 123, dtype=root.dtype)          # an element left unwritten shows
-    buffers = [np.ascontiguousarray(v.numpy()) for v in kernel.inputs] + [out]
+    outs = [np.full(v.shape, 123, dtype=v.dtype) for v in kernel.roots]    # an element left unwritten shows
+    buffers = [np.ascontiguousarray(v.numpy()) for v in kernel.inputs] + outs
     if kernel.kind == "reduce" or kernel.kind == "argreduce":
         x = 1
         while x < min(root.inputs[0].numel() // max(root.numel(), 1), BLOCK):
@@ -108,8 +109,9 @@ def test_emulated_cuda_kernel_matches_cpu(name, kernel, libraries):
         if kernel.kind == "scatter":
             _launch(lib, "jt_init", 2, (BLOCK, 1), buffers, args)
         _launch(lib, "jt_kernel", 3, (BLOCK, 1), buffers, args)
-    expected = root.numpy()
-    if expected.dtype.kind == "f":
-        np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-6, equal_nan=True)
-    else:
-        np.testing.assert_array_equal(out, expected)
+    for out, v in zip(outs, kernel.roots):
+        expected = v.numpy()
+        if expected.dtype.kind == "f":
+            np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-6, equal_nan=True)
+        else:
+            np.testing.assert_array_equal(out, expected)

@@ -50,19 +50,20 @@ def call(fn, arrays, ints, floats, threads):
 
 
 def run_kernel(kernel, compiled, read):
-    """Run a ``schedule.Kernel`` built by ``build``; ``read(var)`` gives an input's buffer."""
+    """Run a ``schedule.Kernel`` built by ``build``; ``read(var)`` gives an input's buffer.
+    Returns the buffers of ``kernel.roots``."""
     code, fn = compiled
-    root = kernel.root
-    out = np.empty(root.shape, dtype=root.dtype)
+    outs = [np.empty(v.shape, dtype=v.dtype) for v in kernel.roots]
+    out = outs[-1]
     ints, floats = code.arguments(kernel)
-    arrays = [read(v) for v in kernel.inputs] + [out]
+    arrays = [read(v) for v in kernel.inputs] + outs
     threads = max(1, int(flags.num_threads))
     if threads > 1 and _threads_do_not_change_values(kernel, out.size, threads):
         threads = _threads_for((id(fn), out.size, threads), lambda n: call(fn, arrays, ints, floats, n))
     else:
         call(fn, arrays, ints, floats, threads)
     counters.bump("kernels_run")
-    return out
+    return outs
 
 
 # Waking a sleeping OpenMP worker and joining it costs ~35 us on these VMs, as long as a

@@ -123,12 +123,13 @@ def _function(path, name):
 
 
 def run_kernel(kernel, compiled, read):
-    """Launch a ``schedule.Kernel`` built by ``build`` on the current stream; returns its output."""
+    """Launch a ``schedule.Kernel`` built by ``build`` on the current stream; returns the buffers
+    of ``kernel.roots``."""
     import cupy
     code, path = compiled
     root = kernel.root
-    out = cupy.empty(root.shape, dtype=root.dtype)
-    buffers = tuple(_on_device(v, read) for v in kernel.inputs) + (out,)
+    outs = [cupy.empty(v.shape, dtype=v.dtype) for v in kernel.roots]
+    buffers = tuple(_on_device(v, read) for v in kernel.inputs) + tuple(outs)
     args = (*buffers, _pack(*code.arguments(kernel)))
     n_out = root.numel()
     if kernel.kind == "map":
@@ -140,7 +141,7 @@ def run_kernel(kernel, compiled, read):
         block = _reduce_block(root.inputs[0].numel() // n_out)
         _function(path, "jt_kernel")((min(-(-n_out // block[1]), _max_blocks()),), block, args)
     counters.bump("kernels_run")
-    return out
+    return outs
 
 
 def _pack(ints, floats):

@@ -1,0 +1,81 @@
+"""schedule._merge_maps: a map kernel that reads, at its own index, a buffer another map kernel
+computes takes that kernel in and stores both results, unless a step in between reads one of them.
+Checked on the plans themselves and on the values they compute, against numpy."""
+import numpy as np
+
+import jtmini as jt
+from jtmini import schedule
+
+
+def kernels(targets):
+    return [s for s in schedule.plan(targets) if isinstance(s, schedule.Kernel)]
+
+
+def leaves(rng, *shapes):
+    return [rng.standard_normal(shape).astype(np.float32) for shape in shapes]
+
+
+def test_an_sgd_update_is_one_kernel_storing_momentum_and_parameter(rng):
+    p, g, v = leaves(rng, (6, 5), (6, 5), (6, 5))
+    param = jt.array(p)
+    v_new = jt.array(v) * 0.9 + jt.array(g) + param * 1e-4
+    p_new = param - v_new * 0.1
+    (kernel,) = kernels([v_new, p_new])
+    assert kernel.root is p_new and kernel.outputs == [v_new]
+    assert len(kernel.inputs) == 3                      # p is read once, v_new not at all
+    jt.reset_stats()
+    jt.sync([v_new, p_new])
+    assert jt.stats()["kernels_run"] == 1
+    want_v = v * 0.9 + g + p * np.float32(1e-4)
+    np.testing.assert_allclose(v_new.numpy(), want_v, rtol=1e-6)
+    np.testing.assert_allclose(p_new.numpy(), p - want_v * np.float32(0.1), rtol=1e-6)
+
+
+def test_a_chain_merges_whole_and_shared_inputs_are_read_once(rng):
+    (x,) = leaves(rng, (4, 7))
+    a = jt.array(x) * 2
+    b = a + 1
+    c = b * a                     # reads a and b, both at its own index
+    (kernel,) = kernels([a, b, c])
+    assert kernel.root is c and [v is w for v, w in zip(kernel.outputs, (a, b))] == [True, True]
+    jt.sync([a, b, c])
+    np.testing.assert_allclose(c.numpy(), (x * 2 + 1) * (x * 2), rtol=1e-6)
+    np.testing.assert_allclose(b.numpy(), x * 2 + 1, rtol=1e-6)
+
+
+def test_no_merge_past_a_step_that_reads_a_moved_output(rng):
+    # u's kernel merges into w's; w's must then not merge into y's, because the reduce that runs
+    # between them reads u, which would not exist yet
+    (x,) = leaves(rng, (5, 6))
+    u = jt.array(x) * 2
+    w = u + 1
+    r = u.sum()
+    y = w * 3
+    plan = schedule.plan([w, r, y])
+    assert [type(s).__name__ for s in plan] == ["Kernel"] * 3
+    assert plan[0].root is w and plan[0].outputs == [u] and plan[2].outputs == []
+    jt.sync([w, r, y])
+    np.testing.assert_allclose(r.numpy(), (x * 2).sum(), rtol=1e-5)
+    np.testing.assert_allclose(y.numpy(), (x * 2 + 1) * 3, rtol=1e-6)
+
+
+def test_a_buffer_read_at_another_index_is_not_merged(rng):
+    (x,) = leaves(rng, (5, 5))
+    t = jt.array(x) + 1
+    y = t.transpose() * 2          # reads t transposed: t must be stored whole first
+    ks = kernels([t, y])
+    assert len(ks) == 2 and not any(k.outputs for k in ks)
+    np.testing.assert_allclose(y.numpy(), (x + 1).T * 2, rtol=1e-6)
+
+
+def test_merged_kernels_replay_with_new_values(rng):
+    def update(p, g):
+        param = jt.array(p)
+        v = jt.array(g) * 0.5 + param
+        return v, param - v
+    for _ in range(3):             # same graph each time: the stored plan is reused
+        p, g = leaves(rng, (3, 8), (3, 8))
+        v, p_new = update(p, g)
+        jt.sync([v, p_new])
+        np.testing.assert_allclose(v.numpy(), g * 0.5 + p, rtol=1e-6)
+        np.testing.assert_allclose(p_new.numpy(), p - (g * 0.5 + p), rtol=1e-6, atol=1e-7)
