@@ -110,10 +110,10 @@ def plan(targets):
                 if inp._data is None:
                     materialized.update(_library_input_buffers(inp, _is_buffer(materialized)))
     is_buffer = _is_buffer(materialized)
-    return _merge_maps([_step(v, is_buffer) for v in order if id(v) in materialized])
+    return _merge_maps([_step(v, is_buffer) for v in order if id(v) in materialized], targets)
 
 
-def _merge_maps(steps):
+def _merge_maps(steps, targets):
     """``steps`` with map kernels merged: a map kernel that reads a buffer ``v`` of its own shape
     only at its own index (through elementwise ops), where ``v`` comes from an earlier map kernel,
     takes that kernel in. It computes ``v`` itself and stores it as another output, unless a step
@@ -122,7 +122,8 @@ def _merge_maps(steps):
     An optimizer's update is the typical case: the new momentum, then the parameter from it. As
     two kernels, one reads p, g and v and writes v', the other reads p and v' and writes p': 7
     passes over memory. Merged, it is 5 passes and one launch. A ResNet-18 training step goes
-    from 626 kernels to 349."""
+    from 626 kernels to 349. An output that is neither a target nor read by another step is
+    not stored at all (a value shared only by kernels that merged)."""
     producer = {id(s.root): n for n, s in enumerate(steps) if isinstance(s, Kernel) and s.kind == "map"}
     readers = {}
     for n, step in enumerate(steps):
@@ -142,7 +143,13 @@ def _merge_maps(steps):
             step.nodes = _unique(first.nodes + step.nodes)
             step.inputs = [i for i in _unique(first.inputs + step.inputs) if id(i) not in stored]
             merged[k] = None
-    return [s for s in merged if s is not None]
+    merged = [s for s in merged if s is not None]
+    wanted = {id(t) for t in targets} | {id(src) for step in merged
+                                         for src in (step.inputs if isinstance(step, Kernel) else step.sources)}
+    for step in merged:
+        if isinstance(step, Kernel) and step.outputs:
+            step.outputs = [v for v in step.outputs if id(v) in wanted]
+    return merged
 
 
 def _read_between(vars_, k, n, readers):

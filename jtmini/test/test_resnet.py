@@ -1,7 +1,9 @@
 """Train ResNet-18 on MNIST and check that it learned: ``python -m jtmini.test.test_resnet``.
 
 Trains ``Resnet18(in_channels=1, num_classes=10)`` (ImageNet stem) on 28x28 MNIST with SGD (lr
-0.1, momentum 0.9, weight decay 1e-4), seeded, then evaluates on the 10k held-out test images.
+0.1, momentum 0.9, weight decay 1e-4), seeded, re-estimates BatchNorm's running statistics for
+the final weights (30 forward passes over training batches, no update), then evaluates on the 10k
+held-out test images.
 Fails unless test accuracy >= 0.95 and the mean training loss of the last 50 iterations is below
 ``LOSS_LIMIT``. Prints throughput and peak memory. The same command runs data-parallel under
 ``mpirun -np N`` with no code change (batch size is global):
@@ -36,7 +38,8 @@ from jtmini.models import Resnet18
 # Calibrated on this recipe: after 600 iterations (one epoch) the last-50 mean loss was 0.098 and
 # test accuracy 0.973 (jtmini); PyTorch with three seeds gave 0.090-0.127 and 0.967-0.977. Before
 # one epoch accuracy still swings (0.85-0.97 between 300 and 500 iterations), hence the default.
-# Rounding alone moves the end point: later jtmini builds gave 0.955-0.973 at 600 iterations.
+# Rounding alone moves the end point: later jtmini builds gave 0.934-0.973 at 600 iterations when
+# evaluated with the running statistics training left; see refresh_batchnorm_statistics.
 LOSS_LIMIT = float(os.environ.get("TEST_LOSS_LIMIT", 0.25))
 ACCURACY_FLOOR = float(os.environ.get("TEST_ACCURACY_FLOOR", 0.95))
 
@@ -74,6 +77,7 @@ class TestResnet(unittest.TestCase):
         start = time.perf_counter()
         losses = self.train(model, optimizer)
         train_seconds = time.perf_counter() - start
+        self.refresh_batchnorm_statistics(model)
         accuracy = self.evaluate(model)
         last_loss = float(np.mean(losses[-50:]))
         if world.rank == 0:
@@ -110,6 +114,19 @@ class TestResnet(unittest.TestCase):
                     break
         bar.close()
         return global_losses(losses, shard_sizes)
+
+    def refresh_batchnorm_statistics(self, model, batches=30):
+        """Re-estimate BatchNorm's running statistics for the final weights: forward passes over
+        ``batches`` training batches in train mode, no update (as PreciseBN does). At lr 0.1 the
+        weights move faster than the running averages (momentum 0.1) follow, so test accuracy
+        read with the statistics training left swings with the last few steps: 0.93-0.98 at
+        iterations 500-600 of one run, and 0.934 at its 600th. After this, that run read 0.973."""
+        model.train()
+        for done, (images, _) in enumerate(self.train_loader, 1):
+            model(images).sync()
+            jt.sync_all()               # the running statistics' updates
+            if done == batches:
+                break
 
     def evaluate(self, model):
         """Top-1 accuracy on the test set; under mpirun each rank scores its shard of every
