@@ -159,7 +159,7 @@ class _Builder:
         self.symbols = [f"in{k}_{d}" for k, (_, nd) in enumerate(self.ins) for d in range(nd)]
         self.symbols += [f"t{k}_{d}" for k, node in enumerate(self.nodes) for d in range(node[3])]
         self.dims_in_source = dims      # each symbol's value, or None: read from ip at run time
-        self.stored = {}                # (node position, index) -> C name of a value also stored
+        self.computed = {}              # (node position, index, guarded) -> C expression
 
     def dims(self, ref):
         kind, k = ref
@@ -176,8 +176,15 @@ class _Builder:
         kind, k = ref
         if kind == "in":
             return f"in{k}[{self.offset(ref, idx, guarded)}]"
-        if (k, tuple(idx)) in self.stored:       # an extra output, computed once
-            return self.stored[k, tuple(idx)]
+        # Each node once per index. A merged kernel (schedule._merge_maps) holds values that several
+        # of its nodes read; evaluated afresh per read, a chain of them grows the source
+        # exponentially (50 updates of one weight: 2**50 terms).
+        key = (k, tuple(idx), guarded)
+        if key not in self.computed:
+            self.computed[key] = self.node_value(k, idx, guarded)
+        return self.computed[key]
+
+    def node_value(self, k, idx, guarded):
         op, attrs, dtype, ndim, inputs = self.nodes[k]
         spec, ctype = OPS[op], dtypes.C_TYPES[dtype]
         if spec.kind == "const":
@@ -298,10 +305,8 @@ class _Builder:
             idx = ["i0"]
         else:
             numel, loops, idx = " * ".join(dims) or "1", self.loops(dims), [f"i{d}" for d in range(len(dims))]
-        stores = []
-        for k, n in enumerate(self.outputs):     # same shape as root: stored at root's index
-            self.stored[n, tuple(idx)] = self.value(("t", n), idx)
-            stores.append((f"out{k}", self.stored[n, tuple(idx)]))
+        # the other outputs have root's shape: stored at root's index
+        stores = [(f"out{k}", self.value(("t", n), idx)) for k, n in enumerate(self.outputs)]
         value = self.value(root, idx)
         bounds = [self.known(n) for _, n in loops]
         collapse = _collapse(bounds)

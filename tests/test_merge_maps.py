@@ -94,3 +94,17 @@ def test_a_value_only_the_merged_kernels_shared_is_not_stored(rng):
     want_d = g + p * np.float32(0.01)
     want_v = v * np.float32(0.9) + want_d
     np.testing.assert_allclose(p_new.numpy(), p - (want_d + want_v * np.float32(0.9)) * np.float32(0.1), rtol=1e-5)
+
+
+def test_a_long_chain_of_values_read_twice_stays_linear_in_source(rng):
+    # each w is read by two nodes of the next step; merged into one kernel, a node evaluated per
+    # read would double the source per step (2**12 terms here)
+    from jtmini import codegen
+    (x,) = leaves(rng, (3, 4))
+    w, want = jt.array(x), x.astype(np.float64)
+    for _ in range(12):
+        w = w * 0.5 + w * w * 0.25
+        want = want * 0.5 + want * want * 0.25
+    (kernel,) = kernels([w])
+    assert len(codegen.generate(kernel).source) < 20_000
+    np.testing.assert_allclose(w.numpy(), want, rtol=1e-5)
