@@ -33,7 +33,7 @@ def _runtime():
 def _last_uses(steps):
     last = {}
     for n, step in enumerate(steps):
-        for src in (step.inputs if isinstance(step, schedule.Kernel) else step.sources):
+        for src in schedule.reads(step):
             last[id(src)] = n
     return last
 
@@ -56,6 +56,6 @@ def _run(steps, compiled, target_ids, runtime):
                 root._set_value(out)
             else:
                 buffers[id(root)] = out
-        for src in (step.inputs if isinstance(step, schedule.Kernel) else step.sources):
+        for src in schedule.reads(step):
             if last.get(id(src)) == n:
                 buffers.pop(id(src), None)

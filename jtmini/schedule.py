@@ -50,6 +50,11 @@ class Collective:
     sources: list
 
 
+def reads(step):
+    """The buffers a step reads: a Kernel's inputs, a LibraryCall's or Collective's sources."""
+    return step.inputs if isinstance(step, Kernel) else step.sources
+
+
 def topo_order(targets):
     """Unrealized Vars reachable from ``targets``, inputs before consumers (iterative DFS)."""
     order, seen, stack = [], set(), [(t, False) for t in reversed(targets)]
@@ -127,7 +132,7 @@ def _merge_maps(steps, targets):
     producer = {id(s.root): n for n, s in enumerate(steps) if isinstance(s, Kernel) and s.kind == "map"}
     readers = {}
     for n, step in enumerate(steps):
-        for src in (step.inputs if isinstance(step, Kernel) else step.sources):
+        for src in reads(step):
             readers.setdefault(id(src), []).append(n)
     merged = list(steps)
     for n, step in enumerate(steps):
@@ -144,8 +149,7 @@ def _merge_maps(steps, targets):
             step.inputs = [i for i in _unique(first.inputs + step.inputs) if id(i) not in stored]
             merged[k] = None
     merged = [s for s in merged if s is not None]
-    wanted = {id(t) for t in targets} | {id(src) for step in merged
-                                         for src in (step.inputs if isinstance(step, Kernel) else step.sources)}
+    wanted = {id(t) for t in targets} | {id(src) for step in merged for src in reads(step)}
     for step in merged:
         if isinstance(step, Kernel) and step.outputs:
             step.outputs = [v for v in step.outputs if id(v) in wanted]
