@@ -88,3 +88,9 @@ def test_wrong_src_shape_names_both_shapes():
     pooled = max_pool(x, (3, 3), (2, 2), (2, 2), (0, 0), (1, 1))
     with pytest.raises(ValueError, match=r"\(1, 2, 3, 3\).*\(1, 2, 6, 6\)"):
         jt.Var.node("max_pool_route", [x, x], **pooled.attrs)
+
+
+def test_the_op_itself_refuses_windows_of_padding_alone():
+    from jtmini.ops.pooling import max_pool
+    with pytest.raises(ValueError, match=r"padding \(2, 1\)"):
+        max_pool(jt.randn(1, 1, 8, 8), (4, 8), (3, 3), (1, 1), (2, 1), (1, 1))

@@ -46,10 +46,6 @@ def max_pool2d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=Fal
     padding is at most half the (dilated) kernel, and the gradient of a window goes to its first
     largest element."""
     geometry = _geometry(kernel_size, stride, padding, dilation)
-    for k, p, d in zip(geometry[0], geometry[2], geometry[3]):
-        if 2 * p > (k - 1) * d + 1:
-            raise ValueError(f"max_pool2d: padding {geometry[2]} is more than half the kernel "
-                             f"{geometry[0]} (dilation {geometry[3]})")
     return max_pool(x, _out_shape(x, geometry, ceil_mode), *geometry)
 
 

@@ -37,6 +37,10 @@ def _infer(mode):
         if x.ndim != 4 or src.dtype != x.dtype:
             raise ValueError(f"max_pool_{mode}: x must be NCHW and src of its dtype, got "
                              f"x {x.shape} {x.dtype}, src {src.shape} {src.dtype}")
+        for k, p, d in zip(a["kernel"], a["padding"], a["dilation"]):
+            if 2 * p > (k - 1) * d + 1:        # a window of padding alone would have no winner
+                raise ValueError(f"max_pool: padding {a['padding']} is more than half the kernel "
+                                 f"{a['kernel']} (dilation {a['dilation']})")
         pooled = x.shape[:2] + tuple(a["out_hw"])
         want = x.shape if mode == "pick" else pooled
         if src.shape != want:
@@ -77,8 +81,9 @@ register(OpSpec("max_pool_route", "library", infer=_infer("route"), run=_run("ro
 
 
 def max_pool(x, out_hw, kernel, stride, padding, dilation):
-    """Max over the windows of NCHW ``x``. Every geometry argument is an (h, w) pair, and each
-    window must hold at least one element of ``x``.
+    """Max over the windows of NCHW ``x``. Every geometry argument is an (h, w) pair; as in
+    PyTorch, padding is at most half the (dilated) kernel, so that every window holds an element
+    of ``x``.
 
     >>> max_pool(jt.randn(2, 8, 14, 14), (7, 7), (3, 3), (2, 2), (1, 1), (1, 1)).shape
     (2, 8, 7, 7)
