@@ -8,6 +8,7 @@ result is ordinary Vars, so backward is fused, compiled and cached exactly like 
 """
 from . import dtypes
 from .creation import zeros_like
+from .gc_pause import paused
 from .ops.registry import OPS
 
 
@@ -28,6 +29,7 @@ def _graph(loss):
     return order
 
 
+@paused
 def grad(loss, targets, retain_graph=True):
     """d(sum of loss)/d(target) for each target: a list for a list, one Var for one Var. Targets
     the loss does not depend on (or only through stop_grad) get zeros; integer targets too."""

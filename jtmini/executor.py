@@ -6,9 +6,11 @@ The runtime that holds the buffers and runs the steps is ``runtime.cpu`` (numpy)
 """
 from . import replay, schedule
 from .flags import flags
+from .gc_pause import paused
 from .runtime import cpu
 
 
+@paused
 def realize(targets):
     """Compute every Var in ``targets`` that has no value yet, in one fused schedule."""
     seen, todo = set(), []

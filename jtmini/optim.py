@@ -24,6 +24,7 @@ from . import sync, world
 from .autograd import grad
 from .creation import array
 from .dataset.dataset import take_shard
+from .gc_pause import paused
 from .nn import persist
 from .nn.module import broadcast_in_place
 from .ops.collective import mpi_all_reduce_many
@@ -97,6 +98,7 @@ class Optimizer:
             grads = [g + old for g, old in zip(grads, self._grads)]
         self._grads = grads
 
+    @paused
     def step(self, loss=None):
         """Update the parameters: with ``loss``, backward first (Jittor's ``step(loss)``);
         without, use the gradients accumulated by ``backward``. Then zero the gradients."""

@@ -34,11 +34,9 @@ class _Template:
             if isinstance(step, schedule.Kernel):
                 self.rows.append((schedule.Kernel, step.kind, position[id(step.root)], at(step.nodes), at(step.inputs),
                                   at(step.outputs)))
-            elif isinstance(step, schedule.LibraryCall):
-                self.rows.append((schedule.LibraryCall, None, position[id(step.root)], at(step.sources),
+            else:          # a LibraryCall or a Collective
+                self.rows.append((type(step), None, position[id(step.root)], at(step.sources),
                                   tuple(at(chain) for chain in step.views), None))
-            else:
-                self.rows.append((schedule.Collective, None, position[id(step.root)], at(step.sources), None, None))
         self.compiled = compiled
 
     def steps(self, vars_):
@@ -48,10 +46,8 @@ class _Template:
             if cls is schedule.Kernel:
                 steps.append(cls(kind, vars_[root], [vars_[k] for k in first], [vars_[k] for k in second],
                                  [vars_[k] for k in third]))
-            elif cls is schedule.LibraryCall:
-                steps.append(cls(vars_[root], [vars_[k] for k in first], [[vars_[k] for k in c] for c in second]))
             else:
-                steps.append(cls(vars_[root], [vars_[k] for k in first]))
+                steps.append(cls(vars_[root], [vars_[k] for k in first], [[vars_[k] for k in c] for c in second]))
         return steps
 
 

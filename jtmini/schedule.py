@@ -46,8 +46,11 @@ class LibraryCall:
 
 @dataclass
 class Collective:
+    """An MPI collective on whole C-contiguous buffers; ``views`` as for a LibraryCall (reshapes,
+    which are free on a contiguous buffer)."""
     root: object
     sources: list
+    views: list = field(default_factory=list)
 
 
 def reads(step):
@@ -105,7 +108,7 @@ def plan(targets):
             base = _view_base(v)         # buffer the computed values; the views stay free index math
             materialized.add(id(base) if base._data is None and OPS[base.op].kind != "const" else id(v))
         if kind == "collective":          # MPI reads whole buffers, constants included
-            materialized.update(id(i) for i in v.inputs if i._data is None)
+            materialized.update(id(b) for b in map(_collective_input_buffer, v.inputs) if b is not None)
         elif kind == "reindex" and _expands(v):          # views of a buffer are cheap to re-read
             materialized.update(id(i) for i in v.inputs if i._data is None and OPS[i.op].kind != "const"
                                 and not _cheap_view(i, materialized))
@@ -201,6 +204,19 @@ def _library_input_buffers(inp, is_buffer):
     return [id(source)]
 
 
+def _collective_input_buffer(inp):
+    """The Var to buffer so that a collective can read ``inp`` (None when it has a value already).
+    That is the Var under ``inp``'s reshapes: a kernel writes it C-contiguously, and a reshape of
+    that is a free view. A gradient bucket reads each conv weight's gradient as a reshape of a
+    matmul's output; buffering the reshapes themselves copied the whole model every step."""
+    base = inp
+    while base._data is None and base.op == "reshape":
+        base = base.inputs[0]
+    if base._data is not None:
+        return None
+    return base if OPS[base.op].kind != "const" else inp
+
+
 def is_one_op_on_buffers(targets):
     """Whether ``targets`` is one Var whose inputs all have values (eager use, a collective on
     values): its plan is one step, with no graph to walk."""
@@ -229,11 +245,10 @@ def _view_base(v):
 
 def _step(v, is_buffer):
     kind = OPS[v.op].kind
-    if kind == "library":
+    if kind in ("library", "collective"):
         chains = [_view_chain(i, is_buffer) for i in v.inputs]
-        return LibraryCall(v, [c[0] for c in chains], [c[1] for c in chains])
-    if kind == "collective":
-        return Collective(v, list(v.inputs))
+        step = LibraryCall if kind == "library" else Collective
+        return step(v, [c[0] for c in chains], [c[1] for c in chains])
     nodes, inputs, seen = [], [], set()
     _collect(v, is_buffer, nodes, inputs, seen, root=True)
     return Kernel(ROOT_KINDS[kind], v, nodes, inputs)

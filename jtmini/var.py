@@ -13,6 +13,7 @@ Vars are values: ``assign``/``update``/``__setitem__`` rebind the handle to a ne
 node already built from the old value keeps seeing the old value.
 """
 import itertools
+import math
 import weakref
 
 import numpy as np
@@ -70,7 +71,7 @@ class Var:
         return len(self.shape)
 
     def numel(self):
-        return int(np.prod(self.shape, dtype=np.int64))
+        return math.prod(self.shape)      # np.prod costs ~5 us; the scheduler asks thousands of times a step
 
     def __len__(self):
         if not self.shape:

@@ -86,6 +86,23 @@ def test_outside_mpirun_collectives_are_identities():
     assert mpi_broadcast_many([x], root=2)[0] is x and mpi_all_reduce_many([x], "sum")[0] is x
 
 
+def test_a_collective_reads_reshapes_of_computed_values_as_views():
+    """A gradient bucket packs conv weight gradients, reshapes of matmul outputs: the plan buffers
+    each computed value and hands MPI a reshaped view of it, with no kernel copying it. Only
+    planned here: the packed op is built directly, as no collective is made outside mpirun."""
+    from jtmini import schedule
+    from jtmini.var import Var
+    a, b = jt.randn(4, 6), jt.randn(6, 9)
+    inputs = [(a @ b).reshape(4, 3, 3), (a * 2).sum(dims=1).reshape(2, 2), jt.zeros((3,)),
+              jt.array(np.ones(6, "float32")).reshape(2, 3)]
+    steps = schedule.plan([Var.node("mpi_all_reduce_packed", inputs, op="add")])
+    collective = steps[-1]
+    assert isinstance(collective, schedule.Collective)
+    assert [v.op for v in collective.sources] == ["matmul", "reduce", "const", None]
+    assert [[v.op for v in chain] for chain in collective.views] == [["reshape"], ["reshape"], [], ["reshape"]]
+    assert not any(isinstance(s, schedule.Kernel) and s.root.op == "reshape" for s in steps)
+
+
 def test_import_does_not_start_mpi():
     code = "import sys, jtmini; sys.exit('mpi4py' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], timeout=60).returncode == 0

@@ -110,7 +110,10 @@ class BatchNorm(Module):
         """
         if not (self.sync and world.in_mpi):
             return sums, square_sums, count
-        return mpi_all_reduce_many([sums, square_sums, array(np.array(count, sums.dtype))], "add")
+        sums, square_sums, count = mpi_all_reduce_many([sums, square_sums, array(np.array(count, sums.dtype))], "add")
+        # a count is no function of the weights: without this, backward would compute its
+        # gradient (two reductions per layer) and send it through the all-reduce's adjoint
+        return sums, square_sums, count.stop_grad()
 
 
 def _bessel(count):

@@ -98,8 +98,9 @@ def _threads_for(key, launch):
     return count
 
 
-def library_inputs(step, read):
-    """The arrays a ``schedule.LibraryCall`` reads: each source buffer through its zero-copy views."""
+def source_arrays(step, read):
+    """The arrays a ``schedule.LibraryCall`` or ``Collective`` reads: each source buffer through
+    its zero-copy views."""
     arrays = []
     for src, chain in zip(step.sources, step.views):
         arr = read(src)
@@ -113,7 +114,7 @@ def run_library(step, read):
     """Run a ``schedule.LibraryCall`` (BLAS matmul, split over the kernels' thread count by
     ``runtime/blas.py``)."""
     root = step.root
-    out = OPS[root.op].run(library_inputs(step, read), root.attrs)
+    out = OPS[root.op].run(source_arrays(step, read), root.attrs)
     counters.bump("library_calls")
     return np.ascontiguousarray(out, dtype=root.dtype).reshape(root.shape)
 
@@ -121,4 +122,4 @@ def run_library(step, read):
 def run_collective(step, read):
     """Run a ``schedule.Collective`` through MPI."""
     from . import mpi        # MPI is started by the first collective, never before
-    return mpi.run_collective(step, read)
+    return mpi.run_collective(step.root, source_arrays(step, read))

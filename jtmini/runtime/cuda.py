@@ -176,7 +176,7 @@ def run_library(step, read):
     """Matmul through cuBLAS (cupy); any other library op runs on the host, staged both ways."""
     import cupy
     root = step.root
-    arrays = cpu.library_inputs(step, lambda v: _on_device(v, read))
+    arrays = cpu.source_arrays(step, lambda v: _on_device(v, read))
     if root.op == "matmul":
         out = cupy.matmul(*arrays)
     else:

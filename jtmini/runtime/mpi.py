@@ -96,15 +96,15 @@ def flush(before=None):
         realize([v])      # reaches run_collective(v), which dequeues it
 
 
-def run_collective(step, read):
-    """Executor hook for a ``schedule.Collective`` step: returns the output array."""
-    v = step.root
+def run_collective(v, arrays):
+    """Issue the collective node ``v`` (a ``schedule.Collective`` step) on ``arrays``, its inputs'
+    values; returns the output array."""
     if v._data is not None:      # issued by an earlier flush: never issue a collective twice
         return v._data
     flush(before=v)
     if _pending and _pending[0] is v:
         _pending.popleft()
-    return _issue_and_keep(v, [read(src) for src in step.sources])
+    return _issue_and_keep(v, arrays)
 
 
 def _issue_and_keep(v, buffers):
