@@ -14,7 +14,7 @@ a new learning rate still hits.
 """
 import collections
 
-from . import counters, schedule
+from . import codegen, counters, schedule
 from .flags import flags
 from .ops.registry import OPS
 
@@ -33,7 +33,7 @@ class _Template:
         for step in steps:
             if isinstance(step, schedule.Kernel):
                 self.rows.append((schedule.Kernel, step.kind, position[id(step.root)], at(step.nodes), at(step.inputs),
-                                  at(step.outputs)))
+                                  (at(step.outputs), codegen.launch_dims(step))))
             else:          # a LibraryCall or a Collective
                 self.rows.append((type(step), None, position[id(step.root)], at(step.sources),
                                   tuple(at(chain) for chain in step.views), None))
@@ -44,8 +44,9 @@ class _Template:
         steps = []
         for cls, kind, root, first, second, third in self.rows:
             if cls is schedule.Kernel:
+                outputs, dims = third
                 steps.append(cls(kind, vars_[root], [vars_[k] for k in first], [vars_[k] for k in second],
-                                 [vars_[k] for k in third]))
+                                 [vars_[k] for k in outputs], dims))
             else:
                 steps.append(cls(vars_[root], [vars_[k] for k in first], [[vars_[k] for k in c] for c in second]))
         return steps

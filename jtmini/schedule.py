@@ -28,6 +28,7 @@ class Kernel:
     nodes: list
     inputs: list
     outputs: list = field(default_factory=list)
+    dims: object = None     # codegen.kernel_dims as an int64 array: set once, shared by a stored plan
 
     @property
     def roots(self):

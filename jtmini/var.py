@@ -214,10 +214,13 @@ def _host(data):
 
 
 def pending_roots():
-    """Unrealized Vars no other unrealized Var consumes: realizing these computes everything."""
+    """Unrealized Vars that no live Var consumes: realizing these computes everything pending.
+
+    An unrealized input of a Var that has its value is not one: it was fused into that Var's
+    kernel, and nothing is waiting for it. (Counting it made every optimizer step compute one more
+    layer of a graph the user kept alive, such as a list of losses, until none was left.)"""
     pending = [v for v in (ref() for ref in _pending.values()) if v is not None and v._data is None]
-    consumed = {id(inp) for v in pending for inp in v.inputs}
-    return sorted((v for v in pending if id(v) not in consumed), key=lambda v: v.id)
+    return sorted((v for v in pending if not any(ref() is not None for ref in v._consumers)), key=lambda v: v.id)
 
 
 # Operators map onto exported functions; reflected forms swap the operands.

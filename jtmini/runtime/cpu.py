@@ -45,8 +45,9 @@ def call(fn, arrays, ints, floats, threads):
     """Run a loaded kernel; ``arrays`` are C-contiguous numpy arrays, the output last."""
     ptrs = (ctypes.c_void_p * len(arrays))(*[a.ctypes.data for a in arrays])
     ip = np.asarray(ints, dtype=np.int64)
-    fp = np.asarray(floats, dtype=np.float64)
-    fn(ptrs, ip.ctypes.data, fp.ctypes.data, threads)
+    # no float constants (most kernels): a null pointer the kernel never reads, not an empty array
+    fp = np.asarray(floats, dtype=np.float64).ctypes.data if len(floats) else None
+    fn(ptrs, ip.ctypes.data, fp, threads)
 
 
 def run_kernel(kernel, compiled, read):
