@@ -210,9 +210,7 @@ def _collective_input_buffer(inp):
     That is the Var under ``inp``'s reshapes: a kernel writes it C-contiguously, and a reshape of
     that is a free view. A gradient bucket reads each conv weight's gradient as a reshape of a
     matmul's output; buffering the reshapes themselves copied the whole model every step."""
-    base = inp
-    while base._data is None and base.op == "reshape":
-        base = base.inputs[0]
+    base = _view_base(inp, ("reshape",))
     if base._data is not None:
         return None
     return base if OPS[base.op].kind != "const" else inp
@@ -237,9 +235,10 @@ def _cheap_view(v, materialized):
     return False
 
 
-def _view_base(v):
-    """The Var under a chain of reshapes and transposes: the same elements in another order."""
-    while v._data is None and v.op in ("reshape", "transpose"):
+def _view_base(v, movements=("reshape", "transpose")):
+    """The Var under a chain of ``movements`` (by default reshapes and transposes: the same
+    elements in another order)."""
+    while v._data is None and v.op in movements:
         v = v.inputs[0]
     return v
 
