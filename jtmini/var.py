@@ -38,7 +38,7 @@ def _track(v):
 
 
 class Var:
-    __slots__ = ("op", "inputs", "attrs", "shape", "dtype", "_data", "_stop_grad", "_consumers",
+    __slots__ = ("op", "inputs", "attrs", "shape", "dtype", "_data", "_stop_grad", "_backward", "_consumers",
                  "id", "__weakref__")
     __hash__ = object.__hash__       # __eq__ builds a node, identity stays the hash
 
@@ -46,6 +46,7 @@ class Var:
         self.op, self.inputs, self.attrs = op, tuple(inputs), attrs
         self.shape, self.dtype = tuple(shape), dtype
         self._data, self._stop_grad, self._consumers = data, False, []
+        self._backward = None        # (inputs, rule) set by autograd.custom_grad
         self.id = next(_ids)
         for inp in self.inputs:
             inp._add_consumer(self)
@@ -177,14 +178,14 @@ class Var:
         retargeted with the others BEFORE its inputs are copied, so the handle reads the old node
         and the graph has no cycle."""
         old = Var(self.op, self.inputs, self.attrs, self.shape, self.dtype, self._data)
-        old._stop_grad = self._stop_grad
+        old._stop_grad, old._backward = self._stop_grad, self._backward
         for ref in self._consumers:
             consumer = ref()
             if consumer is not None:
                 consumer.inputs = tuple(old if x is self else x for x in consumer.inputs)
                 old._consumers.append(ref)
         self.op, self.inputs, self.attrs, self._data = source.op, source.inputs, source.attrs, source._data
-        self._consumers = []
+        self._backward, self._consumers = source._backward, []
         for inp in self.inputs:
             inp._add_consumer(self)
         if self._data is None:
@@ -202,7 +203,7 @@ class Var:
         self._data = data
         _pending.pop(id(self), None)
         if self.op == "detach" or self._stop_grad:
-            self.op, self.inputs, self.attrs = None, (), {}
+            self.op, self.inputs, self.attrs, self._backward = None, (), {}, None
 
 
 def _host(data):

@@ -225,3 +225,28 @@ def test_stop_grad_state_updated_in_place_keeps_no_history():
     assert net[1].running_mean is stat and stat.is_stop_grad()
     assert len(graph_nodes(stat)) == 1
     assert np.abs(stat.numpy()).sum() > 0
+
+
+def test_custom_grad_replaces_the_gradient_of_the_ops_that_built_a_var(rng):
+    from jtmini.autograd import custom_grad
+    value = rng.standard_normal(5).astype(np.float32)
+    x, w = jt.array(value), jt.array(value + 1)
+    # a rule that is not the ops' derivative shows which one backward used
+    y = custom_grad((x * w).exp(), [x, w], lambda d: [d * 5, None])
+    gx, gw = jt.grad((y * 2).sum(), [x, w])
+    assert_var(gx, np.full(5, 10, np.float32))
+    assert_var(gw, np.zeros(5, np.float32))           # None: no gradient, as for any op
+    assert_var(y, np.exp(value * (value + 1)), rtol=1e-6)
+
+
+def test_custom_grad_rules_are_differentiable_and_survive_rebinding(rng):
+    from jtmini.autograd import custom_grad
+    value = rng.standard_normal(4).astype(np.float32)
+    x = jt.array(value)
+    cube = custom_grad(x * x * x, [x], lambda d: [d * 3 * x * x])
+    g = jt.grad(cube.sum(), x)
+    assert_var(jt.grad(g.sum(), x), 6 * value, rtol=1e-6)     # second derivative through the rule
+    doubled = cube * 2
+    cube.assign(jt.zeros(4))            # the handle moves on; `doubled` keeps the old node and its rule
+    assert_var(jt.grad(doubled.sum(), x), 6 * value * value, rtol=1e-6)
+    assert_var(jt.grad(cube.sum(), x), np.zeros(4, np.float32))
