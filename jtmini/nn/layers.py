@@ -105,12 +105,13 @@ class BatchNorm(Module):
         sums over the batch dims (and, synced, over every rank: the statistics mix every rank's
         samples, so d_x needs the global sums; d_weight and d_bias stay this rank's share, which the
         optimizer adds up). Differentiating the forward's ops instead built ~50 nodes per layer."""
-        centred = x - mean
-        sums, centred_sums = d.sum(dims=dims, keepdims=True), (d * centred).sum(dims=dims, keepdims=True)
+        # x - mean is built twice on purpose: one node read by both would get a buffer of its own
+        # (a full pass writing it, another reading it); two fuse into their kernels for free
+        sums, centred_sums = d.sum(dims=dims, keepdims=True), (d * (x - mean)).sum(dims=dims, keepdims=True)
         global_sums, global_centred_sums = sums, centred_sums
         if self.sync and world.in_mpi:
             global_sums, global_centred_sums = self._across_ranks(sums, centred_sums)
-        d_x = (d - global_sums / count - centred * (invstd * invstd * global_centred_sums / count)) * scale
+        d_x = (d - global_sums / count - (x - mean) * (invstd * invstd * global_centred_sums / count)) * scale
         if not self.affine:
             return [d_x]
         c = self.num_features
