@@ -202,7 +202,7 @@ class SGD(Optimizer):
                 # PyTorch starts the buffer at d itself; from a zero buffer that only differs
                 # with dampening, so only then does the first step need its own graph
                 first = self.n_step == 0 and dampening
-                buf_new = d if first else buf * momentum + d * (1 - dampening)
+                buf_new = d if first else buf * momentum + (d * (1 - dampening) if dampening else d)
                 out.append((buf, buf_new))
                 d = d + buf_new * momentum if self.hyper(group, "nesterov") else buf_new
             out.append((p, p - d * lr))

@@ -1,5 +1,6 @@
 """Kernel-level behaviour that the op tests do not pin down: threaded scatter is exact and
-repeatable, and the thread count never changes which kernels exist."""
+repeatable, the thread count never changes which kernels exist, and kernels get numpy's own buffer
+addresses."""
 import numpy as np
 import pytest
 
@@ -64,3 +65,17 @@ def test_each_launch_site_settles_on_a_thread_count_without_changing_values():
         np.testing.assert_array_equal(summed, runs[0][1])
     settled = [v for (_, size, threads), v in cpu._thread_trials.items() if size == 300 * 1000 and threads == 2]
     assert settled and all(v in (1, 2) for v in settled)
+
+
+def test_buffer_addresses_are_numpy_data_pointers():
+    """Kernels get buffer addresses from runtime.pointers (read from numpy's object, not through
+    ``ctypes.data``): views, read-only, empty and every dtype must give numpy's own pointer."""
+    from jtmini.runtime import pointers
+    base = np.arange(64, dtype=np.float64).reshape(8, 8)
+    frozen = np.ones(5, np.int32)
+    frozen.flags.writeable = False
+    arrays = [base, base[3:, 2:], base.T, base[::2], frozen, np.empty(0, np.float32), np.zeros((), np.bool_),
+              np.ascontiguousarray(base[1:])]
+    assert pointers.address is pointers._fast        # the fast path holds on this build
+    for array in arrays:
+        assert pointers.address(array) == array.ctypes.data

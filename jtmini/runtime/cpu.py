@@ -15,6 +15,7 @@ import numpy as np
 from .. import codegen, compiler, counters
 from ..flags import flags
 from ..ops.registry import OPS
+from .pointers import address
 
 _loaded = {}
 # Idle OpenMP workers spin by default, and spinning workers starve the threads that run the
@@ -43,11 +44,11 @@ def load(path):
 
 def call(fn, arrays, ints, floats, threads):
     """Run a loaded kernel; ``arrays`` are C-contiguous numpy arrays, the output last."""
-    ptrs = (ctypes.c_void_p * len(arrays))(*[a.ctypes.data for a in arrays])
+    ptrs = (ctypes.c_void_p * len(arrays))(*[address(a) for a in arrays])
     ip = np.asarray(ints, dtype=np.int64)
     # no float constants (most kernels): a null pointer the kernel never reads, not an empty array
-    fp = np.asarray(floats, dtype=np.float64).ctypes.data if len(floats) else None
-    fn(ptrs, ip.ctypes.data, fp, threads)
+    fp = np.asarray(floats, dtype=np.float64) if len(floats) else None
+    fn(ptrs, address(ip), None if fp is None else address(fp), threads)
 
 
 def run_kernel(kernel, compiled, read):

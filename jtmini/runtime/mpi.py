@@ -33,6 +33,7 @@ from .. import compiler, counters, dtypes, world
 from ..ops.registry import OPS
 from ..var import _host
 from . import mpi_guard
+from .pointers import address
 
 # Types and reduction ops the kernel library knows, in the order of its lookup tables.
 DTYPES = {"float32": "MPI_FLOAT", "float64": "MPI_DOUBLE", "int32": "MPI_INT32_T", "int64": "MPI_INT64_T"}
@@ -161,12 +162,12 @@ def _arguments(v, arrays, out):
     codes = (_DTYPE_CODES[v.dtype], _OP_CODES[v.attrs.get("op", "add")], v.attrs.get("root", 0))
     if v.op in _PACKED:
         count = out.size
-        pointers = (ctypes.c_void_p * len(arrays))(*[a.ctypes.data for a in arrays])
+        pointers = (ctypes.c_void_p * len(arrays))(*[address(a) for a in arrays])
         counts = (ctypes.c_int64 * len(arrays))(*[a.size for a in arrays])
-        args = (pointers, counts, len(arrays), out.ctypes.data, *codes)
+        args = (pointers, counts, len(arrays), address(out), *codes)
     else:
         count = _ENTRIES[v.op][1](arrays[0].size, out.size, world.world_size)
-        args = (arrays[0].ctypes.data, out.ctypes.data, count, *codes)
+        args = (address(arrays[0]), address(out), count, *codes)
     if count > _INT_MAX:
         raise ValueError(f"{describe(v)}: {count} elements per rank exceed MPI's int count limit")
     return args
