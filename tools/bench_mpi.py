@@ -5,10 +5,10 @@
     python3 tools/bench_mpi.py --no-train      # skip the training table (about 1 minute)
 
 All-reduce: ``x.mpi_all_reduce()`` against mpi4py ``Allreduce`` on the same buffers. Each size
-is timed as the median of many repetitions, the two taking turns, after a warm-up (the kernel
-library is compiled once and cached). jtmini's time includes everything a user pays: building the
-lazy node, scheduling it, allocating the (immutable) output and the MPI call. Target: ratio
-(mpi4py time / jtmini time) >= 0.9 from 1 MB up.
+is timed as the median of many repetitions, the two taking turns (each going first in every other
+round), after a warm-up (the kernel library is compiled once and cached). jtmini's time includes
+everything a user pays: building the lazy node, scheduling it, allocating the (immutable) output
+and the MPI call. Target: ratio (mpi4py time / jtmini time) >= 0.9 from 1 MB up.
 
 Training: the test_resnet recipe (ResNet-18, MNIST, global batch 100, SGD momentum) for a few
 steps after a warm-up, as one plain process with one thread against ``mpirun -np 2`` with one
@@ -32,11 +32,13 @@ MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
 
 def _median_seconds(fns, comm, reps):
     """Median time of one call of each of ``fns``, timed in turns (a barrier before every call)
-    so that a slow spell of a shared machine falls on all of them alike."""
+    so that a slow spell of a shared machine falls on all of them alike; the order rotates each
+    round, so none always runs right after the same one."""
     from mpi4py import MPI
     times = [[] for _ in fns]
-    for _ in range(reps):
-        for fn, spent in zip(fns, times):
+    turns = list(zip(fns, times))
+    for rep in range(reps):
+        for fn, spent in turns[rep % len(turns):] + turns[:rep % len(turns)]:    # each goes first in turn
             comm.Barrier()
             start = time.perf_counter()
             fn()
