@@ -91,14 +91,15 @@ def _signature(targets, runtime):
     keyed by ``id``. One depth-first walk (``schedule.topo_order``'s) writes each row as the Var
     is placed: its inputs are placed by then, leaves numbered -1, -2, ... until the walk ends."""
     position, seen, order, leaves, rows = {}, set(), [], [], []
-    stack = [(t, False) for t in reversed(targets)]
+    stack = list(reversed(targets))
     while stack:
-        v, expanded = stack.pop()
-        if not expanded:
-            if id(v) not in seen and v._data is None:
-                seen.add(id(v))
-                stack.append((v, True))
-                stack.extend((inp, False) for inp in reversed(v.inputs) if id(inp) not in seen)
+        v = stack[-1]
+        if id(v) not in seen:           # first visit: its unrealized inputs go first
+            seen.add(id(v))
+            stack.extend([inp for inp in reversed(v.inputs) if inp._data is None and id(inp) not in seen])
+            continue
+        stack.pop()
+        if id(v) in position:           # placed already (it was pushed by several consumers)
             continue
         refs = []
         for inp in v.inputs:

@@ -12,6 +12,7 @@ and idle pool threads sleep instead of spinning.
     256.0
 """
 import concurrent.futures
+import math
 import threading
 
 import numpy as np
@@ -65,7 +66,7 @@ def matmul(a, b, threads):
     _single_threaded_blas()
     m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
     batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
-    if threads <= 1 or int(np.prod(batch)) * m * n * k < MIN_SPLIT_MACS or max(m, n) < 2 * _ALIGN:
+    if threads <= 1 or math.prod(batch) * m * n * k < MIN_SPLIT_MACS or max(m, n) < 2 * _ALIGN:
         return np.matmul(a, b)
     out = np.empty(batch + (m, n), np.result_type(a, b))
     if m >= n:
