@@ -57,7 +57,8 @@ def steps_for(targets, runtime):
     step, what ``runtime.build`` gave for it (None for library calls and collectives)."""
     if schedule.is_one_op_on_buffers(targets):          # planning it costs less than a signature
         return _plan_and_build(targets, runtime)
-    key, vars_, position = _signature(targets, runtime)
+    order = schedule.topo_order(targets)
+    key, vars_, position = _signature(order, targets, runtime)
     try:
         template = _cache.get(key)
     except TypeError:                                   # an attr that cannot be hashed
@@ -85,37 +86,23 @@ def _plan_and_build(targets, runtime):
     return steps, [built.get(id(s)) for s in steps]
 
 
-def _signature(targets, runtime):
-    """``(key, vars_, position)``: the graph's signature, its Vars (the unrealized ones in
-    topological order, then the realized inputs, "leaves"), and each Var's index in ``vars_``
-    keyed by ``id``. One depth-first walk (``schedule.topo_order``'s) writes each row as the Var
-    is placed: its inputs are placed by then, leaves numbered -1, -2, ... until the walk ends."""
-    position, seen, order, leaves, rows = {}, set(), [], [], []
-    stack = list(reversed(targets))
-    while stack:
-        v = stack[-1]
-        if id(v) not in seen:           # first visit: its unrealized inputs go first
-            seen.add(id(v))
-            stack.extend([inp for inp in reversed(v.inputs) if inp._data is None and id(inp) not in seen])
-            continue
-        stack.pop()
-        if id(v) in position:           # placed already (it was pushed by several consumers)
-            continue
+def _signature(order, targets, runtime):
+    """``(key, vars_, position)``: the graph's signature, its Vars (``order`` then the realized
+    inputs, "leaves"), and each Var's index in ``vars_`` keyed by ``id``."""
+    position = {id(v): k for k, v in enumerate(order)}
+    leaves, rows = [], []
+    for v in order:
         refs = []
         for inp in v.inputs:
             k = position.get(id(inp))
             if k is None:
-                k = position[id(inp)] = -1 - len(leaves)
+                k = position[id(inp)] = len(position)
                 leaves.append(inp)
             refs.append(k)
-        position[id(v)] = len(order)
-        order.append(v)
         attrs, runtime_attrs = v.attrs, OPS[v.op].runtime_attrs
         if runtime_attrs:
             attrs = {name: a for name, a in attrs.items() if name not in runtime_attrs}
         rows.append((v.op, tuple(attrs.items()), v.shape, v.dtype, tuple(refs)))
-    for k, leaf in enumerate(leaves):
-        position[id(leaf)] = len(order) + k
     key = (runtime.__name__, flags.specialize_shapes, flags.dump_kernels, tuple(rows),
            tuple((leaf.shape, leaf.dtype) for leaf in leaves), tuple(position[id(t)] for t in targets))
     return key, order + leaves, position

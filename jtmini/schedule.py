@@ -60,18 +60,20 @@ def reads(step):
 
 
 def topo_order(targets):
-    """Unrealized Vars reachable from ``targets``, inputs before consumers (iterative DFS)."""
-    order, seen, stack = [], set(), [(t, False) for t in reversed(targets)]
+    """Unrealized Vars reachable from ``targets``, inputs before consumers (iterative DFS: a Var
+    stays on the stack while its unrealized inputs go first, and is placed when it is back on top)."""
+    order, seen, placed = [], set(), set()
+    stack = [t for t in reversed(targets) if t._data is None]
     while stack:
-        v, expanded = stack.pop()
-        if expanded:
+        v = stack[-1]
+        if id(v) not in seen:
+            seen.add(id(v))
+            stack.extend([inp for inp in reversed(v.inputs) if inp._data is None and id(inp) not in seen])
+            continue
+        stack.pop()
+        if id(v) not in placed:          # a Var pushed by several consumers is placed once
+            placed.add(id(v))
             order.append(v)
-            continue
-        if id(v) in seen or v._data is not None:
-            continue
-        seen.add(id(v))
-        stack.append((v, True))
-        stack.extend((inp, False) for inp in reversed(v.inputs) if id(inp) not in seen)
     return order
 
 

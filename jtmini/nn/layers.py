@@ -104,7 +104,7 @@ class BatchNorm(Module):
 
         sums over the batch dims (and, synced, over every rank: the statistics mix every rank's
         samples, so d_x needs the global sums; d_weight and d_bias stay this rank's share, which the
-        optimizer adds up). Differentiating the forward's ops instead built ~50 nodes per layer."""
+        optimizer adds up). Differentiating the forward's ops built twice the nodes."""
         # x - mean is built twice on purpose: one node read by both would get a buffer of its own
         # (a full pass writing it, another reading it); two fuse into their kernels for free
         sums, centred_sums = d.sum(dims=dims, keepdims=True), (d * (x - mean)).sum(dims=dims, keepdims=True)
