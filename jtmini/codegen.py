@@ -171,6 +171,7 @@ class _Builder:
         self.symbols += [f"t{k}_{d}" for k, node in enumerate(self.nodes) for d in range(node[3])]
         self.dims_in_source = dims      # each symbol's value, or None: read from ip at run time
         self.computed = {}              # (node position, index, guarded) -> C expression
+        self.pinned = []                # loop indices known to take only the value 0 (see nest)
 
     def dims(self, ref):
         kind, k = ref
@@ -291,7 +292,8 @@ class _Builder:
         template = "reduce" if self.kind == "argreduce" else self.kind
         source = _env.get_template(f"{self.dialect}/{template}.{_EXTENSIONS[self.dialect]}.j2").render(
             title=" ".join(op for op, *_ in self.nodes), buffers=buffers, symbols=self.symbol_values(),
-            consts=consts, body=self.lines, grain=GRAIN, out_ctype=dtypes.C_TYPES[out_dtype], **context)
+            consts=consts, pinned=self.pinned, body=self.lines, grain=GRAIN, out_ctype=dtypes.C_TYPES[out_dtype],
+            **context)
         return KernelCode(source, tuple(int_consts), tuple(float_consts))
 
     def symbol_values(self):
@@ -308,6 +310,19 @@ class _Builder:
     def loops(self, dims):
         return [(f"i{d}", n) for d, n in enumerate(dims)]
 
+    def nest(self, loops):
+        """The ``loops`` a kernel writes out: those not known to run exactly once, whose index is
+        declared ``= 0`` instead (``pinned``). A one-trip loop inside a SIMD collapse makes GCC
+        recover every index by division: summing the rows of a (512, 100, 1, 1) tensor ran 4.5x
+        slower with its two one-trip loops collapsed into the vector loop."""
+        kept = []
+        for var, bound in loops:
+            if self.known(bound) == 1:
+                self.pinned.append(var)
+            else:
+                kept.append((var, bound))
+        return kept
+
     def build_map(self, root):
         dims = self.dims(root)
         if self.flat:
@@ -319,6 +334,7 @@ class _Builder:
         # the other outputs have root's shape: stored at root's index
         stores = [(f"out{k}", self.value(("t", n), idx)) for k, n in enumerate(self.outputs)]
         value = self.value(root, idx)
+        loops = self.nest(loops)
         bounds = [self.known(n) for _, n in loops]
         collapse = _collapse(bounds)
         vector_loops = min(_vector_loops(bounds), len(loops) - collapse)
@@ -333,17 +349,19 @@ class _Builder:
         if self.flat:
             src_dims, reduced = [" * ".join(src_dims) or "1"], (0,) if src_dims else ()
         loops = self.loops(src_dims)
-        outer = [loops[d] for d in range(len(loops)) if d not in reduced]
-        inner = [loops[d] for d in range(len(loops)) if d in reduced]
         value = self.value(src, [v for v, _ in loops])
+        outer = self.nest([loops[d] for d in range(len(loops)) if d not in reduced])
+        inner = self.nest([loops[d] for d in range(len(loops)) if d in reduced])
         out_index = _row_major([v for v, _ in outer], [n for _, n in outer])
-        context = {"outer": outer, "inner": inner, "out_index": out_index,
+        position = {var: d for d, (var, _) in enumerate(loops)}
+        columns = not arg and len(outer) == 1 and inner and position[inner[-1][0]] < position[outer[0][0]]
+        context = {"outer": outer, "inner": inner, "out_index": out_index, "columns": columns,
                    "collapse": _collapse([self.known(n) for _, n in outer], keep_innermost=False),
                    "vector_loops": _vector_loops([self.known(n) for _, n in inner]),
                    "n_out": " * ".join(n for _, n in outer) or "1",
                    "n_red": " * ".join(n for _, n in inner) or "1"}
         src_dtype = self.in_dtypes([src])[0]
-        context.update(_accumulator(attrs["op"], src_dtype, dtype, value, inner[0][0] if arg else None))
+        context.update(_accumulator(attrs["op"], src_dtype, dtype, value, loops[reduced[0]][0] if arg else None))
         return context
 
     def build_argreduce(self, root):

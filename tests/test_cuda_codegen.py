@@ -76,6 +76,13 @@ def _merged():
     return [v_new, p - v_new * 0.1]
 
 
+def _unit_extents():
+    """Dims of extent 1, whose loops the kernels leave out (``codegen._Builder.nest``): reduced
+    alone, next to longer ones, under an argmax, and in an elementwise chain."""
+    x = _leaf((4, 1, 3, 1), "float32", 11)
+    return [x.sum(dims=(1, 3)), x.sum(dims=(0, 1)), x.argmax(1)[0], (x * 2).exp() + x.transpose((1, 0, 3, 2)).sum()]
+
+
 def _args(dtype):
     a = _leaf((3, 5), dtype, 7)
     return [a.argmax(1)[0], a.argmin(0)[0], a.argmax()[0]]
@@ -83,7 +90,7 @@ def _args(dtype):
 
 def _cases():
     """(name, schedule.Kernel) for every kernel of the graphs above."""
-    graphs = {"movement": _movement(), "merged": _merged()}
+    graphs = {"movement": _movement(), "merged": _merged(), "unit_extents": _unit_extents()}
     for dtype in DTYPES:
         graphs.update({f"chain_{dtype}": _chain(dtype), f"reduce_{dtype}": _reductions(dtype),
                        f"scatter_{dtype}": _scatters(dtype)})

@@ -53,6 +53,37 @@ def test_short_inner_loops_vectorised_as_one_give_numpy_values(hw, threads):
     np.testing.assert_allclose(shifted, x_np - x_np.mean((0, 2, 3), keepdims=True) * 2, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_dims_of_extent_one_give_numpy_values(threads):
+    """Loops over dims of extent 1 are left out of the kernels (their index is 0): reduced alone,
+    beside longer dims, under an argmax, kept in the output, and in elementwise maps."""
+    x_np = np.random.default_rng(3).standard_normal((300, 1, 64, 1)).astype(np.float32)
+    x = jt.array(x_np)
+    with jt.flag_scope(num_threads=threads):
+        np.testing.assert_array_equal(x.sum(dims=(1, 3)).numpy(), x_np.sum((1, 3)))
+        np.testing.assert_allclose(x.sum(dims=(0, 1)).numpy(), x_np.astype(np.float64).sum((0, 1)), rtol=1e-5)
+        np.testing.assert_allclose(x.max(dims=(0, 2), keepdims=True).numpy(), x_np.max((0, 2), keepdims=True))
+        np.testing.assert_array_equal(x.argmax(1)[0].numpy(), np.zeros((300, 64, 1)))
+        np.testing.assert_array_equal(x.argmax(2)[0].numpy(), x_np.argmax(2))
+        np.testing.assert_allclose((x * x_np[:1, :, :1] + 1).exp().numpy(), np.exp(x_np * x_np[:1, :, :1] + 1),
+                                   rtol=1e-5)
+
+
+@pytest.mark.parametrize("op", ["sum", "max", "min", "prod", "mean"])
+@pytest.mark.parametrize("rows, columns", [(300, 700), (7, 3), (2, 33000)])
+@pytest.mark.parametrize("threads", [1, 3])
+def test_reductions_over_leading_dims_give_numpy_values(op, rows, columns, threads):
+    """Reducing the leading dims of row-major data (a bias gradient, BatchNorm1d's statistics)
+    adds whole rows into tiles of outputs; tiles split unevenly, and few outputs with long columns
+    go to the thread-split path instead."""
+    x_np = np.random.default_rng(rows).uniform(0.5, 1.5, (rows, 1, columns)).astype(np.float32)
+    with jt.flag_scope(num_threads=threads):
+        got = getattr(jt.array(x_np), op)(dims=(0, 1)).numpy()
+        again = getattr(jt.array(x_np), op)(dims=(0, 1)).numpy()
+    np.testing.assert_allclose(got, getattr(np, op)(x_np.astype(np.float64), axis=(0, 1)), rtol=1e-5)
+    np.testing.assert_array_equal(got, again)
+
+
 def test_each_launch_site_settles_on_a_thread_count_without_changing_values():
     """``runtime/cpu.py`` times map and per-output-reduce launches on 1 and on ``num_threads``
     threads, then keeps the faster: the values are the same bit for bit, during trials and after."""
