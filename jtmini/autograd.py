@@ -63,11 +63,12 @@ def _input_grads(v, d):
 @paused
 def grad(loss, targets, retain_graph=True):
     """d(sum of loss)/d(target) for each target: a list for a list, one Var for one Var. Targets
-    the loss does not depend on (or only through stop_grad) get zeros; integer targets too."""
+    the loss does not depend on (or only through stop_grad), stop_grad targets themselves and
+    integer targets get zeros."""
     single = not isinstance(targets, (list, tuple))
     targets = [targets] if single else list(targets)
     order = _graph(loss)
-    wanted = {id(t) for t in targets}
+    wanted = {id(t) for t in targets if not t._stop_grad}
     needed = set()                       # nodes with a wanted target among their inputs' ancestry
     for v in order:
         if id(v) in wanted or any(id(i) in needed for i in _grad_inputs(v)) and not v._stop_grad:

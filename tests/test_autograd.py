@@ -67,6 +67,14 @@ def test_stop_grad_blocks_an_intermediate(rng):
     assert_var(jt.grad((z + x).sum(), x), np.ones(4, np.float32))
 
 
+def test_a_stop_grad_target_gets_zeros(rng):
+    value = rng.standard_normal(4).astype(np.float32)
+    x, w = jt.array(value), jt.array(value).stop_grad()
+    gx, gw = jt.grad((x * w * 3).sum(), [x, w])
+    assert_var(gx, value * 3)
+    assert_var(gw, np.zeros(4, np.float32))
+
+
 def test_detach_blocks(rng):
     value = rng.standard_normal(4).astype(np.float32)
     x = jt.array(value)

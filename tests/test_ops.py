@@ -984,6 +984,10 @@ def test_nan_propagates():
     assert x.argmax(0)[0].item() == 1 and x.argmin(0)[0].item() == 1       # numpy: first NaN
     assert_var(jt.maximum(x, 2.0), np.maximum(x.numpy(), np.float32(2)))
     assert_var(jt.minimum(2.0, x), np.minimum(np.float32(2), x.numpy()))
+    # elementwise ops keep a NaN too (relu as torch.relu; sign as np.sign), ints are untouched
+    assert_var(x.relu(), np.array([1.0, np.nan, 3.0], np.float32))
+    assert_var((x - 2).sign(), np.sign(x.numpy() - 2))
+    assert_var(jt.array(np.array([-3, 0, 5], np.int32)).sign(), np.array([-1, 0, 1], np.int32))
 
 
 def test_large_reductions_take_the_parallel_paths(rng):
@@ -1026,6 +1030,10 @@ def test_empty_vars():
     assert_var(e + 1, np.ones((0, 3), np.float32))
     assert_var(e.sum(0), np.zeros(3, np.float32))
     assert e.sum().item() == 0.0
+    with np.errstate(invalid="ignore"), pytest.warns(RuntimeWarning):      # numpy warns; NaN either way
+        assert_var(e.mean(0), e.numpy().mean(0))
+        assert np.isnan(e.mean().item())
+    assert_var(e.mean(1), np.zeros(0, np.float32))
 
 
 # --- inputs that are numpy-style slices (x[1::2, 1:-1]) ---------------------------------------------

@@ -58,11 +58,11 @@ UNARY = {
     "cos": ("std::cos({0})", lambda d, out, x: -d * x.sin(), True),
     "tanh": ("std::tanh({0})", lambda d, out, x: d * (1 - out * out), True),
     "sigmoid": ("(({T})1 / (({T})1 + std::exp(-{0})))", lambda d, out, x: d * out * (1 - out), True),
-    "relu": ("({0} > ({T})0 ? {0} : ({T})0)", lambda d, out, x: d * (x > 0), False),
+    "relu": ("({0} < ({T})0 ? ({T})0 : {0})", lambda d, out, x: d * (x > 0), False),   # NaN stays NaN
     "floor": ("std::floor({0})", None, False),
     "ceil": ("std::ceil({0})", None, False),
     "round": ("std::nearbyint({0})", None, False),       # half to even, as numpy
-    "sign": ("(({T})({0} > ({T})0) - ({T})({0} < ({T})0))", None, False),
+    "sign": ("({0} != {0} ? {0} : ({T})(({T})({0} > ({T})0) - ({T})({0} < ({T})0)))", None, False),  # NaN too
     "logical_not": ("(!{0})", None, False),
 }
 

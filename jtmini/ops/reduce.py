@@ -79,7 +79,8 @@ def mean(x, dims=None, keepdims=False, **kw):
     if not dtypes.is_float(x.dtype):
         x = x.cast(dtypes.DEFAULT_FLOAT)
     total = sum_(x, dims, keepdims, **kw)
-    return total * (total.numel() / max(x.numel(), 1)) if x.numel() else total
+    count = x.numel() // max(total.numel(), 1)      # values behind each mean
+    return total * (1 / count if count else float("nan"))      # the mean of nothing is NaN, as in numpy
 
 
 @export("all")
