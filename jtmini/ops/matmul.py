@@ -1,8 +1,7 @@
 """Matrix product, the library-backed op: on the host, BLAS through numpy (``runtime/blas.py``
 splits it over ``flags.num_threads``); on the GPU, cuBLAS."""
 from .. import dtypes
-from ..flags import flags
-from ..runtime import blas
+from ..runtime import blas, cpu
 from ..var import Var
 from .registry import OpSpec, export, register
 
@@ -38,7 +37,7 @@ def _matmul_grad(d, out, inputs, a):
 
 
 register(OpSpec("matmul", "library", infer=_matmul_infer, grad=_matmul_grad,
-                run=lambda arrays, a: blas.matmul(*arrays, threads=max(1, int(flags.num_threads)))))
+                run=lambda arrays, a: blas.matmul(*arrays, threads=cpu.thread_count())))
 
 
 @export("matmul")

@@ -22,7 +22,6 @@ They run as library ops, on whole buffers. On the GPU runtime they are staged th
 import numpy as np
 
 from .. import codegen, compiler, dtypes
-from ..flags import flags
 from ..runtime import cpu
 from ..var import Var
 from .registry import OpSpec, register
@@ -65,7 +64,7 @@ def _run(mode):
         n, c = x.shape[:2]
         out = np.empty((n, c) + (x.shape[2:] if mode == "route" else tuple(a["out_hw"])), x.dtype)
         fn = _kernel(mode, x.dtype.name, a, x.shape[2:])
-        cpu.call(fn, [x, src, out], [n * c], [], max(1, int(flags.num_threads)))
+        cpu.call(fn, [x, src, out], [n * c], [], cpu.thread_count())
         return out
     return run
 

@@ -42,6 +42,11 @@ def load(path):
     return fn
 
 
+def thread_count():
+    """The threads a kernel or matrix product runs on: ``flags.num_threads``, at least one."""
+    return max(1, int(flags.num_threads))
+
+
 def call(fn, arrays, ints, floats, threads):
     """Run a loaded kernel; ``arrays`` are C-contiguous numpy arrays, the output last."""
     ptrs = (ctypes.c_void_p * len(arrays))(*[address(a) for a in arrays])
@@ -59,7 +64,7 @@ def run_kernel(kernel, compiled, read):
     out = outs[-1]
     ints, floats = code.arguments(kernel)
     arrays = [read(v) for v in kernel.inputs] + outs
-    threads = max(1, int(flags.num_threads))
+    threads = thread_count()
     if threads > 1 and _threads_do_not_change_values(kernel, out.size, threads):
         threads = _threads_for((id(fn), out.size, threads), lambda n: call(fn, arrays, ints, floats, n))
     else:
