@@ -1,6 +1,8 @@
 """Kernel-level behaviour that the op tests do not pin down: threaded scatter is exact and
 repeatable, the thread count never changes which kernels exist, and kernels get numpy's own buffer
 addresses."""
+import re
+
 import numpy as np
 import pytest
 
@@ -82,6 +84,42 @@ def test_reductions_over_leading_dims_give_numpy_values(op, rows, columns, threa
         again = getattr(jt.array(x_np), op)(dims=(0, 1)).numpy()
     np.testing.assert_allclose(got, getattr(np, op)(x_np.astype(np.float64), axis=(0, 1)), rtol=1e-5)
     np.testing.assert_array_equal(got, again)
+
+
+def _loop_bounds(v):
+    """The set of loop trip counts in the source of the kernel computing ``v`` (its only kernel)."""
+    from jtmini import codegen, schedule
+    (kernel,) = schedule.plan([v])
+    source = codegen.generate(kernel).source
+    dims = dict(re.findall(r"const int64_t (\w+) = (\d+);", source))
+    return {int(dims.get(b, b)) for b in re.findall(r"for \(int64_t i\d+ = 0; i\d+ < (\w+);", source)}
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+def test_loops_that_walk_memory_as_one_are_merged(threads):
+    """Loops whose strides chain in every access (the outer stride is the inner one times the inner
+    extent) run as one loop: a batch-norm statistic of a conv output stored channel-major sums
+    N*H*W contiguous values; a map over a permuted view with a broadcast keeps H*W as one loop.
+    Where a stride breaks the chain (a transpose), or an index is checked (padding), loops stay."""
+    rng = np.random.default_rng(11)
+    stored_np = rng.standard_normal((6, 5 * 7 * 3)).astype(np.float32)       # (C, N*H*W)
+    shift_np = rng.standard_normal((1, 6, 1, 1)).astype(np.float32)
+    stored, shift = jt.array(stored_np), jt.array(shift_np)
+    nchw = stored.reshape(6, 5, 7, 3).permute(1, 0, 2, 3)
+    nchw_np = stored_np.reshape(6, 5, 7, 3).transpose(1, 0, 2, 3)
+    stat = ((nchw - shift) * (nchw - shift)).sum(dims=(0, 2, 3), keepdims=True)
+    mapped = (nchw * 2 - shift).exp()
+    swapped = nchw.permute(0, 1, 3, 2) * 1.5
+    padded = nchw.pad([1, 1, 1, 1]) * 1.5
+    assert _loop_bounds(stat) == {6, 105}
+    assert _loop_bounds(mapped) == {5, 6, 21}
+    assert {3, 7} <= _loop_bounds(swapped) and {5, 9} <= _loop_bounds(padded)
+    with jt.flag_scope(num_threads=threads):
+        np.testing.assert_allclose(stat.numpy(), ((nchw_np.astype(np.float64) - shift_np) ** 2).sum((0, 2, 3), keepdims=True),
+                                   rtol=1e-5)
+        np.testing.assert_allclose(mapped.numpy(), np.exp(nchw_np * 2 - shift_np), rtol=1e-5)
+        np.testing.assert_array_equal(swapped.numpy(), nchw_np.transpose(0, 1, 3, 2) * np.float32(1.5))
+        np.testing.assert_array_equal(padded.numpy(), np.pad(nchw_np, ((0, 0), (0, 0), (1, 1), (1, 1))) * np.float32(1.5))
 
 
 def test_each_launch_site_settles_on_a_thread_count_without_changing_values():
