@@ -379,25 +379,8 @@ class _Builder:
         # the strides along loop_vars do not depend on the other loops' indices: those are 0
         env = {f"i{k}": 0 for k in range(max(node[3] for node in self.nodes) + 1)}
         env.update(zip(self.symbols, self.dims_in_source))
-        strides = []
-        for expr in accessed:
-            expr = _expand_indices(expr, index_defs)
-            if expr is None or not _AFFINE.fullmatch(expr):
-                return None
-            code = compile(expr, "<index>", "eval")
-
-            def at(point):
-                return eval(code, {"__builtins__": {}}, {**env, **dict(zip(loop_vars, point))})
-            try:
-                zero = at([0] * len(loop_vars))
-            except NameError:        # a name that is not a dim or an index (a constant's value)
-                return None
-            steps = [at([int(j == k) for j in range(len(loop_vars))]) - zero for k in range(len(loop_vars))]
-            probe = [3 + 2 * k for k in range(len(loop_vars))]
-            if at(probe) != zero + sum(p * s for p, s in zip(probe, steps)):
-                return None          # not affine after all (a product of two indices)
-            strides.append(steps)
-        return strides
+        strides = [_affine_steps(_expand_indices(expr, index_defs), loop_vars, env) for expr in accessed]
+        return None if None in strides else strides
 
     def build_map(self, root):
         dims = self.dims(root)
@@ -574,6 +557,31 @@ def _expand_indices(expr, index_defs):
             return expr
         expr = expanded
     return None
+
+
+def _affine_steps(expr, loop_vars, env):
+    """How much the C index expression ``expr`` grows per step of each of ``loop_vars``, the other
+    names taking their values in ``env``; None unless it is affine in them (only names, numbers,
+    + - * and parentheses, and linear where probed).
+
+    >>> _affine_steps("(i0*t0_1+i1)*3+1", ["i0", "i1"], {"t0_1": 5})
+    [15, 3]
+    """
+    if expr is None or not _AFFINE.fullmatch(expr):
+        return None
+    code = compile(expr, "<index>", "eval")
+
+    def at(point):
+        return eval(code, {"__builtins__": {}}, {**env, **dict(zip(loop_vars, point))})
+    try:
+        zero = at([0] * len(loop_vars))
+    except NameError:            # a name that is neither a dim nor an index (a constant's value)
+        return None
+    steps = [at([int(j == k) for j in range(len(loop_vars))]) - zero for k in range(len(loop_vars))]
+    probe = [3 + 2 * k for k in range(len(loop_vars))]
+    if at(probe) != zero + sum(p * s for p, s in zip(probe, steps)):
+        return None              # not affine after all (a product of two indices)
+    return steps
 
 
 def _row_major(idx, dims):
