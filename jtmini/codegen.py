@@ -9,8 +9,7 @@ loop) has them compiled in while ``flags.specialize_shapes`` is on: with constan
 divisors the compiler unrolls the short window loops, proves bounds checks away and turns ``/`` and
 ``%`` into multiplies, which made ResNet-18's kernels 1.6x faster in all; and loops that walk
 memory as one are merged (``_Builder.coalesce``). Flat elementwise kernels gain nothing from that
-and stay shape-generic. ``generate`` memoises on the signature plus, when
-compiled in, the dims.
+and stay shape-generic. ``generate`` memoises on the signature plus, when compiled in, the dims.
 """
 import math
 import re
