@@ -64,11 +64,14 @@ def barrier():
 
 
 def _check_peer(name, peer):
-    if isinstance(peer, bool) or not isinstance(peer, int) or not 0 <= peer < world.world_size:
+    """``peer`` as an int (a numpy integer is fine), or ValueError naming it."""
+    rank = world.as_rank(peer)
+    if rank is None:
         raise ValueError(f"{name}: rank {peer!r} is not a rank of this job (ranks are 0..{world.world_size - 1}) "
                          f"on rank {world.rank}")
-    if peer == world.rank:
+    if rank == world.rank:
         raise ValueError(f"{name}: rank {world.rank} cannot exchange messages with itself")
+    return rank
 
 
 def _buffer(x):
@@ -81,7 +84,7 @@ def send(x, dst, tag=0):
         >>> if jt.rank == 0: jt.mpi.send(jt.array([1., 2.]), dst=1)
         >>> if jt.rank == 1: y = jt.mpi.recv((2,), "float32", src=0)   # rank 1: y = [1, 2]
     """
-    _check_peer("send", dst)
+    dst = _check_peer("send", dst)
     data = _buffer(x)
     comm = _runtime.comm()
     _runtime.flush()
@@ -119,7 +122,7 @@ class Request:
 
 def isend(x, dst, tag=0):
     """Start sending ``x`` to rank ``dst``; returns a ``Request`` (call ``wait()`` before exiting)."""
-    _check_peer("isend", dst)
+    dst = _check_peer("isend", dst)
     data = _buffer(x)
     comm = _runtime.comm()
     _runtime.flush()
@@ -133,7 +136,7 @@ def irecv(shape, dtype, src, tag=0):
         >>> req = jt.mpi.irecv((2,), "float32", src=0)    # on rank 1
         >>> y = req.wait()                                 # rank 1: what rank 0 sent
     """
-    _check_peer("irecv", src)
+    src = _check_peer("irecv", src)
     shape = tuple(shape) if isinstance(shape, (tuple, list)) else (int(shape),)
     data = np.empty(shape, dtype=dtypes.canonical(dtype))
     comm = _runtime.comm()
@@ -165,7 +168,7 @@ def single_process_scope(rank=0):
     return decorate
 
 
-_ALONE = {"in_mpi": False, "rank": 0, "world_size": 1, "local_rank": 0, "local_size": 1}
+_ALONE = {"in_mpi": False, "rank": 0, "world_size": 1, "local_rank": 0, "local_size": 1, "alone_in_mpi_job": True}
 
 
 @contextlib.contextmanager

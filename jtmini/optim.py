@@ -18,17 +18,20 @@ Under mpirun the optimizer is data-parallel with no code change: the constructor
 rank 0's parameters, and the update uses the gradient of the whole global batch, gathered from
 every rank (see ``backward`` for what it assumes of the loss).
 """
+import numbers
+from collections.abc import Iterable
+
 import numpy as np
 
 from . import sync, world
 from .autograd import grad
 from .creation import array
-from .dataset.dataset import take_shard
+from .dataset.dataset import shard_of
 from .gc_pause import paused
 from .nn import persist
 from .nn.module import broadcast_in_place
 from .ops.collective import mpi_all_reduce_many
-from .var import pending_roots
+from .var import Var, pending_roots
 
 
 class Optimizer:
@@ -42,28 +45,43 @@ class Optimizer:
     rank's own weights."""
 
     def __init__(self, params, lr):
-        groups = list(params)
+        groups = _listed(params, "params")
         if not groups:
             raise ValueError("optimizer got an empty parameter list")
         if not isinstance(groups[0], dict):
             groups = [{"params": groups}]
-        self.param_groups = [dict(group, params=list(group["params"])) for group in groups]
+        self.param_groups = [dict(group, params=_listed(group["params"], "a param group's params"))
+                             for group in groups]
+        _check_params(self.param_groups)
         self.lr = lr
         self.n_step = 0
         self._grads = None      # accumulated gradients, one Var per trainable parameter, or None
         broadcast_in_place([p for group in self.param_groups for p in group["params"]], root=0)
         for group in self.param_groups:
-            self.init_state(group)
+            _check_hyper(self, group)
+            for key in self.STATE_KEYS:
+                group[key] = [None] * len(group["params"])
 
     # --- subclasses ------------------------------------------------------------------------------
-    def init_state(self, group):
-        """Create the per-parameter state lists of ``group`` (e.g. momentum buffers)."""
-
     def updates(self, group, grads):
         """[(Var, new value)] for ``group``: new parameters and new state, built lazily."""
         raise NotImplementedError
 
-    STATE_KEYS = ()         # names of the per-parameter state lists kept in each group
+    # Names of the per-parameter state lists kept in each group. ``group[key][k]`` belongs to
+    # ``group["params"][k]``: a zero buffer made on the parameter's first update (None until then,
+    # and for parameters never updated, such as BatchNorm statistics), so freezing or unfreezing
+    # a parameter later never hands one parameter another's state.
+    STATE_KEYS = ()
+
+    def state(self, group, key):
+        """``group[key]`` for the trainable parameters of ``group``, in order, made on first use."""
+        states = group[key]
+        for k, p in enumerate(group["params"]):
+            if states[k] is None and not p.is_stop_grad():
+                # a real buffer, not a lazy constant: the first step then builds the same graph
+                # as every later one, so its kernels are all the training loop ever compiles
+                states[k] = array(np.zeros(p.shape, p.dtype))
+        return [states[k] for k, p in enumerate(group["params"]) if not p.is_stop_grad()]
 
     # --- the step --------------------------------------------------------------------------------
     def hyper(self, group, name):
@@ -85,12 +103,13 @@ class Optimizer:
         Under mpirun ``loss`` is taken to be a mean over this rank's shard of the global batch
         (as ``nn.cross_entropy_loss`` of a Dataset batch is), and what is accumulated is the
         gradient of this rank's share of the global batch's mean loss: ``loss * n_r / N`` with
-        ``n_r`` samples here out of ``N`` (the Dataset's figures; ``1 / world_size`` for a batch
-        that did not come from a Dataset). Summed over ranks by ``step``, that is exactly the
-        gradient one process computes on the whole batch, also when shards differ in size, and
-        also through synchronised BatchNorm, whose statistics mix every rank's samples.
+        ``n_r`` samples here out of ``N`` (the figures of the Dataset batch ``loss`` was computed
+        from, see ``dataset.shard_of``; ``1 / world_size`` for a batch that did not come from a
+        Dataset). Summed over ranks by ``step``, that is exactly the gradient one process computes
+        on the whole batch, also when shards differ in size, and also through synchronised
+        BatchNorm, whose statistics mix every rank's samples.
         """
-        shard = take_shard()        # taken outside MPI too, so it never outlives its batch
+        shard = shard_of(loss)      # taken outside MPI too, so a yielded batch's figure never goes stale
         if world.in_mpi:
             loss = loss * _share_of_global_batch(shard)
         grads = grad(loss, [p for group in self.param_groups for p in self.trainable(group)])
@@ -147,19 +166,21 @@ class Optimizer:
         """Hyper-parameters, step count and per-parameter state, as plain Python and numpy."""
         groups = [{k: v for k, v in g.items() if k != "params" and k not in self.STATE_KEYS}
                   for g in self.param_groups]
-        state = [{k: [v.numpy() for v in g[k]] for k in self.STATE_KEYS} for g in self.param_groups]
+        state = [{k: [None if v is None else v.numpy() for v in g[k]] for k in self.STATE_KEYS}
+                 for g in self.param_groups]
         return {"lr": self.lr, "n_step": self.n_step, "param_groups": groups, "state": state}
 
     def load_state_dict(self, state):
-        """Restore what ``state_dict`` returned (for an optimizer over the same parameters)."""
-        if len(state["param_groups"]) != len(self.param_groups):
-            raise ValueError("load_state_dict: the number of parameter groups differs")
+        """Restore what ``state_dict`` returned, for an optimizer of the same kind over parameters
+        of the same shapes. Everything is checked before anything changes: a mismatch raises
+        ValueError naming the group, the entry and both shapes, and leaves this optimizer as it was."""
+        _check_loadable(self, state)
         self.lr, self.n_step = state["lr"], state["n_step"]
         for group, saved, saved_state in zip(self.param_groups, state["param_groups"], state["state"]):
             group.update(saved)
             for key in self.STATE_KEYS:
-                for var, value in zip(group[key], saved_state[key]):
-                    var.assign(value)
+                group[key] = [None if value is None else array(np.array(value, p.dtype))
+                              for p, value in zip(group["params"], saved_state[key])]
 
     def save(self, path):
         """``state_dict()`` written atomically to ``path``."""
@@ -178,10 +199,67 @@ def _share_of_global_batch(shard):
     return rank_samples / global_samples
 
 
-def _zeros_like_params(group):
-    # real buffers, not lazy constants: the first step then builds the same graph as every later
-    # one, so its kernels are all the training loop ever compiles
-    return [array(np.zeros(p.shape, p.dtype)) for p in Optimizer.trainable(group)]
+def _listed(params, what):
+    """``params`` (an iterable) as a list; a single Var, whose iteration yields its rows, is an error."""
+    if isinstance(params, Var) or not isinstance(params, Iterable):
+        raise TypeError(f"optimizer {what} must be an iterable of Vars (or of param group dicts), got "
+                        f"{type(params).__name__}: pass [var] or model.parameters()")
+    return list(params)
+
+
+def _check_params(groups):
+    seen = set()
+    for n, group in enumerate(groups):
+        for k, p in enumerate(group["params"]):
+            if not isinstance(p, Var):
+                hint = " (named_parameters() gives (name, Var) pairs: use parameters())" \
+                    if isinstance(p, tuple) else ""
+                raise TypeError(f"optimizer: param {k} of group {n} is a {type(p).__name__}, not a Var{hint}")
+            if id(p) in seen:
+                raise ValueError(f"optimizer: param {k} of group {n} (shape {p.shape}) appears more than once")
+            seen.add(id(p))
+
+
+def _check_hyper(optimizer, group):
+    """Hyper-parameters in range (PyTorch's rules), so a typo fails here and not as NaNs later."""
+    def value(name):
+        return optimizer.hyper(group, name)
+
+    def need(ok, name, rule):
+        if not ok:
+            raise ValueError(f"{type(optimizer).__name__}: {name}={value(name)!r} must be {rule}")
+
+    for name in ("lr", "momentum", "weight_decay", "dampening", "eps"):
+        if hasattr(optimizer, name):
+            need(isinstance(value(name), numbers.Real) and value(name) >= 0, name, "a number >= 0")
+    if hasattr(optimizer, "betas"):
+        betas = value("betas")
+        need(len(betas) == 2 and all(0 <= b < 1 for b in betas), "betas", "two numbers in [0, 1)")
+    if hasattr(optimizer, "nesterov") and value("nesterov"):
+        need(value("momentum") > 0 and value("dampening") == 0, "nesterov",
+             "used with momentum > 0 and dampening 0")
+
+
+def _check_loadable(optimizer, state):
+    name = type(optimizer).__name__
+    missing = [key for key in ("lr", "n_step", "param_groups", "state") if key not in state]
+    if missing:
+        raise ValueError(f"{name}.load_state_dict: not an optimizer state (no {', '.join(missing)})")
+    if len(state["param_groups"]) != len(optimizer.param_groups) or len(state["state"]) != len(optimizer.param_groups):
+        raise ValueError(f"{name}.load_state_dict: the state has {len(state['param_groups'])} parameter "
+                         f"groups, this optimizer {len(optimizer.param_groups)}")
+    for n, (group, saved) in enumerate(zip(optimizer.param_groups, state["state"])):
+        for key in optimizer.STATE_KEYS:
+            if key not in saved:
+                raise ValueError(f"{name}.load_state_dict: group {n} has no {key!r} state (saved by "
+                                 f"another kind of optimizer? it has {sorted(saved)})")
+            if len(saved[key]) != len(group["params"]):
+                raise ValueError(f"{name}.load_state_dict: group {n} has {len(saved[key])} {key!r} "
+                                 f"entries for {len(group['params'])} params")
+            for k, (p, value) in enumerate(zip(group["params"], saved[key])):
+                if value is not None and np.shape(value) != p.shape:
+                    raise ValueError(f"{name}.load_state_dict: {key!r} of param {k} in group {n} has shape "
+                                     f"{np.shape(value)}, the param {p.shape}")
 
 
 class SGD(Optimizer):
@@ -198,14 +276,11 @@ class SGD(Optimizer):
         self.dampening, self.nesterov = dampening, nesterov
         super().__init__(params, lr)
 
-    def init_state(self, group):
-        group["values"] = _zeros_like_params(group)
-
     def updates(self, group, grads):
         lr, momentum = self.hyper(group, "lr"), self.hyper(group, "momentum")
         decay, dampening = self.hyper(group, "weight_decay"), self.hyper(group, "dampening")
         out = []
-        for p, g, buf in zip(self.trainable(group), grads, group["values"]):
+        for p, g, buf in zip(self.trainable(group), grads, self.state(group, "values")):
             d = g + p * decay if decay else g
             if momentum:
                 # PyTorch starts the buffer at d itself; from a zero buffer that only differs
@@ -232,16 +307,13 @@ class Adam(Optimizer):
         self.eps, self.betas, self.weight_decay = eps, tuple(betas), weight_decay
         super().__init__(params, lr)
 
-    def init_state(self, group):
-        group["m"], group["v"] = _zeros_like_params(group), _zeros_like_params(group)
-
     def updates(self, group, grads):
         lr, eps, decay = self.hyper(group, "lr"), self.hyper(group, "eps"), self.hyper(group, "weight_decay")
         b1, b2 = self.hyper(group, "betas")
         t = self.n_step + 1
         step_size, root_c2 = lr / (1 - b1 ** t), (1 - b2 ** t) ** 0.5
         out = []
-        for p, g, m, v in zip(self.trainable(group), grads, group["m"], group["v"]):
+        for p, g, m, v in zip(self.trainable(group), grads, self.state(group, "m"), self.state(group, "v")):
             if decay and self.decoupled:
                 p_start = p * (1 - lr * decay)
             else:

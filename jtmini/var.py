@@ -179,6 +179,9 @@ class Var:
         and the graph has no cycle."""
         old = Var(self.op, self.inputs, self.attrs, self.shape, self.dtype, self._data)
         old._stop_grad, old._backward = self._stop_grad, self._backward
+        if self._data is None and self.op is not None and OPS[self.op].kind == "collective":
+            from .runtime import mpi          # the queue of unissued collectives must keep the node
+            mpi.requeue(self, old)
         for ref in self._consumers:
             consumer = ref()
             if consumer is not None:

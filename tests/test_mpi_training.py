@@ -14,7 +14,7 @@ import pytest
 import jtmini as jt
 from jtmini import world
 from jtmini.dataset import Dataset
-from jtmini.dataset.dataset import take_shard
+from jtmini.dataset.dataset import shard_of
 from mpi_launch import launch, needs_mpirun, reports, run_mpi
 
 REL_ERR = 1e-4              # float32, 20 steps
@@ -63,16 +63,43 @@ class Numbers(Dataset):
         return np.float32(i)
 
 
-def test_dataset_reports_each_batch_share_once(monkeypatch):
-    """What the optimizer weighs a rank's loss by: (samples on this rank, in the global batch)."""
+def _pretend_rank_3_of_4(monkeypatch):
     for name, value in {"in_mpi": True, "rank": 3, "world_size": 4}.items():
         monkeypatch.setattr(world, name, value)
-    take_shard()
+
+
+def test_a_numpy_batch_share_is_the_last_yielded_one_and_taken_once(monkeypatch):
+    """What the optimizer weighs a rank's loss by: (samples on this rank, in the global batch)."""
+    _pretend_rank_3_of_4(monkeypatch)
+    loss = jt.ones(())
+    shard_of(loss)
     shares = []
     for _ in Numbers(batch_size=6, keep_numpy_array=True).set_attrs(total_len=15):
-        shares += [take_shard(), take_shard()]
+        shares += [shard_of(loss), shard_of(loss)]
     # batches of 6, 6, 3 cut into 2, 2, 1, 1 / 2, 2, 1, 1 / 1, 1, 1, 0: rank 3 gets 1, 1, 0
     assert shares == [(1, 6), None, (1, 6), None, (0, 3), None]
+
+
+def test_a_batch_var_carries_its_own_share(monkeypatch):
+    """Batches kept and used later (a cached epoch) are weighed by their own figures, not by
+    the batch drawn last."""
+    _pretend_rank_3_of_4(monkeypatch)
+    batches = list(Numbers(batch_size=6).set_attrs(total_len=15))
+    losses = [(batch * 2).sum() for batch in batches]
+    assert [shard_of(loss) for loss in losses] == [(1, 6), (1, 6), (0, 3)]
+    assert shard_of(losses[1]) == (1, 6)          # as often as asked
+    assert shard_of(jt.ones(3).sum()) is None     # no batch behind it, and the last one was taken
+
+
+def test_an_epoch_run_alone_in_single_process_scope_leaves_the_epoch_count(monkeypatch):
+    """Only one rank runs a single_process_scope: its epochs must not move that rank's shuffle
+    order ahead of the others'."""
+    ds = Numbers(batch_size=4, shuffle=True).set_attrs(total_len=8)
+    list(ds)
+    monkeypatch.setattr(world, "alone_in_mpi_job", True)
+    list(ds)
+    monkeypatch.setattr(world, "alone_in_mpi_job", False)
+    assert ds.epoch_id == 1
 
 
 def test_outside_mpirun_the_optimizer_neither_broadcasts_nor_reduces():

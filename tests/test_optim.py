@@ -116,6 +116,52 @@ def test_stop_grad_vars_are_not_updated_but_are_realized():
     assert stats.is_realized() and not np.array_equal(stats.numpy(), before)
 
 
+def test_freezing_a_parameter_later_leaves_the_others_their_own_state():
+    """Fine-tuning: a parameter frozen after the optimizer was made. Each keeps its own momentum,
+    and the frozen one's is back when it trains again."""
+    model, ref = make_pair()
+    opt = nn.SGD(model.parameters(), 0.1, momentum=0.9)
+    t_opt = torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.9)
+    for step in range(5):
+        frozen = step in (2, 3)
+        model[0].weight.requires_grad = ref[0].weight.requires_grad = not frozen
+        if frozen:
+            ref[0].weight.grad = None                    # as torch skips a param without a gradient
+        opt.step(jt_loss(model, step))
+        torch_step(ref, t_opt, step)
+        assert_same_params(model, ref, step)
+
+
+def test_optimizer_rejects_what_it_cannot_train():
+    w = jt.ones((2, 3))
+    with pytest.raises(TypeError, match=r"iterable of Vars .* got Var: pass \[var\]"):
+        nn.SGD(w, 0.1)                                   # iterating a Var gives its rows
+    with pytest.raises(TypeError, match=r"a tuple, not a Var \(named_parameters\(\) gives"):
+        nn.SGD(nn.Linear(2, 2).named_parameters(), 0.1)
+    with pytest.raises(ValueError, match=r"param 0 of group 1 \(shape \(2, 3\)\) appears more than once"):
+        nn.SGD([{"params": [w]}, {"params": [w]}], 0.1)
+    for make, message in [(lambda: nn.SGD([w], None), "lr=None must be a number >= 0"),
+                          (lambda: nn.SGD([w], 0.1, nesterov=True), "nesterov=True must be used with momentum > 0"),
+                          (lambda: nn.Adam([w], 0.1, betas=(1.5, 0.9)), r"betas=\(1.5, 0.9\) must be two numbers"),
+                          (lambda: nn.SGD([{"params": [w], "momentum": -1}], 0.1), "momentum=-1 must be")]:
+        with pytest.raises(ValueError, match=message):
+            make()
+
+
+def test_load_state_dict_checks_everything_before_changing_anything():
+    model, _ = make_pair()
+    opt = nn.SGD(model.parameters(), 0.1, momentum=0.9)
+    opt.step(jt_loss(model, 0))
+    other = nn.SGD(nn.Sequential(nn.Linear(6, 16), nn.Tanh(), nn.Linear(16, 5)).parameters(), 0.5, momentum=0.9)
+    with pytest.raises(ValueError, match=r"'values' of param 2 in group 0 has shape \(3, 16\), the param \(5, 16\)"):
+        other.load_state_dict(opt.state_dict())
+    assert other.lr == 0.5 and other.n_step == 0        # untouched
+    with pytest.raises(ValueError, match=r"group 0 has no 'm' state \(saved by another kind of optimizer"):
+        nn.Adam(model.parameters(), 0.1).load_state_dict(opt.state_dict())
+    with pytest.raises(ValueError, match="group 0 has 4 'values' entries for 2 params"):
+        nn.SGD(model[0].parameters(), 0.1, momentum=0.9).load_state_dict(opt.state_dict())
+
+
 def test_step_realizes_other_pending_results_in_the_same_schedule():
     model, _ = make_pair()
     opt = nn.SGD(model.parameters(), 0.1)

@@ -20,6 +20,7 @@ into ``world_size`` contiguous shards; see ``shard_bounds`` for who gets what.
 import functools
 import queue
 import threading
+import weakref
 from collections.abc import Mapping
 
 import numpy as np
@@ -160,22 +161,58 @@ def prefetched(source):
         thread.join()
 
 
-_last_shard = None      # (this rank's samples, the global batch's) of the batch a Dataset yielded last
+# What the optimizer weighs a rank's loss by, under mpirun: (samples on this rank, samples in the
+# global batch). Each Var of a yielded batch carries its batch's figures, so a cached batch, or a
+# loss built after other batches were drawn, still finds its own; ``_last_shard`` is the fallback
+# for a batch that reached the loss as numpy (``keep_numpy_array``).
+_shards = {}            # id(batch Var) -> (weak reference to it, shard); dead entries swept as it grows
+_sweep_at = 64
+_last_shard = None      # the shard of the batch a Dataset yielded last, until shard_of takes it
 
 
-def take_shard():
-    """``(samples on this rank, samples in the global batch)`` of the batch a Dataset yielded
-    last, or None if no batch was yielded since the previous call (each call forgets it, so a
-    stale figure is never reused). Under mpirun the optimizer weighs this rank's loss by their
-    ratio: shards differ by one sample when the global batch is not divisible by world_size.
+def _with_shard(var, shard):
+    global _sweep_at
+    _shards[id(var)] = (weakref.ref(var), shard)
+    if len(_shards) >= _sweep_at:
+        for key in [key for key, (ref, _) in _shards.items() if ref() is None]:
+            del _shards[key]
+        _sweep_at = max(64, 2 * len(_shards))
+    return var
 
-    >>> images, labels = next(iter(ds))       # rank 0 of 2, ds.batch_size == 5
-    >>> take_shard(), take_shard()
-    ((3, 5), None)
+
+def _batch_shard(loss):
+    """The shard of the first yielded batch Var met walking back from ``loss``, or None."""
+    seen, stack = set(), [loss]
+    while stack:
+        v = stack.pop()
+        if id(v) in seen:
+            continue
+        seen.add(id(v))
+        if v._data is not None:                     # a leaf: a batch, a parameter, a constant
+            ref, shard = _shards.get(id(v), (None, None))
+            if ref is not None and ref() is v:
+                return shard
+        else:
+            stack.extend(v.inputs)
+    return None
+
+
+def shard_of(loss):
+    """``(samples on this rank, samples in the global batch)`` of the Dataset batch ``loss`` was
+    computed from, under mpirun, or None when that is unknown. Found by walking back from
+    ``loss`` to a Var the Dataset yielded; failing that (the batch was converted from numpy),
+    the batch a Dataset yielded last, if not already taken. The optimizer weighs this rank's
+    loss by the ratio: shards differ by one sample when the global batch is not divisible by
+    world_size.
+
+    >>> batches = list(ds)                    # rank 0 of 2, ds.batch_size == 5, 8 samples
+    >>> shard_of(model(batches[0][0]).sum()), shard_of(model(batches[1][0]).sum())
+    ((3, 5), (2, 3))
     """
     global _last_shard
-    shard, _last_shard = _last_shard, None
-    return shard
+    last, _last_shard = _last_shard, None
+    found = _batch_shard(loss) if _shards else None
+    return found if found is not None else last
 
 
 def _rank_and_size():
@@ -194,7 +231,8 @@ class Dataset:
       num_workers       > 0 turns on the prefetch thread (no worker processes in jtmini)
       prefetch          build the next batch in a background thread while this one is used
       seed, epoch_id    the shuffle order of an epoch is a function of (seed, epoch_id) only;
-                        every ``iter()`` starts a new epoch and increments ``epoch_id``
+                        every ``iter()`` starts a new epoch and increments ``epoch_id`` (not
+                        inside ``jt.single_process_scope`` under mpirun: see ``_epoch_order``)
       keep_numpy_array  yield numpy arrays instead of ``Var``s
 
     ``len(dataset)`` is the number of batches per epoch, which is the same on every rank
@@ -284,18 +322,28 @@ class Dataset:
     def __iter__(self):
         global _last_shard
         # the epoch's shards are cut here, in the caller's thread, from the world as it is now
+        in_mpi = world.in_mpi
         shards = self._rank_batches(self._epoch_order(), *_rank_and_size())
         batches = map(self.get_batch, (indices for indices, _ in shards))
         if self.prefetch or self.num_workers > 0:
             batches = prefetched(batches)
         for (indices, global_size), batch in zip(shards, batches):
-            _last_shard = (len(indices), global_size)    # as the batch is handed over, not when prefetched
-            yield batch if self.keep_numpy_array else map_arrays(to_var, batch)
+            shard = _last_shard = (len(indices), global_size)    # as it is handed over, not when prefetched
+            if self.keep_numpy_array:
+                yield batch
+            elif in_mpi:
+                yield map_arrays(lambda array: _with_shard(to_var(array), shard), batch)
+            else:
+                yield map_arrays(to_var, batch)
 
     def _epoch_order(self):
-        """Sample order of the next epoch; identical on all ranks without talking to them."""
+        """Sample order of the next epoch; identical on all ranks without talking to them. An
+        epoch that one rank runs alone (inside ``jt.single_process_scope`` under mpirun, such as
+        an accuracy pass over the training set) reuses the current order and does not count:
+        the other ranks do not see it, and the next epoch must be the same everywhere."""
         n, epoch = self.sample_count, self.epoch_id
-        self.epoch_id += 1
+        if not world.alone_in_mpi_job:
+            self.epoch_id += 1
         if not self.shuffle:
             return np.arange(n)
         return np.random.default_rng((self.seed, epoch)).permutation(n)

@@ -6,7 +6,7 @@ Supported dtypes: float32, float64, int32, int64 (gradients for the floats).
 
 Outside mpirun, and inside ``jt.single_process_scope``, each collective acts as in a world of one
 rank: ``mpi_all_reduce``, ``mpi_reduce`` and ``mpi_broadcast`` return ``x`` itself and ``root`` is
-not checked, so the same script runs with and without mpirun.
+not checked, so the same script runs with and without mpirun (dtypes are checked in both).
 
 Gradients assume the loss is the sum of every rank's loss, as in data parallel training: the
 gradient of a collective is the adjoint collective (broadcast <-> reduce, gather <-> scatter,
@@ -42,10 +42,20 @@ def _check_dtype(name, x):
                         f"cast first) {_where()}")
 
 
+def _supported(name, x):
+    """``x`` once its dtype is checked: also outside mpirun, so that a script that runs as one
+    process does not fail only under mpirun."""
+    _check_dtype(name, x)
+    return x
+
+
 def _check_root(name, root):
-    if isinstance(root, bool) or not isinstance(root, int) or not 0 <= root < world.world_size:
+    """``root`` as an int (a numpy integer is fine), or ValueError naming it."""
+    rank = world.as_rank(root)
+    if rank is None:
         raise ValueError(f"{name}: root={root!r} is not a rank of this job (ranks are 0..{world.world_size - 1}) "
                          f"{_where()}")
+    return rank
 
 
 def _check_leading(name, x):
@@ -157,7 +167,7 @@ def mpi_all_reduce(x, op="add"):
     the ranks holding the extreme (shared equally on ties).
     """
     op = _reduce_op("mpi_all_reduce", op)
-    x = _floats_for_mean(x, op)
+    x = _supported("mpi_all_reduce", _floats_for_mean(x, op))
     return _node("mpi_all_reduce", [x], op=op) if world.in_mpi else x
 
 
@@ -170,8 +180,8 @@ def mpi_reduce(x, op="add", root=0):
     Gradient: the root's output gradient, broadcast to every rank (divided by world_size for mean).
     """
     op = _reduce_op("mpi_reduce", op)
-    x = _floats_for_mean(x, op)
-    return _node("mpi_reduce", [x], op=op, root=root) if world.in_mpi else x
+    x = _supported("mpi_reduce", _floats_for_mean(x, op))
+    return _node("mpi_reduce", [x], op=op, root=_check_root("mpi_reduce", root)) if world.in_mpi else x
 
 
 @export("mpi_broadcast")
@@ -182,7 +192,8 @@ def mpi_broadcast(x, root=0):
 
     Gradient: the output gradients summed onto ``root`` (mpi_reduce add); zeros elsewhere.
     """
-    return _node("mpi_broadcast", [x], root=root) if world.in_mpi else x
+    x = _supported("mpi_broadcast", x)
+    return _node("mpi_broadcast", [x], root=_check_root("mpi_broadcast", root)) if world.in_mpi else x
 
 
 @export("mpi_all_gather")
@@ -193,6 +204,7 @@ def mpi_all_gather(x):
 
     Gradient: mpi_reduce_scatter (add) of the output gradient.
     """
+    x = _supported("mpi_all_gather", x)
     return _node("mpi_all_gather", [x]) if world.in_mpi else x.reshape((1,) + x.shape)
 
 
@@ -204,7 +216,8 @@ def mpi_gather(x, root=0):
 
     Gradient: mpi_scatter of the root's output gradient.
     """
-    return _node("mpi_gather", [x], root=root) if world.in_mpi else x.reshape((1,) + x.shape)
+    x = _supported("mpi_gather", x)
+    return _node("mpi_gather", [x], root=_check_root("mpi_gather", root)) if world.in_mpi else x.reshape((1,) + x.shape)
 
 
 @export("mpi_scatter")
@@ -217,10 +230,11 @@ def mpi_scatter(x, root=0):
 
     Gradient: mpi_gather of the output gradients onto ``root``; zeros elsewhere.
     """
+    x = _supported("mpi_scatter", x)
     if not world.in_mpi:
         _check_leading("mpi_scatter", x)
         return x.reshape(x.shape[1:])
-    return _node("mpi_scatter", [x], root=root)
+    return _node("mpi_scatter", [x], root=_check_root("mpi_scatter", root))
 
 
 @export("mpi_reduce_scatter")
@@ -234,7 +248,7 @@ def mpi_reduce_scatter(x, op="add"):
     Gradient: mpi_all_gather of the output gradient (divided by world_size for mean).
     """
     op = _reduce_op("mpi_reduce_scatter", op, allowed=("add", "sum", "mean"))
-    x = _floats_for_mean(x, op)
+    x = _supported("mpi_reduce_scatter", _floats_for_mean(x, op))
     if not world.in_mpi:
         _check_leading("mpi_reduce_scatter", x)
         return x.reshape(x.shape[1:])
@@ -251,6 +265,7 @@ def mpi_all_to_all(x):
 
     Gradient: mpi_all_to_all of the output gradient.
     """
+    x = _supported("mpi_all_to_all", x)
     if not world.in_mpi:
         _check_leading("mpi_all_to_all", x)
         return x
@@ -332,7 +347,7 @@ def mpi_all_reduce_many(xs, op="mean", bucket_bytes=BUCKET_BYTES):
     Gradient: each output's gradient all-reduced with ``op``, as for mpi_all_reduce.
     """
     op = _reduce_op("mpi_all_reduce_many", op, allowed=("add", "sum", "mean"))
-    xs = [_floats_for_mean(x, op) for x in xs]
+    xs = [_supported("mpi_all_reduce_many", _floats_for_mean(x, op)) for x in xs]
     if not world.in_mpi:
         return xs
     return _bucketed(xs, bucket_bytes, lambda bucket: _node("mpi_all_reduce_packed", bucket, op=op))
@@ -347,7 +362,8 @@ def mpi_broadcast_many(xs, root=0, bucket_bytes=BUCKET_BYTES):
 
     Gradient: each output's gradient summed onto ``root``, as for mpi_broadcast.
     """
-    xs = list(xs)
+    xs = [_supported("mpi_broadcast_many", x) for x in xs]
     if not world.in_mpi:
         return xs
+    root = _check_root("mpi_broadcast_many", root)
     return _bucketed(xs, bucket_bytes, lambda bucket: _node("mpi_broadcast_packed", bucket, root=root))

@@ -85,12 +85,21 @@ def enqueue(v):
         _pending.append(v)
 
 
+def requeue(handle, node):
+    """The queued collective ``handle`` is being rebound (``assign``, ``x[i] = v``) and its node
+    moves to ``node``: ``node`` takes the handle's place in the queue. The collective must still
+    be issued in its turn, though the handle no longer leads to it."""
+    for k, v in enumerate(_pending):
+        if v is handle:
+            _pending[k] = node
+            return
+
+
 def flush(before=None):
     """Issue every queued collective created before ``before`` (all when None), oldest first."""
     while _pending and _pending[0] is not before:
         v = _pending[0]
-        if v._data is not None or v.op is None or OPS[v.op].kind != "collective":
-            # already issued, or its handle was rebound by assign(): nothing left to issue here
+        if v._data is not None:          # already issued by a realize that reached it
             _pending.popleft()
             continue
         from ..executor import realize

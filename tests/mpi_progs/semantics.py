@@ -68,6 +68,30 @@ def fetched_on_one_rank_only():
     passed("fetched_on_one_rank_only")
 
 
+def rebound_before_it_ran():
+    """A queued collective whose handle is rebound (``y[0] = v``, ``assign``) before it ran is
+    still issued in its turn, though only rank 0 fetches it and a later collective is fetched
+    first on the other ranks."""
+    x, xs = mine(3)
+    y, z = x.mpi_all_reduce(), (x * 1).mpi_all_reduce("max")
+    y[0] = -1.0
+    z.assign(z * 10)
+    if RANK == 0:
+        np.testing.assert_allclose(y.numpy(), [-1.0] + list(sum(xs)[1:]))
+    later = jt.array(np.full(2, 100.0 * (RANK + 1))).mpi_all_reduce()
+    np.testing.assert_allclose(later.numpy(), np.full(2, 100.0 * N * (N + 1) / 2))
+    np.testing.assert_allclose(z.numpy(), 10 * np.max(np.stack(xs), 0))
+    np.testing.assert_allclose(y.numpy(), [-1.0] + list(sum(xs)[1:]))
+    passed("rebound_before_it_ran")
+
+
+def numpy_integer_roots():
+    x, xs = mine(4)
+    for root in np.arange(N):
+        np.testing.assert_allclose(x.mpi_broadcast(root).numpy(), xs[root])
+    passed("numpy_integer_roots")
+
+
 def constant_input():
     np.testing.assert_allclose(jt.full((3,), 2.0).mpi_all_reduce().numpy(), np.full(3, 2.0 * N))
     passed("constant_input")
@@ -180,7 +204,7 @@ def main():
     assert "mpi4py.MPI" not in sys.modules, "import jtmini must not start MPI"
     assert jt.mpi is not None and jt.mpi.world_size() == N and jt.mpi.world_rank() == RANK
     for check in (fetch_order_differs_by_rank, gradients_fetched_in_reverse, fetched_on_one_rank_only,
-                  constant_input, bucketed, large_outputs_are_never_overwritten, point_to_point,
+                  rebound_before_it_ran, numpy_integer_roots, constant_input, bucketed, large_outputs_are_never_overwritten, point_to_point,
                   jittor_docs_val, jittor_docs_sync_bn_stats, single_process_scope):
         check()
     unused = jt.array([1.0]).mpi_all_reduce()      # never fetched on any rank: issued at exit
