@@ -147,6 +147,19 @@ def test_batchnorm_train_eval_and_running_stats(shape, make):
     compare_layer(layer, ref, randn(*shape, seed=5), train=False)
 
 
+def test_batchnorm_statistics_stay_accurate_far_from_zero():
+    """The batch variance is taken from deviations from the mean: E[x^2] - E[x]^2 in float32 gave
+    NaN at a mean of 1e4 with unit spread. Checked against float64 numpy."""
+    x = randn(8, 3, 5, 5) + 1e4
+    layer = nn.BatchNorm2d(3)
+    y = layer(jt.array(x)).numpy()
+    wide = x.astype(np.float64)
+    mean, var = wide.mean((0, 2, 3), keepdims=True), wide.var((0, 2, 3), keepdims=True)
+    np.testing.assert_allclose(y, (wide - mean) / np.sqrt(var + 1e-5), atol=2e-3)  # x - mean loses ~1e-3 in float32
+    jt.sync_all()
+    np.testing.assert_allclose(layer.running_var.numpy(), 0.9 + 0.1 * wide.var((0, 2, 3), ddof=1), rtol=1e-4)
+
+
 def test_batchnorm_without_affine():
     layer, ref = nn.BatchNorm(3, affine=False), torch.nn.BatchNorm2d(3, affine=False)
     compare_layer(layer, ref, randn(4, 3, 2, 2) + 3)
