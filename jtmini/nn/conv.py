@@ -26,11 +26,40 @@ from .module import Module
 
 def pair(value):
     """``value`` as an (h, w) pair: ints are used for both."""
-    return (int(value), int(value)) if isinstance(value, int) else tuple(int(v) for v in value)
+    if isinstance(value, int):
+        return (value, value)
+    values = tuple(int(v) for v in value)
+    if len(values) != 2:
+        raise ValueError(f"expected an int or an (h, w) pair, got {value!r}")
+    return values
+
+
+_LEAST = {"kernel_size": 1, "stride": 1, "padding": 0, "dilation": 1}
+
+
+def check_geometry(who, **values):
+    """Refuse window arguments PyTorch refuses, naming the first bad one: ``kernel_size``,
+    ``stride`` and ``dilation`` must be >= 1, ``padding`` >= 0 (ints or (h, w) pairs).
+
+    >>> check_geometry("Conv2d", kernel_size=3, stride=(1, 0))
+    Traceback (most recent call last):
+    ValueError: Conv2d: stride must be >= 1, got (1, 0)
+    """
+    for name, value in values.items():
+        if value is None:
+            continue
+        try:
+            h, w = pair(value)
+        except (TypeError, ValueError):
+            raise ValueError(f"{who}: {name} must be an int or an (h, w) pair, got {value!r}") from None
+        if min(h, w) < _LEAST[name]:
+            raise ValueError(f"{who}: {name} must be >= {_LEAST[name]}, got {value!r}")
 
 
 def out_size(size, kernel, stride, padding, dilation, ceil_mode=False):
     """Output length of a window op along one axis (PyTorch's formula)."""
+    if kernel < 1 or stride < 1 or padding < 0 or dilation < 1:     # every window op passes here
+        check_geometry("window", kernel_size=kernel, stride=stride, padding=padding, dilation=dilation)
     span = size + 2 * padding - dilation * (kernel - 1) - 1
     if span < 0:
         raise ValueError(f"window of size {kernel} (dilation {dilation}) does not fit an input of "
@@ -80,8 +109,11 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     (2, 6, 5, 5)
     """
     (s_h, s_w), (p_h, p_w), (d_h, d_w) = pair(stride), pair(padding), pair(dilation)
+    if x.ndim != 4 or weight.ndim != 4:
+        raise ValueError(f"conv2d: input must be (N, C, H, W) and weight (O, C/groups, kh, kw), "
+                         f"got input {x.shape} and weight {weight.shape}")
     c, (o, cg, kh, kw) = x.shape[1], weight.shape
-    if x.ndim != 4 or c != cg * groups or o % groups:
+    if groups < 1 or c != cg * groups or o % groups:
         raise ValueError(f"conv2d: input {x.shape} does not fit weight {weight.shape} with groups={groups}")
     hax = _axis(x.shape[2], kh, s_h, p_h, d_h)
     wax = _axis(x.shape[3], kw, s_w, p_w, d_w)
@@ -127,6 +159,10 @@ class Conv2d(Module):
 
     def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1,
                  groups=1, bias=True):
+        check_geometry("Conv2d", kernel_size=kernel_size, stride=stride, padding=padding,
+                       dilation=dilation)
+        if groups < 1:
+            raise ValueError(f"Conv2d: groups must be >= 1, got {groups}")
         if in_channels % groups or out_channels % groups:
             raise ValueError(f"Conv2d: channels {in_channels} -> {out_channels} not divisible by groups={groups}")
         self.in_channels, self.out_channels, self.groups = in_channels, out_channels, groups

@@ -9,17 +9,36 @@ scatter-add: no atomics, and no (N, C, Ho, Wo, kh, kw) window tensor in memory.
     (2, 8, 7, 7)
 """
 import functools
+import numbers
 import operator
 
 from ..creation import ones
-from ..ops.pooling import max_pool
-from .conv import out_size, pair
+from ..ops.pooling import check_padding, max_pool
+from .conv import check_geometry, out_size, pair
 from .module import Module
 
 
-def _geometry(kernel_size, stride, padding, dilation):
+def _geometry(who, kernel_size, stride, padding, dilation):
+    """The four (h, w) pairs of a pooling window, checked as PyTorch checks them."""
+    check_geometry(who, kernel_size=kernel_size, stride=stride, padding=padding, dilation=dilation)
     kernel = pair(kernel_size)
-    return kernel, pair(stride) if stride is not None else kernel, pair(padding), pair(dilation)
+    geometry = kernel, pair(stride) if stride is not None else kernel, pair(padding), pair(dilation)
+    check_padding(who, geometry[0], geometry[2], geometry[3])
+    return geometry
+
+
+def _batch_optional(pool):
+    """Let ``pool`` of NCHW input also take one (C, H, W) image, as PyTorch's pooling does."""
+    @functools.wraps(pool)
+    def wrapper(x, *args, **kwargs):
+        if x.ndim == 4:
+            return pool(x, *args, **kwargs)
+        if x.ndim == 3:
+            out = pool(x.reshape((1,) + x.shape), *args, **kwargs)
+            return out.reshape(out.shape[1:])
+        raise ValueError(f"{pool.__name__}: input must be (N, C, H, W) or (C, H, W), "
+                         f"got shape {x.shape}")
+    return wrapper
 
 
 def _out_shape(x, geometry, ceil_mode):
@@ -41,18 +60,21 @@ def _window_slices(x, geometry, out, fill):
             for a in range(kh) for b in range(kw)]
 
 
+@_batch_optional
 def max_pool2d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False):
-    """Max over each window of NCHW ``x``; ``stride`` defaults to the kernel size. As in PyTorch,
-    padding is at most half the (dilated) kernel, and the gradient of a window goes to its first
-    largest element."""
-    geometry = _geometry(kernel_size, stride, padding, dilation)
+    """Max over each window of NCHW (or CHW) ``x``; ``stride`` defaults to the kernel size. As in
+    PyTorch, padding is at most half the (dilated) kernel, and the gradient of a window goes to
+    its first largest element."""
+    geometry = _geometry("max_pool2d", kernel_size, stride, padding, dilation)
     return max_pool(x, _out_shape(x, geometry, ceil_mode), *geometry)
 
 
+@_batch_optional
 def avg_pool2d(x, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True):
-    """Mean over each window of NCHW ``x``. With ``count_include_pad`` padding counts in the
-    divisor (PyTorch's default); window parts hanging past the padding (ceil_mode) never do."""
-    geometry = _geometry(kernel_size, stride, padding, 1)
+    """Mean over each window of NCHW (or CHW) ``x``. With ``count_include_pad`` padding counts in
+    the divisor (PyTorch's default); window parts hanging past the padding (ceil_mode) never do.
+    As in PyTorch, padding is at most half the kernel."""
+    geometry = _geometry("avg_pool2d", kernel_size, stride, padding, 1)
     out = _out_shape(x, geometry, ceil_mode)
     total = functools.reduce(operator.add, _window_slices(x, geometry, out, 0))
     (p_h, p_w), (h, w) = geometry[2], x.shape[2:]
@@ -71,11 +93,25 @@ def _adaptive_bounds(size, out):
     return f"(({{i}})*{size})/{out}", f"((({{i}})+1)*{size}+{out - 1})/{out}", widest
 
 
+def _adaptive_size(output_size):
+    """``output_size`` as an (h, w) pair of ints >= 1 or None (None keeps that dim)."""
+    if output_size is None or isinstance(output_size, numbers.Integral):
+        size = (output_size, output_size)
+    else:
+        size = tuple(output_size) if isinstance(output_size, (tuple, list)) else ()
+    if len(size) != 2 or any(s is not None and not (isinstance(s, numbers.Integral) and s >= 1)
+                             for s in size):
+        raise ValueError(f"adaptive_avg_pool2d: output_size must be an int >= 1 or an (h, w) pair "
+                         f"of them (None keeps a dim), got {output_size!r}")
+    return size
+
+
+@_batch_optional
 def adaptive_avg_pool2d(x, output_size):
     """Mean over PyTorch's adaptive windows so the result is ``output_size`` (an int or a pair;
-    None keeps that dim)."""
+    None keeps that dim). ``x`` is NCHW or CHW."""
     n, c, h, w = x.shape
-    oh, ow = (output_size, output_size) if isinstance(output_size, int) else output_size
+    oh, ow = _adaptive_size(output_size)
     oh, ow = oh or h, ow or w
     if (oh, ow) == (1, 1):
         return x.mean(dims=(2, 3), keepdims=True)
@@ -93,6 +129,7 @@ class MaxPool2d(Module):
     """Max pooling layer; see ``max_pool2d``."""
 
     def __init__(self, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False):
+        _geometry("MaxPool2d", kernel_size, stride, padding, dilation)
         self.kernel_size, self.stride, self.padding = kernel_size, stride, padding
         self.dilation, self.ceil_mode = dilation, ceil_mode
 
@@ -104,6 +141,7 @@ class AvgPool2d(Module):
     """Average pooling layer; see ``avg_pool2d``."""
 
     def __init__(self, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True):
+        _geometry("AvgPool2d", kernel_size, stride, padding, 1)
         self.kernel_size, self.stride, self.padding = kernel_size, stride, padding
         self.ceil_mode, self.count_include_pad = ceil_mode, count_include_pad
 
@@ -120,6 +158,7 @@ class AdaptiveAvgPool2d(Module):
     """
 
     def __init__(self, output_size):
+        _adaptive_size(output_size)
         self.output_size = output_size
 
     def execute(self, x):

@@ -36,16 +36,27 @@ def _infer(mode):
         if x.ndim != 4 or src.dtype != x.dtype:
             raise ValueError(f"max_pool_{mode}: x must be NCHW and src of its dtype, got "
                              f"x {x.shape} {x.dtype}, src {src.shape} {src.dtype}")
-        for k, p, d in zip(a["kernel"], a["padding"], a["dilation"]):
-            if 2 * p > (k - 1) * d + 1:        # a window of padding alone would have no winner
-                raise ValueError(f"max_pool: padding {a['padding']} is more than half the kernel "
-                                 f"{a['kernel']} (dilation {a['dilation']})")
+        check_padding("max_pool", a["kernel"], a["padding"], a["dilation"])
         pooled = x.shape[:2] + tuple(a["out_hw"])
         want = x.shape if mode == "pick" else pooled
         if src.shape != want:
             raise ValueError(f"max_pool_{mode}: src must have shape {want} for x {x.shape}, got {src.shape}")
         return (pooled if mode == "pick" else x.shape), x.dtype
     return infer
+
+
+def check_padding(who, kernel, padding, dilation):
+    """Refuse padding over half the (dilated) kernel, as PyTorch does for every pooling: a window
+    of padding alone would have no max (no winner) and no meaningful mean. (h, w) pairs.
+
+    >>> check_padding("avg_pool2d", (3, 3), (2, 1), (1, 1))
+    Traceback (most recent call last):
+    ValueError: avg_pool2d: padding (2, 1) is more than half the kernel (3, 3) (dilation (1, 1))
+    """
+    for k, p, d in zip(kernel, padding, dilation):
+        if 2 * p > (k - 1) * d + 1:
+            raise ValueError(f"{who}: padding {tuple(padding)} is more than half the kernel "
+                             f"{tuple(kernel)} (dilation {tuple(dilation)})")
 
 
 def _kernel(mode, dtype, a, in_hw):
