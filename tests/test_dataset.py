@@ -50,6 +50,14 @@ def test_collate_numbers_arrays_and_nesting():
     assert w.dtype == np.int64
 
 
+def test_collate_numbers_take_the_kind_that_holds_them_all():
+    assert collate([1, 2.5, 3]).tolist() == [1.0, 2.5, 3.0]          # not truncated to int32
+    assert collate([True, 2]).dtype == np.int32 and collate([True, 2]).tolist() == [1, 2]
+    assert collate([True, False]).dtype == np.bool_
+    with pytest.raises(TypeError, match="a batch of Python numbers also holds str 'a'"):
+        collate([1, "a"])
+
+
 def test_collate_keeps_container_types():
     batch = collate([{"img": np.zeros(2), "label": [1, True]}] * 3)
     assert isinstance(batch, dict) and isinstance(batch["label"], list)

@@ -50,9 +50,10 @@ def _shard_size(n, rank, world_size):
 def collate(samples):
     """Stack a list of samples into one batch, field by field (numpy in, numpy out).
 
-    ndarrays are stacked on a new axis 0; Python ints become int32 and floats float32 (Jittor's
-    defaults), numpy scalars keep their dtype; tuples, lists and dicts are collated per field;
-    strings stay a list. An object with a ``numpy()`` method (a ``Var``) is collated as its array.
+    ndarrays are stacked on a new axis 0; Python numbers become bool, int32 or float32 (Jittor's
+    defaults), the first kind that holds them all (``[1, 2.5]`` is float32), numpy scalars keep
+    their dtype; tuples, lists and dicts are collated per field; strings stay a list. An object
+    with a ``numpy()`` method (a ``Var``) is collated as its array.
 
     >>> x, y = collate([(np.zeros(2), 1), (np.ones(2), 2)])
     >>> x.shape, y.dtype
@@ -64,12 +65,12 @@ def collate(samples):
     # np.generic before float/int: np.float64 subclasses float but must keep its dtype
     if isinstance(first, np.generic):
         return np.array(samples)
-    if isinstance(first, bool):
-        return np.array(samples, dtype=np.bool_)
-    if isinstance(first, int):
-        return np.array(samples, dtype=np.int32)
-    if isinstance(first, float):
-        return np.array(samples, dtype=np.float32)
+    if isinstance(first, (bool, int, float)):
+        for kinds, dtype in (((bool,), np.bool_), ((bool, int), np.int32), ((bool, int, float), np.float32)):
+            if all(isinstance(s, kinds) for s in samples):
+                return np.array(samples, dtype=dtype)
+        odd = next(s for s in samples if not isinstance(s, (bool, int, float)))
+        raise TypeError(f"collate: a batch of Python numbers also holds {type(odd).__name__} {odd!r}")
     if isinstance(first, (str, bytes)):
         return list(samples)
     if isinstance(first, Mapping):
