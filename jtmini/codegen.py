@@ -12,6 +12,7 @@ memory as one are merged (``_Builder.coalesce``). Flat elementwise kernels gain 
 and stay shape-generic. ``generate`` memoises on the signature plus, when compiled in, the dims.
 """
 import math
+import numbers
 import re
 from dataclasses import dataclass
 
@@ -159,6 +160,22 @@ def generate(kernel, dialect="cpu"):
     return code
 
 
+def c_literal(value, ctype):
+    """``value`` (a Python or numpy number or bool) as a C++ expression of type ``ctype``; the
+    INFINITY and NAN macros (<cmath>, or the CUDA prelude) stand for infinities and NaN.
+
+    >>> c_literal(float("-inf"), "float"), c_literal(True, "float"), c_literal(0.5, "double")
+    ('((float)-INFINITY)', '((float)1)', '((double)0.5)')
+    """
+    if isinstance(value, (bool, np.bool_, numbers.Integral)):
+        text = str(int(value))
+    else:
+        value = float(value)
+        text = "NAN" if math.isnan(value) else ("-" if value < 0 else "") + "INFINITY" if math.isinf(value) \
+            else repr(value)
+    return f"(({ctype}){text})"
+
+
 class _Builder:
     """Renders one kernel from its signature and any dims compiled in (so equal keys give equal
     source)."""
@@ -173,6 +190,7 @@ class _Builder:
         self.dims_in_source = dims      # each symbol's value, or None: read from ip at run time
         self.computed = {}              # (node position, index, guarded) -> C expression
         self.pinned = []                # loop indices known to take only the value 0 (see nest)
+        self.conditional_reads = False  # a read guarded by a bounds check or condition (see kernel.cc.j2)
 
     def dims(self, ref):
         kind, k = ref
@@ -254,7 +272,8 @@ class _Builder:
             return self.value(inputs[0], names, guarded)
         inner = self.value(inputs[0], names, guarded=True)
         ctype = dtypes.C_TYPES[dtype]
-        return self.let(ctype, f"({' && '.join(conds)}) ? {inner} : ({ctype})({imap.overflow_value})")
+        self.conditional_reads = True
+        return self.let(ctype, f"({' && '.join(conds)}) ? {inner} : {c_literal(imap.overflow_value, ctype)}")
 
     def substituter(self, idx, xdims, ydims, extras):
         def extra(k, args):
@@ -294,7 +313,7 @@ class _Builder:
         source = _env.get_template(f"{self.dialect}/{template}.{_EXTENSIONS[self.dialect]}.j2").render(
             title=" ".join(op for op, *_ in self.nodes), buffers=buffers, symbols=self.symbol_values(),
             consts=consts, pinned=self.pinned, body=self.lines, grain=GRAIN, out_ctype=dtypes.C_TYPES[out_dtype],
-            **context)
+            conditional_reads=self.conditional_reads, **context)
         return KernelCode(source, tuple(int_consts), tuple(float_consts))
 
     def symbol_values(self):

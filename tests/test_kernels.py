@@ -1,6 +1,7 @@
 """Kernel-level behaviour that the op tests do not pin down: threaded scatter is exact and
-repeatable, the thread count never changes which kernels exist, loops that walk memory as one are
-merged, and kernels get numpy's own buffer addresses."""
+repeatable, bounds-checked reads survive the compiler, any fill value compiles, the thread count
+never changes which kernels exist, loops that walk memory as one are merged, and kernels get
+numpy's own buffer addresses."""
 import re
 
 import numpy as np
@@ -24,6 +25,27 @@ def test_threaded_scatter_matches_numpy_and_repeats_bit_for_bit(op, fold, start,
         first, second = _scatter(x, op).numpy(), _scatter(x, op).numpy()
     assert np.allclose(first, expected, rtol=1e-5, atol=1e-4)
     assert np.array_equal(first, second)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int32", "int64"])
+@pytest.mark.parametrize("rows", [3, 8, 16, 33])
+def test_bounds_checked_reads_of_short_rows_give_numpy_values(dtype, rows):
+    """GCC 12.2 at -O3 -march=native vectorised a load under a bounds check so that it skipped
+    rows (padding rows of 2 gave [0 0 2 4 0 8 ...]); kernels with such reads are compiled
+    without if-conversion."""
+    x = np.arange(rows * 2).reshape(rows, 2).astype(dtype)
+    np.testing.assert_array_equal(jt.pad(jt.array(x), (0, 0, 1, 0)).numpy(), np.pad(x, ((1, 0), (0, 0))))
+    if dtype.startswith("float"):
+        ones = jt.ones((rows, 2), dtype)
+        want = np.ones((rows, 2), dtype)
+        want[0] = 0
+        np.testing.assert_array_equal(jt.grad((ones[1:] * 3).sum(), ones).numpy(), 3 * want)
+
+
+@pytest.mark.parametrize("value", [float("-inf"), float("inf"), float("nan"), True, 2.5])
+def test_fill_values_that_are_not_c_literals_compile(value):
+    got = jt.pad(jt.array([1.0, 2.0]), (1, 0), value=value).numpy()
+    np.testing.assert_array_equal(got, np.array([float(value), 1.0, 2.0], np.float32))
 
 
 def test_thread_count_is_a_runtime_argument():
