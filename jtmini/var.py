@@ -244,8 +244,8 @@ def pending_roots():
 # Operators map onto exported functions; reflected forms swap the operands.
 _OPERATORS = {
     "add": "add", "sub": "sub", "mul": "mul", "truediv": "div", "floordiv": "floordiv",
-    "mod": "mod", "pow": "pow", "matmul": "matmul", "and": "logical_and", "or": "logical_or",
-    "xor": "logical_xor",
+    "mod": "mod", "pow": "pow", "matmul": "matmul", "and": "bitwise_and", "or": "bitwise_or",
+    "xor": "bitwise_xor",
 }
 _COMPARISONS = {"eq": "equal", "ne": "not_equal", "lt": "less", "le": "less_equal",
                 "gt": "greater", "ge": "greater_equal"}
@@ -286,7 +286,7 @@ def install_methods():
         setattr(Var, f"__{dunder}__", _forward(fn_name))
     Var.__neg__ = lambda self: METHODS["neg"](self)
     Var.__abs__ = lambda self: METHODS["abs"](self)
-    Var.__invert__ = lambda self: METHODS["logical_not"](self)
+    Var.__invert__ = lambda self: METHODS["bitwise_not"](self)
     Var.__pos__ = lambda self: self
     Var.__getitem__ = lambda self, index: METHODS["getitem"](self, index)
     Var.__setitem__ = lambda self, index, value: METHODS["setitem"](self, index, value)

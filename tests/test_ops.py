@@ -1053,3 +1053,44 @@ GETITEM_OPS = {
 def test_ops_on_getitem_views(name, rng):
     jt_fn, t_fn = GETITEM_OPS[name]
     check_grad(jt_fn, t_fn, [rng.standard_normal((3, 4)), rng.standard_normal((3, 4))], ["getitem", "sliced"], rng=rng)
+
+
+# --- found by a bug hunt ----------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", ["int32", "int64", "bool"])
+def test_bitwise_operators_follow_numpy(dtype, rng):
+    a = rng.integers(-8, 9, (5, 4)).astype(dtype)
+    b = rng.integers(-8, 9, (4,)).astype(dtype)
+    for jt_op, np_op in [(lambda x, y: x & y, np.bitwise_and), (lambda x, y: x | y, np.bitwise_or),
+                         (lambda x, y: x ^ y, np.bitwise_xor)]:
+        got = jt_op(jt.array(a), jt.array(b)).numpy()
+        assert got.dtype == np_op(a, b).dtype and np.array_equal(got, np_op(a, b))
+    assert np.array_equal((~jt.array(a)).numpy(), ~a)
+    assert np.array_equal((jt.array(a) & 1).numpy(), a & 1)
+    with pytest.raises(TypeError, match="bitwise_and is defined for bool and integer Vars, got float32"):
+        jt.ones(2) & 1
+
+
+@pytest.mark.parametrize("shape", [(0, 3), (2, 0), (2, 3)])
+def test_all_and_any_over_dims_follow_numpy(shape):
+    x = (np.arange(np.prod(shape)).reshape(shape) % 3).astype(np.float32)
+    for dims in (None, 0, 1):
+        for keepdims in (False, True):
+            for op in ("all", "any"):
+                got = getattr(jt.array(x), op)(dims, keepdims=keepdims).numpy()
+                want = getattr(np, op)(x, axis=dims, keepdims=keepdims)
+                assert got.shape == want.shape and np.array_equal(got, want), (op, dims, keepdims)
+
+
+def test_a_stop_grad_reshape_is_not_skipped_by_a_later_reshape():
+    c = jt.array([[1.0, 2.0, 3.0]])
+    grad = jt.grad((c * c.reshape(3).stop_grad().reshape(1, 3)).sum(), c)
+    np.testing.assert_array_equal(grad.numpy(), [[1.0, 2.0, 3.0]])
+
+
+@pytest.mark.parametrize("index", [slice(-10, None, -1), slice(4, None, -2), slice(None, None, -3),
+                                   slice(-1, -10, -2)])
+def test_setitem_with_a_backward_slice_follows_numpy(index):
+    x, want = jt.zeros(6), np.zeros(6, np.float32)
+    x[index] = 1.0
+    want[index] = 1.0
+    np.testing.assert_array_equal(x.numpy(), want)

@@ -64,6 +64,7 @@ UNARY = {
     "round": ("std::nearbyint({0})", None, False),       # half to even, as numpy
     "sign": ("({0} != {0} ? {0} : ({T})(({T})({0} > ({T})0) - ({T})({0} < ({T})0)))", None, False),  # NaN too
     "logical_not": ("(!{0})", None, False),
+    "bitwise_not": ("jt_invert({0})", None, False),        # ~: bitwise on integers, logical on bools
 }
 
 
@@ -79,7 +80,9 @@ def _unary_front(name, float_only):
             x = cast(x, "bool")
         elif float_only:
             x = _floats(x)
-        elif x.dtype == "bool" and name != "abs":
+        elif name == "bitwise_not" and dtypes.is_float(x.dtype):
+            raise TypeError(f"bitwise_not (~) is defined for bool and integer Vars, got {x.dtype}")
+        elif x.dtype == "bool" and name not in ("abs", "bitwise_not"):
             raise TypeError(f"{name} is not defined for bool Vars; cast first")
         elif name in ("floor", "ceil", "round") and not dtypes.is_float(x.dtype):
             return x
@@ -112,7 +115,8 @@ def _pow_grad(d, out, x, a):
 
 
 # name: (C expression, gradient as fn(dout, out, inputs, attrs) or None, result kind)
-# result kind: "same" keeps the promoted dtype, "float" forces a float, "bool" for predicates
+# result kind: "same" keeps the promoted dtype, "float" forces a float, "bool" for predicates,
+# "logical" casts operands to bool first, "integer" takes only bool and integer operands (as numpy)
 BINARY = {
     "add": ("({0} + {1})", lambda d, out, x, a: [d, d], "same"),
     "sub": ("({0} - {1})", lambda d, out, x, a: [d, -d], "same"),
@@ -132,6 +136,9 @@ BINARY = {
     "logical_and": ("({0} && {1})", None, "logical"),
     "logical_or": ("({0} || {1})", None, "logical"),
     "logical_xor": ("({0} != {1})", None, "logical"),
+    "bitwise_and": ("({0} & {1})", None, "integer"),
+    "bitwise_or": ("({0} | {1})", None, "integer"),
+    "bitwise_xor": ("({0} ^ {1})", None, "integer"),
 }
 
 
@@ -182,6 +189,8 @@ def _binary_front(name, result):
         a, b = operands(a, b)
         if result == "float":
             a, b = _floats(a), _floats(b)
+        if result == "integer" and dtypes.is_float(a.dtype):
+            raise TypeError(f"{name} is defined for bool and integer Vars, got {a.dtype}")
         return Var.node(name, [a, b])
     op.__name__ = name
     op.__doc__ = f"Elementwise {name} with numpy broadcasting."

@@ -155,8 +155,9 @@ def _affine(i, start, step):
 
 
 def _unaffine(i, start, step):
-    """C expression of ``(i - start) / step``, the inverse of ``_affine``."""
-    shifted = i if start == 0 else f"({i}-{start})"
+    """C expression of ``(i - start) / step``, the inverse of ``_affine`` (``start`` may be negative:
+    an empty slice running backwards starts at -1)."""
+    shifted = i if start == 0 else f"({i}-({start}))"
     return shifted if step == 1 else f"{shifted}/({step})"
 
 
@@ -261,7 +262,7 @@ def _place_basic(x, axes, value):
     checked reindex inverts the slice; positions between steps or outside read 0 (False)."""
     read = [a for a in axes if a.dim is not None]
     exprs = [_unaffine(f"i{a.dim}", a.start, a.step) for a in read]
-    conds = [f"(i{a.dim}-{a.start})%({a.step})!=0" for a in read if a.step != 1]
+    conds = [f"(i{a.dim}-({a.start}))%({a.step})!=0" for a in read if a.step != 1]
     region = [a.size for a in read]
 
     def put(v):

@@ -85,12 +85,14 @@ def mean(x, dims=None, keepdims=False, **kw):
 
 @export("all")
 def all_(x, dims=None, keepdims=False, **kw):
-    return min_(x.cast("bool"), dims, keepdims, **kw) if x.numel() else Var.node("const", [], shape=(), dtype="bool", value=True)
+    """True where no element over ``dims`` is zero (also over an empty dim, as numpy)."""
+    return sum_((x == 0).cast("int32"), dims, keepdims, **kw) == 0
 
 
 @export("any")
 def any_(x, dims=None, keepdims=False, **kw):
-    return max_(x.cast("bool"), dims, keepdims, **kw) if x.numel() else Var.node("const", [], shape=(), dtype="bool", value=False)
+    """True where some element over ``dims`` is nonzero (never over an empty dim, as numpy)."""
+    return sum_((x != 0).cast("int32"), dims, keepdims, **kw) > 0
 
 
 def _arg_infer(inputs, a):

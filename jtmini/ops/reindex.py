@@ -184,7 +184,7 @@ def reshape(x, *shape):
         return x
     if x.op == "const" and x._data is None:
         return Var.node("const", [], shape=shape, dtype=x.dtype, value=x.attrs["value"])
-    if x.op == "reshape" and x._data is None:       # a reshape of a reshape is one reshape
+    if x.op == "reshape" and x._data is None and not x._stop_grad:   # a reshape of a reshape is one
         x = x.inputs[0]
         if shape == x.shape:
             return x
