@@ -41,9 +41,22 @@ def array(data, dtype=None):
         name = dtypes.DEFAULT_FLOAT            # Python floats default to float32, as in Jittor
     else:
         name = dtypes.from_numpy(arr.dtype)
+    _check_fits(arr, name)
     arr = np.array(arr, dtype=name, order="C", copy=True)
     arr.flags.writeable = False
     return Var(None, (), {}, arr.shape, name, arr)
+
+
+def _check_fits(arr, dtype):
+    """OverflowError when integers in ``arr`` do not fit the integer ``dtype`` (numpy's cast
+    would wrap them silently: 2**40 as int32 is 0)."""
+    target = np.dtype(dtype)
+    if arr.size and arr.dtype.kind in "iu" and target.kind in "iu" and not np.can_cast(arr.dtype, target):
+        low, high = arr.min(), arr.max()
+        info = np.iinfo(target)
+        if low < info.min or high > info.max:
+            bad = low if low < info.min else high
+            raise OverflowError(f"value {bad} does not fit {dtype} ({info.min}..{info.max}); use int64")
 
 
 def as_var(value, like=None, dtype=None):
@@ -138,20 +151,27 @@ def randn(*shape, dtype="float32"):
 
 @export("randint", method=False)
 def randint(low, high=None, shape=(1,), dtype="int32"):
-    """Integers in [low, high) (or [0, low) when high is omitted), as in Jittor."""
+    """Integers in [low, high) (or [0, low) when high is omitted), as in Jittor; a range beyond
+    ``dtype`` is an OverflowError."""
     if high is None:
         low, high = 0, low
     if high <= low:
         raise ValueError(f"randint: empty range [{low}, {high})")
+    target = np.dtype(dtypes.canonical(dtype))
+    info = np.iinfo(target) if target.kind in "iu" else None
+    if info is not None and (low < info.min or high - 1 > info.max):
+        raise OverflowError(f"randint: range [{low}, {high}) does not fit {dtype}; pass dtype='int64'")
     return array(_rng.integers(low, high, size=_shape((shape,))), dtypes.canonical(dtype))
 
 
 @export("arange", method=False)
 def arange(start, stop=None, step=1, dtype=None):
-    """Like numpy.arange; integer arguments give int32, any float gives float32."""
+    """Like numpy.arange; integer arguments give int32 (int64 when the values need it), any
+    float gives float32."""
     if stop is None:
         start, stop = 0, start
     if dtype is None:
         is_int = all(isinstance(v, numbers.Integral) for v in (start, stop, step))
-        dtype = "int32" if is_int else "float32"
+        fits = is_int and all(-2**31 <= v < 2**31 for v in (start, stop))
+        dtype = ("int32" if fits else "int64") if is_int else "float32"
     return array(np.arange(start, stop, step), dtypes.canonical(dtype))

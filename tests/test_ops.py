@@ -1094,3 +1094,13 @@ def test_setitem_with_a_backward_slice_follows_numpy(index):
     x[index] = 1.0
     want[index] = 1.0
     np.testing.assert_array_equal(x.numpy(), want)
+
+
+def test_integers_beyond_int32_are_int64_or_an_error():
+    assert jt.arange(2**31, 2**31 + 2).dtype == "int64"
+    np.testing.assert_array_equal(jt.arange(2**31, 2**31 + 2).numpy(), [2**31, 2**31 + 1])
+    with pytest.raises(OverflowError, match=r"value 1099511627776 does not fit int32"):
+        jt.array([2**40], "int32")
+    with pytest.raises(OverflowError, match=r"randint: range \[0, 1099511627776\) does not fit int32"):
+        jt.randint(0, 2**40, (3,))
+    assert (jt.randint(0, 2**40, (3,), dtype="int64").numpy() >= 0).all()
