@@ -30,7 +30,6 @@ import sys
 import numpy as np
 
 from .. import compiler, counters, dtypes, world
-from ..ops.registry import OPS
 from ..var import _host
 from . import mpi_guard
 from .pointers import address
