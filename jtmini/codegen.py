@@ -169,10 +169,12 @@ def c_literal(value, ctype):
     """
     if isinstance(value, (bool, np.bool_, numbers.Integral)):
         text = str(int(value))
+    elif math.isnan(value):
+        text = "NAN"
+    elif math.isinf(value):
+        text = "-INFINITY" if value < 0 else "INFINITY"
     else:
-        value = float(value)
-        text = "NAN" if math.isnan(value) else ("-" if value < 0 else "") + "INFINITY" if math.isinf(value) \
-            else repr(value)
+        text = repr(float(value))
     return f"(({ctype}){text})"
 
 

@@ -23,7 +23,9 @@ _cache = collections.OrderedDict()  # signature -> _Template
 
 
 class _Template:
-    """A plan with every Var replaced by its position: topological order first, then leaves."""
+    """A plan with every Var replaced by its position: topological order first, then leaves. A
+    kernel's row is ``(Kernel, kind, root, nodes, inputs, outputs, dims)``; a library call's or
+    collective's ``(its class, root, sources, views)``."""
 
     def __init__(self, steps, compiled, position):
         def at(vars_):
@@ -32,23 +34,24 @@ class _Template:
         self.rows = []
         for step in steps:
             if isinstance(step, schedule.Kernel):
-                self.rows.append((schedule.Kernel, step.kind, position[id(step.root)], at(step.nodes), at(step.inputs),
-                                  (at(step.outputs), codegen.launch_dims(step))))
-            else:          # a LibraryCall or a Collective
-                self.rows.append((type(step), None, position[id(step.root)], at(step.sources),
-                                  tuple(at(chain) for chain in step.views), None))
+                self.rows.append((schedule.Kernel, step.kind, position[id(step.root)], at(step.nodes),
+                                  at(step.inputs), at(step.outputs), codegen.launch_dims(step)))
+            else:
+                self.rows.append((type(step), position[id(step.root)], at(step.sources),
+                                  tuple(at(chain) for chain in step.views)))
         self.compiled = compiled
 
     def steps(self, vars_):
         """The plan's steps on ``vars_`` (a graph with the same signature)."""
         steps = []
-        for cls, kind, root, first, second, third in self.rows:
-            if cls is schedule.Kernel:
-                outputs, dims = third
-                steps.append(cls(kind, vars_[root], [vars_[k] for k in first], [vars_[k] for k in second],
+        for row in self.rows:
+            if row[0] is schedule.Kernel:
+                cls, kind, root, nodes, inputs, outputs, dims = row
+                steps.append(cls(kind, vars_[root], [vars_[k] for k in nodes], [vars_[k] for k in inputs],
                                  [vars_[k] for k in outputs], dims))
             else:
-                steps.append(cls(vars_[root], [vars_[k] for k in first], [[vars_[k] for k in c] for c in second]))
+                cls, root, sources, views = row
+                steps.append(cls(vars_[root], [vars_[k] for k in sources], [[vars_[k] for k in c] for c in views]))
         return steps
 
 

@@ -262,7 +262,7 @@ def _place_basic(x, axes, value):
     checked reindex inverts the slice; positions between steps or outside read 0 (False)."""
     read = [a for a in axes if a.dim is not None]
     exprs = [_unaffine(f"i{a.dim}", a.start, a.step) for a in read]
-    conds = [f"(i{a.dim}-({a.start}))%({a.step})!=0" for a in read if a.step != 1]
+    conds = [f"{_unaffine(f'i{a.dim}', a.start, 1)}%({a.step})!=0" for a in read if a.step != 1]
     region = [a.size for a in read]
 
     def put(v):
