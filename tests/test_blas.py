@@ -1,4 +1,5 @@
-"""runtime/blas.py: products split over threads agree with numpy's single call and repeat exactly."""
+"""runtime/blas.py: products split over threads agree with numpy's single call and repeat exactly,
+whatever the operands' layout, batch and dtype."""
 import numpy as np
 import pytest
 
@@ -12,6 +13,7 @@ from jtmini.runtime import blas
     ((3, 40, 500), (500, 70)),         # a batch, broadcast against a matrix
     ((2, 1, 64, 300), (3, 300, 64)),   # batch dims broadcast on both sides
     ((33, 2000), (2000, 40)),          # blocks of unequal size
+    ((5, 64, 300), (5, 300, 64)),      # a batch of at least as many matrices as threads
 ])
 @pytest.mark.parametrize("threads", [2, 3, 4])
 def test_split_product_matches_one_call(a_shape, b_shape, threads):
@@ -39,3 +41,37 @@ def test_matmul_op_at_two_threads_matches_numpy():
     with jt.flag_scope(num_threads=2):
         got = (jt.array(a) @ jt.array(b)).numpy()
     np.testing.assert_allclose(got, a @ b, rtol=1e-5, atol=1e-4)
+
+
+def test_products_run_on_the_openmp_team():
+    """numpy's BLAS exports a CBLAS gemm we recognise, so split products do not fall back to one
+    single-threaded call."""
+    assert blas._team_gemm(), "no CBLAS gemm found in numpy's BLAS: products run on one thread"
+
+
+def _layouts(rng, dtype):
+    a, b = rng.standard_normal((300, 500)).astype(dtype), rng.standard_normal((500, 200)).astype(dtype)
+    wide = rng.standard_normal((300, 700)).astype(dtype)
+    yield "row-major", a, b
+    yield "transposed A and B", np.asfortranarray(a), np.asfortranarray(b)
+    yield "rows apart by more than a row", wide[:, :500], b
+    yield "strided columns (copied)", wide[:, ::2][:, :300], rng.standard_normal((300, 200)).astype(dtype)
+    yield "reversed rows (copied)", a[::-1], b
+    yield "wide product (column blocks)", b.T, a.T
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_every_layout_matches_numpy(dtype):
+    rng = np.random.default_rng(2)
+    for what, a, b in _layouts(rng, dtype):
+        got = blas.matmul(a, b, 2)
+        assert got.dtype == dtype, what
+        np.testing.assert_allclose(got, np.matmul(a.astype("float64"), b), rtol=1e-4, atol=1e-3, err_msg=what)
+
+
+def test_other_dtypes_are_numpys_product():
+    rng = np.random.default_rng(3)
+    a, b = rng.integers(-9, 9, (200, 300), dtype="int32"), rng.integers(-9, 9, (300, 200), dtype="int32")
+    assert np.array_equal(blas.matmul(a, b, 2), a @ b)
+    mixed = blas.matmul(a.astype("float32"), b.astype("float64"), 2)
+    assert mixed.dtype == "float64" and np.allclose(mixed, a @ b)

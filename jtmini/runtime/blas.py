@@ -2,48 +2,47 @@
 
 OpenBLAS's worker threads spin for a while after every call (its ``THREAD_TIMEOUT``), and on a
 machine with as many cores as ``num_threads`` they spin on the cores our OpenMP kernels need
-next: at 2 threads a ResNet-18 step took 357 ms with OpenBLAS's threading and 266 ms this way
+next: at 2 threads a ResNet-18 step took 357 ms with OpenBLAS's threading and 266 ms with ours
 (1 thread: 409 ms). OpenBLAS reads that timeout once, when numpy loads it, usually before jtmini is
-imported, so rather than tune it we keep BLAS at one thread and split each large product into
-one block per thread ourselves, on a pool of Python threads: numpy releases the GIL inside BLAS,
-and idle pool threads sleep instead of spinning.
+imported, so rather than tune it we keep BLAS at one thread and split each large product
+ourselves: into one block of rows (or columns) per thread, or, for a batch of at least as many
+matrices as threads, into whole matrices.
+
+The blocks run on the OpenMP team of our kernels (``templates/cpu/gemm.cc.j2``), each thread
+calling the CBLAS gemm of numpy's BLAS. Its threads are the ones the previous kernel just used;
+our earlier pool of Python threads had to wake one for every product, and it could not share the
+cores with OpenMP workers that spin while they wait for the next kernel (see ``runtime/cpu.py``).
+Without a CBLAS entry point (a BLAS we do not recognise) a product is one single-threaded
+``np.matmul``.
 
     >>> matmul(np.ones((512, 256), "float32"), np.ones((256, 512), "float32"), threads=2)[0, 0]
     256.0
 """
-import concurrent.futures
+import ctypes
+import functools
 import math
-import threading
 
 import numpy as np
 
+from .. import compiler
+from .pointers import address
+
 MIN_SPLIT_MACS = 1 << 20        # below ~1M multiply-adds (tens of microseconds) one call is faster
 _ALIGN = 16                      # block edges on whole AVX-512 vectors of float32
+_TASK_FIELDS = 5                 # a_offset, b_offset, c_offset, rows, columns: see gemm.cc.j2
 
-_pool = None
-_pool_size = 0
-_pool_lock = threading.Lock()
-_limited = False
+# CBLAS gemm symbol patterns ({} is s or d) and the integer type of their interface. numpy 2
+# bundles an ILP64 OpenBLAS whose symbols carry scipy-openblas's prefix and the 64_ suffix; an
+# unsuffixed cblas_sgemm is the standard LP64 interface.
+_CBLAS_SYMBOLS = [("scipy_cblas_{}gemm64_", "int64_t"), ("cblas_{}gemm64_", "int64_t"),
+                  ("scipy_cblas_{}gemm", "int"), ("cblas_{}gemm", "int")]
+_INT_MAX = {"int64_t": 2**63 - 1, "int": 2**31 - 1}
 
 
+@functools.lru_cache(maxsize=None)
 def _single_threaded_blas():
-    global _limited
-    if not _limited:
-        from threadpoolctl import threadpool_limits
-        threadpool_limits(limits=1, user_api="blas")
-        _limited = True
-
-
-def _workers(n):
-    """A pool of at least ``n`` sleeping threads (grown, never shrunk)."""
-    global _pool, _pool_size
-    with _pool_lock:
-        if _pool_size < n:
-            if _pool is not None:
-                _pool.shutdown(wait=False)      # its idle threads exit; queued work still runs
-            _pool = concurrent.futures.ThreadPoolExecutor(max_workers=n, thread_name_prefix="jtmini-blas")
-            _pool_size = n
-        return _pool
+    from threadpoolctl import threadpool_limits
+    threadpool_limits(limits=1, user_api="blas")
 
 
 def _blocks(length, parts):
@@ -58,23 +57,125 @@ def _blocks(length, parts):
 
 
 def matmul(a, b, threads):
-    """``np.matmul(a, b)`` computed by ``threads`` threads, each a single-threaded BLAS call on a
-    block of rows of ``a`` (or of columns of ``b``, whichever dimension is longer). Every element
-    is one BLAS dot product over all of K, but a block's edge can change which BLAS micro-kernel
-    computes it, so results may differ from one call in the last bit; they repeat exactly at a
-    given thread count."""
+    """``np.matmul(a, b)`` computed by ``threads`` threads. Every element is one BLAS dot product
+    over all of K, but a block's edge can change which BLAS micro-kernel computes it, so results
+    may differ from one call in the last bit; they repeat exactly at a given thread count."""
     _single_threaded_blas()
     m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
     batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
-    if threads <= 1 or math.prod(batch) * m * n * k < MIN_SPLIT_MACS or max(m, n) < 2 * _ALIGN:
+    out_dtype = np.result_type(a, b)
+    gemm = _team_gemm().get(out_dtype)
+    if (threads <= 1 or gemm is None or math.prod(batch) * m * n * k < MIN_SPLIT_MACS
+            or max(math.prod(batch), m, n) < 2 * _ALIGN or max(m, n, k) > _INT_MAX[gemm.int_type]):
         return np.matmul(a, b)
-    out = np.empty(batch + (m, n), np.result_type(a, b))
-    if m >= n:
-        jobs = [(a[..., lo:hi, :], b, out[..., lo:hi, :]) for lo, hi in _blocks(m, threads)]
-    else:
-        jobs = [(a, b[..., lo:hi], out[..., lo:hi]) for lo, hi in _blocks(n, threads)]
-    pending = [_workers(threads - 1).submit(np.matmul, x, y, out=o) for x, y, o in jobs[1:]]
-    np.matmul(*jobs[0][:2], out=jobs[0][2])
-    for job in pending:
-        job.result()
+    return _on_team(gemm, a.astype(out_dtype, copy=False), b.astype(out_dtype, copy=False), batch, threads)
+
+
+class _Gemm:
+    """The compiled task runner for one dtype, with the CBLAS gemm it calls."""
+
+    def __init__(self, runner, cblas, int_type):
+        self.runner, self.cblas, self.int_type = runner, ctypes.cast(cblas, ctypes.c_void_p), int_type
+        runner.restype = None
+        runner.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_int64,
+                           ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64,
+                           ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int]
+
+
+def _on_team(gemm, a, b, batch, threads):
+    """The product as a table of CBLAS calls run by ``threads`` OpenMP threads."""
+    a, b = _readable(a), _readable(b)
+    (trans_a, lda), (trans_b, ldb) = _layout(a), _layout(b)
+    m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
+    out = np.empty(batch + (m, n), a.dtype)
+    size, count = out.itemsize, math.prod(batch)
+    a_at, b_at = _batch_offsets(a, batch), _batch_offsets(b, batch)
+    c_at = np.arange(count, dtype=np.int64) * (m * n * size)
+    if count >= threads:            # whole matrices: each thread takes a share of the batch
+        tasks = [np.broadcast_arrays(a_at, b_at, c_at, m, n)]
+    elif m >= n:                    # blocks of rows of A and C
+        row_step = size if trans_a else lda * size
+        tasks = [np.broadcast_arrays(a_at + lo * row_step, b_at, c_at + lo * n * size, hi - lo, n)
+                 for lo, hi in _blocks(m, threads)]
+    else:                           # blocks of columns of B and C
+        col_step = ldb * size if trans_b else size
+        tasks = [np.broadcast_arrays(a_at, b_at + lo * col_step, c_at + lo * size, m, hi - lo)
+                 for lo, hi in _blocks(n, threads)]
+    # matrix-major order, so that a thread's contiguous share is the same blocks of each matrix
+    table = np.ascontiguousarray(np.stack([np.stack(fields, axis=-1) for fields in tasks], axis=1), np.int64)
+    gemm.runner(gemm.cblas, trans_a, trans_b, k, address(a), lda, address(b), ldb, address(out), n,
+                address(table), table.shape[0] * table.shape[1], threads)
     return out
+
+
+def _readable(x):
+    """``x``, or a C-contiguous copy when BLAS cannot read its matrices as they are."""
+    return x if _layout(x) is not None else np.ascontiguousarray(x)
+
+
+def _layout(x):
+    """(transposed, leading dimension) of the matrices of ``x`` (its last two axes) as row-major
+    BLAS reads them, or None when they are not: rows (or, transposed, columns) must be unit-stride
+    and apart by a whole number of elements, at least one row (column) long."""
+    size = x.itemsize
+    (rows, cols), (row_step, col_step) = x.shape[-2:], x.strides[-2:]
+    if col_step == size and row_step % size == 0 and row_step >= max(cols, 1) * size:
+        return 0, row_step // size
+    if row_step == size and col_step % size == 0 and col_step >= max(rows, 1) * size:
+        return 1, col_step // size
+    return None
+
+
+def _batch_offsets(x, batch):
+    """Byte offset of each matrix of ``x`` from its first, over the broadcast ``batch`` in C order.
+
+    >>> _batch_offsets(np.zeros((3, 1, 2, 2), "float32"), (3, 4)).tolist()
+    [0, 0, 0, 0, 16, 16, 16, 16, 32, 32, 32, 32]
+    """
+    lead = x.shape[:-2]
+    offsets = np.zeros(lead, np.int64)
+    for axis, (length, step) in enumerate(zip(lead, x.strides[:-2])):
+        offsets = offsets + (np.arange(length, dtype=np.int64) * step).reshape((length,) + (1,) * (len(lead) - axis - 1))
+    return np.broadcast_to(offsets, batch).ravel()
+
+
+@functools.lru_cache(maxsize=None)
+def _team_gemm():
+    """{dtype: _Gemm} for float32 and float64, or {} when no loaded BLAS exports a CBLAS gemm or
+    the compiled runner does not reproduce ``np.matmul`` on a probe."""
+    from threadpoolctl import threadpool_info
+    # numpy's own BLAS first: the one np.matmul uses
+    libraries = sorted((info["filepath"] for info in threadpool_info() if info["user_api"] == "blas"),
+                       key=lambda path: "numpy" not in path)
+    for path in libraries:
+        blas_library = ctypes.CDLL(path)
+        for pattern, int_type in _CBLAS_SYMBOLS:
+            try:
+                cblas = [getattr(blas_library, pattern.format(kind)) for kind in "sd"]
+            except AttributeError:
+                continue
+            runners = ctypes.CDLL(compiler.build(_source(int_type)))
+            gemms = {np.dtype("float32"): _Gemm(runners.jt_sgemm_tasks, cblas[0], int_type),
+                     np.dtype("float64"): _Gemm(runners.jt_dgemm_tasks, cblas[1], int_type)}
+            return gemms if _reproduces_numpy(gemms) else {}
+    return {}
+
+
+def _reproduces_numpy(gemms):
+    """Probe each dtype on row blocks, column blocks, a batch and transposed operands: a wrong
+    guess at a symbol's interface must fall back to np.matmul, not compute garbage."""
+    rng = np.random.default_rng(0)
+    for dtype, gemm in gemms.items():
+        for a_shape, b_shape in [((40, 24), (24, 36)), ((36, 24), (24, 40)), ((3, 40, 24), (24, 36))]:
+            a, b = rng.standard_normal(a_shape).astype(dtype), rng.standard_normal(b_shape).astype(dtype)
+            for x, y in [(a, b), (a.swapaxes(-1, -2).copy().swapaxes(-1, -2), b.T.copy().T)]:
+                got = _on_team(gemm, x, y, np.broadcast_shapes(a.shape[:-2], b.shape[:-2]), 2)
+                if not np.allclose(got, np.matmul(a, b), rtol=1e-4, atol=1e-4):
+                    return False
+    return True
+
+
+def _source(int_type):
+    import jinja2          # only on the first split product: keeps `import jtmini` cheap
+    env = jinja2.Environment(loader=jinja2.PackageLoader("jtmini", "templates"), undefined=jinja2.StrictUndefined)
+    return env.get_template("cpu/gemm.cc.j2").render(blas_int=int_type)
