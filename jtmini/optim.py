@@ -61,6 +61,7 @@ class Optimizer:
             _check_hyper(self, group)
             for key in self.STATE_KEYS:
                 group[key] = [None] * len(group["params"])
+            group["steps"] = [0] * len(group["params"])
 
     # --- subclasses ------------------------------------------------------------------------------
     def updates(self, group, grads):
@@ -70,7 +71,9 @@ class Optimizer:
     # Names of the per-parameter state lists kept in each group. ``group[key][k]`` belongs to
     # ``group["params"][k]``: a zero buffer made on the parameter's first update (None until then,
     # and for parameters never updated, such as BatchNorm statistics), so freezing or unfreezing
-    # a parameter later never hands one parameter another's state.
+    # a parameter later never hands one parameter another's state. ``group["steps"][k]`` counts
+    # the updates of ``group["params"][k]``: a parameter unfrozen later starts at its own step 1
+    # (Adam's bias correction, SGD's first momentum buffer), as in PyTorch.
     STATE_KEYS = ()
 
     def state(self, group, key):
@@ -82,6 +85,11 @@ class Optimizer:
                 # as every later one, so its kernels are all the training loop ever compiles
                 states[k] = array(np.zeros(p.shape, p.dtype))
         return [states[k] for k, p in enumerate(group["params"]) if not p.is_stop_grad()]
+
+    @staticmethod
+    def steps_taken(group):
+        """Updates made so far of each trainable parameter of ``group``, in order."""
+        return [n for n, p in zip(group["steps"], group["params"]) if not p.is_stop_grad()]
 
     # --- the step --------------------------------------------------------------------------------
     def hyper(self, group, name):
@@ -133,6 +141,8 @@ class Optimizer:
         self._realize(loss, [new for _, new in pairs])
         for var, new in pairs:
             var.assign(new)
+        for group in self.param_groups:
+            group["steps"] = [n + (not p.is_stop_grad()) for n, p in zip(group["steps"], group["params"])]
         self.n_step += 1
         self.zero_grad()
 
@@ -163,11 +173,11 @@ class Optimizer:
 
     # --- state -----------------------------------------------------------------------------------
     def state_dict(self):
-        """Hyper-parameters, step count and per-parameter state, as plain Python and numpy."""
-        groups = [{k: v for k, v in g.items() if k != "params" and k not in self.STATE_KEYS}
-                  for g in self.param_groups]
-        state = [{k: [None if v is None else v.numpy() for v in g[k]] for k in self.STATE_KEYS}
-                 for g in self.param_groups]
+        """Hyper-parameters, step counts and per-parameter state, as plain Python and numpy."""
+        per_param = ("params", "steps") + self.STATE_KEYS
+        groups = [{k: v for k, v in g.items() if k not in per_param} for g in self.param_groups]
+        state = [dict({k: [None if v is None else v.numpy() for v in g[k]] for k in self.STATE_KEYS},
+                      steps=list(g["steps"])) for g in self.param_groups]
         return {"lr": self.lr, "n_step": self.n_step, "param_groups": groups, "state": state}
 
     def load_state_dict(self, state):
@@ -181,6 +191,7 @@ class Optimizer:
             for key in self.STATE_KEYS:
                 group[key] = [None if value is None else array(np.array(value, p.dtype))
                               for p, value in zip(group["params"], saved_state[key])]
+            group["steps"] = _saved_steps(saved_state, self.STATE_KEYS, state["n_step"], len(group["params"]))
 
     def save(self, path):
         """``state_dict()`` written atomically to ``path``."""
@@ -240,6 +251,16 @@ def _check_hyper(optimizer, group):
              "used with momentum > 0 and dampening 0")
 
 
+def _saved_steps(saved_state, keys, n_step, count):
+    """Per-parameter step counts of a saved group of ``count`` parameters. A state saved before
+    they were kept gives every parameter that has state the optimizer's step count."""
+    if "steps" in saved_state:
+        return [int(n) for n in saved_state["steps"]]
+    if keys:
+        return [0 if value is None else n_step for value in saved_state[keys[0]]]
+    return [n_step] * count
+
+
 def _check_loadable(optimizer, state):
     name = type(optimizer).__name__
     missing = [key for key in ("lr", "n_step", "param_groups", "state") if key not in state]
@@ -260,6 +281,9 @@ def _check_loadable(optimizer, state):
                 if value is not None and np.shape(value) != p.shape:
                     raise ValueError(f"{name}.load_state_dict: {key!r} of param {k} in group {n} has shape "
                                      f"{np.shape(value)}, the param {p.shape}")
+        if "steps" in saved and len(saved["steps"]) != len(group["params"]):
+            raise ValueError(f"{name}.load_state_dict: group {n} has {len(saved['steps'])} step counts "
+                             f"for {len(group['params'])} params")
 
 
 class SGD(Optimizer):
@@ -280,12 +304,13 @@ class SGD(Optimizer):
         lr, momentum = self.hyper(group, "lr"), self.hyper(group, "momentum")
         decay, dampening = self.hyper(group, "weight_decay"), self.hyper(group, "dampening")
         out = []
-        for p, g, buf in zip(self.trainable(group), grads, self.state(group, "values")):
+        params = zip(self.trainable(group), grads, self.state(group, "values"), self.steps_taken(group))
+        for p, g, buf, steps in params:
             d = g + p * decay if decay else g
             if momentum:
                 # PyTorch starts the buffer at d itself; from a zero buffer that only differs
-                # with dampening, so only then does the first step need its own graph
-                first = self.n_step == 0 and dampening
+                # with dampening, so only then does a parameter's first step need its own graph
+                first = steps == 0 and dampening
                 buf_new = d if first else buf * momentum + (d * (1 - dampening) if dampening else d)
                 out.append((buf, buf_new))
                 d = d + buf_new * momentum if self.hyper(group, "nesterov") else buf_new
@@ -310,10 +335,11 @@ class Adam(Optimizer):
     def updates(self, group, grads):
         lr, eps, decay = self.hyper(group, "lr"), self.hyper(group, "eps"), self.hyper(group, "weight_decay")
         b1, b2 = self.hyper(group, "betas")
-        t = self.n_step + 1
-        step_size, root_c2 = lr / (1 - b1 ** t), (1 - b2 ** t) ** 0.5
         out = []
-        for p, g, m, v in zip(self.trainable(group), grads, self.state(group, "m"), self.state(group, "v")):
+        params = zip(self.trainable(group), grads, self.state(group, "m"), self.state(group, "v"), self.steps_taken(group))
+        for p, g, m, v, steps in params:
+            t = steps + 1           # this parameter's own step: bias correction as in PyTorch
+            step_size, root_c2 = lr / (1 - b1 ** t), (1 - b2 ** t) ** 0.5
             if decay and self.decoupled:
                 p_start = p * (1 - lr * decay)
             else:

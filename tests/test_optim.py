@@ -132,6 +132,30 @@ def test_freezing_a_parameter_later_leaves_the_others_their_own_state():
         assert_same_params(model, ref, step)
 
 
+@pytest.mark.parametrize("name,kwargs", [("Adam", dict(lr=1e-2)), ("AdamW", dict(lr=1e-2, weight_decay=0.1)),
+                                         ("SGD", dict(lr=0.05, momentum=0.8, dampening=0.3))])
+def test_a_parameter_unfrozen_later_starts_at_its_own_first_step(name, kwargs):
+    """Adam's bias correction and SGD's first momentum buffer count each parameter's own updates,
+    as PyTorch does; the counts survive a state_dict round trip."""
+    model, ref = make_pair()
+    opt = getattr(optim, name)(model.parameters(), **kwargs)
+    t_opt = getattr(torch.optim, name)(ref.parameters(), **kwargs)
+    for step in range(6):
+        frozen = {0: step < 2, 3: step == 3}           # weight 0 joins at step 2; bias 1 pauses at 3
+        for k, (p, t) in enumerate(zip(model.parameters(), ref.parameters())):
+            p.requires_grad = t.requires_grad = not frozen.get(k, False)
+            if frozen.get(k, False):
+                t.grad = None
+        if step == 4:
+            restored = getattr(optim, name)(model.parameters(), **kwargs)
+            restored.load_state_dict(opt.state_dict())
+            opt = restored
+        opt.step(jt_loss(model, step))
+        torch_step(ref, t_opt, step)
+        assert_same_params(model, ref, step)
+    assert opt.param_groups[0]["steps"] == [4, 6, 6, 5]
+
+
 def test_optimizer_rejects_what_it_cannot_train():
     w = jt.ones((2, 3))
     with pytest.raises(TypeError, match=r"iterable of Vars .* got Var: pass \[var\]"):
