@@ -15,7 +15,7 @@ cores with OpenMP workers that spin while they wait for the next kernel (see ``r
 Without a CBLAS entry point (a BLAS we do not recognise) a product is one single-threaded
 ``np.matmul``.
 
-    >>> matmul(np.ones((512, 256), "float32"), np.ones((256, 512), "float32"), threads=2)[0, 0]
+    >>> float(matmul(np.ones((512, 256), "float32"), np.ones((256, 512), "float32"), threads=2)[0, 0])
     256.0
 """
 import ctypes
@@ -29,7 +29,6 @@ from .pointers import address
 
 MIN_SPLIT_MACS = 1 << 20        # below ~1M multiply-adds (tens of microseconds) one call is faster
 _ALIGN = 16                      # block edges on whole AVX-512 vectors of float32
-_TASK_FIELDS = 5                 # a_offset, b_offset, c_offset, rows, columns: see gemm.cc.j2
 
 # CBLAS gemm symbol patterns ({} is s or d) and the integer type of their interface. numpy 2
 # bundles an ILP64 OpenBLAS whose symbols carry scipy-openblas's prefix and the 64_ suffix; an
@@ -63,12 +62,13 @@ def matmul(a, b, threads):
     _single_threaded_blas()
     m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
     batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
-    out_dtype = np.result_type(a, b)
-    gemm = _team_gemm().get(out_dtype)
-    if (threads <= 1 or gemm is None or math.prod(batch) * m * n * k < MIN_SPLIT_MACS
-            or max(math.prod(batch), m, n) < 2 * _ALIGN or max(m, n, k) > _INT_MAX[gemm.int_type]):
+    if threads <= 1 or math.prod(batch) * m * n * k < MIN_SPLIT_MACS or max(math.prod(batch), m, n) < 2 * _ALIGN:
         return np.matmul(a, b)
-    return _on_team(gemm, a.astype(out_dtype, copy=False), b.astype(out_dtype, copy=False), batch, threads)
+    dtype = np.result_type(a, b)
+    gemm = _team_gemm().get(dtype)
+    if gemm is None:
+        return np.matmul(a, b)
+    return _on_team(gemm, a.astype(dtype, copy=False), b.astype(dtype, copy=False), batch, threads)
 
 
 class _Gemm:
@@ -83,10 +83,13 @@ class _Gemm:
 
 
 def _on_team(gemm, a, b, batch, threads):
-    """The product as a table of CBLAS calls run by ``threads`` OpenMP threads."""
+    """The product as a table of CBLAS calls run by ``threads`` OpenMP threads (one
+    ``np.matmul`` when a size does not fit the BLAS's integers)."""
     a, b = _readable(a), _readable(b)
     (trans_a, lda), (trans_b, ldb) = _layout(a), _layout(b)
     m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
+    if max(m, n, k, lda, ldb) > _INT_MAX[gemm.int_type]:
+        return np.matmul(a, b)
     out = np.empty(batch + (m, n), a.dtype)
     size, count = out.itemsize, math.prod(batch)
     a_at, b_at = _batch_offsets(a, batch), _batch_offsets(b, batch)
@@ -101,7 +104,7 @@ def _on_team(gemm, a, b, batch, threads):
         col_step = ldb * size if trans_b else size
         tasks = [np.broadcast_arrays(a_at, b_at + lo * col_step, c_at + lo * size, m, hi - lo)
                  for lo, hi in _blocks(n, threads)]
-    # matrix-major order, so that a thread's contiguous share is the same blocks of each matrix
+    # one row per call, matrix by matrix; each thread runs a contiguous share of the rows
     table = np.ascontiguousarray(np.stack([np.stack(fields, axis=-1) for fields in tasks], axis=1), np.int64)
     gemm.runner(gemm.cblas, trans_a, trans_b, k, address(a), lda, address(b), ldb, address(out), n,
                 address(table), table.shape[0] * table.shape[1], threads)

@@ -9,7 +9,7 @@ float constants, and the thread count.
 Kernels and matrix products (``runtime/blas.py``) run on one OpenMP team, libgomp's, whose wait
 policy we leave at its default: an idle worker spins for a while (``GOMP_SPINCOUNT``) before it
 sleeps, so the next kernel or product finds it awake. A 2-thread ResNet-18 step took 150-167 ms
-so and 163-190 ms with ``OMP_WAIT_POLICY=PASSIVE`` (4 runs each, alternating). Set
+this way and 163-190 ms with ``OMP_WAIT_POLICY=PASSIVE`` (4 runs each, alternating). Set
 ``OMP_WAIT_POLICY=PASSIVE`` yourself to keep idle workers off the cores.
 """
 import ctypes
