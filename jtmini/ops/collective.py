@@ -37,15 +37,11 @@ def _where():
 
 
 def _check_dtype(name, x):
+    """``x`` once its dtype is checked. The public functions check it outside mpirun too, so that
+    a script that runs as one process does not fail only under mpirun."""
     if x.dtype not in SUPPORTED:
         raise TypeError(f"{name}: dtype {x.dtype} is not supported (use one of {', '.join(SUPPORTED)}; "
                         f"cast first) {_where()}")
-
-
-def _supported(name, x):
-    """``x`` once its dtype is checked: also outside mpirun, so that a script that runs as one
-    process does not fail only under mpirun."""
-    _check_dtype(name, x)
     return x
 
 
@@ -167,7 +163,7 @@ def mpi_all_reduce(x, op="add"):
     the ranks holding the extreme (shared equally on ties).
     """
     op = _reduce_op("mpi_all_reduce", op)
-    x = _supported("mpi_all_reduce", _floats_for_mean(x, op))
+    x = _check_dtype("mpi_all_reduce", _floats_for_mean(x, op))
     return _node("mpi_all_reduce", [x], op=op) if world.in_mpi else x
 
 
@@ -180,7 +176,7 @@ def mpi_reduce(x, op="add", root=0):
     Gradient: the root's output gradient, broadcast to every rank (divided by world_size for mean).
     """
     op = _reduce_op("mpi_reduce", op)
-    x = _supported("mpi_reduce", _floats_for_mean(x, op))
+    x = _check_dtype("mpi_reduce", _floats_for_mean(x, op))
     return _node("mpi_reduce", [x], op=op, root=_check_root("mpi_reduce", root)) if world.in_mpi else x
 
 
@@ -192,7 +188,7 @@ def mpi_broadcast(x, root=0):
 
     Gradient: the output gradients summed onto ``root`` (mpi_reduce add); zeros elsewhere.
     """
-    x = _supported("mpi_broadcast", x)
+    x = _check_dtype("mpi_broadcast", x)
     return _node("mpi_broadcast", [x], root=_check_root("mpi_broadcast", root)) if world.in_mpi else x
 
 
@@ -204,7 +200,7 @@ def mpi_all_gather(x):
 
     Gradient: mpi_reduce_scatter (add) of the output gradient.
     """
-    x = _supported("mpi_all_gather", x)
+    x = _check_dtype("mpi_all_gather", x)
     return _node("mpi_all_gather", [x]) if world.in_mpi else x.reshape((1,) + x.shape)
 
 
@@ -216,7 +212,7 @@ def mpi_gather(x, root=0):
 
     Gradient: mpi_scatter of the root's output gradient.
     """
-    x = _supported("mpi_gather", x)
+    x = _check_dtype("mpi_gather", x)
     return _node("mpi_gather", [x], root=_check_root("mpi_gather", root)) if world.in_mpi else x.reshape((1,) + x.shape)
 
 
@@ -230,7 +226,7 @@ def mpi_scatter(x, root=0):
 
     Gradient: mpi_gather of the output gradients onto ``root``; zeros elsewhere.
     """
-    x = _supported("mpi_scatter", x)
+    x = _check_dtype("mpi_scatter", x)
     if not world.in_mpi:
         _check_leading("mpi_scatter", x)
         return x.reshape(x.shape[1:])
@@ -248,7 +244,7 @@ def mpi_reduce_scatter(x, op="add"):
     Gradient: mpi_all_gather of the output gradient (divided by world_size for mean).
     """
     op = _reduce_op("mpi_reduce_scatter", op, allowed=("add", "sum", "mean"))
-    x = _supported("mpi_reduce_scatter", _floats_for_mean(x, op))
+    x = _check_dtype("mpi_reduce_scatter", _floats_for_mean(x, op))
     if not world.in_mpi:
         _check_leading("mpi_reduce_scatter", x)
         return x.reshape(x.shape[1:])
@@ -265,7 +261,7 @@ def mpi_all_to_all(x):
 
     Gradient: mpi_all_to_all of the output gradient.
     """
-    x = _supported("mpi_all_to_all", x)
+    x = _check_dtype("mpi_all_to_all", x)
     if not world.in_mpi:
         _check_leading("mpi_all_to_all", x)
         return x
@@ -347,7 +343,7 @@ def mpi_all_reduce_many(xs, op="mean", bucket_bytes=BUCKET_BYTES):
     Gradient: each output's gradient all-reduced with ``op``, as for mpi_all_reduce.
     """
     op = _reduce_op("mpi_all_reduce_many", op, allowed=("add", "sum", "mean"))
-    xs = [_supported("mpi_all_reduce_many", _floats_for_mean(x, op)) for x in xs]
+    xs = [_check_dtype("mpi_all_reduce_many", _floats_for_mean(x, op)) for x in xs]
     if not world.in_mpi:
         return xs
     return _bucketed(xs, bucket_bytes, lambda bucket: _node("mpi_all_reduce_packed", bucket, op=op))
@@ -362,7 +358,7 @@ def mpi_broadcast_many(xs, root=0, bucket_bytes=BUCKET_BYTES):
 
     Gradient: each output's gradient summed onto ``root``, as for mpi_broadcast.
     """
-    xs = [_supported("mpi_broadcast_many", x) for x in xs]
+    xs = [_check_dtype("mpi_broadcast_many", x) for x in xs]
     if not world.in_mpi:
         return xs
     root = _check_root("mpi_broadcast_many", root)

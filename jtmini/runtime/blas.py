@@ -85,8 +85,7 @@ class _Gemm:
 def _on_team(gemm, a, b, batch, threads):
     """The product as a table of CBLAS calls run by ``threads`` OpenMP threads (one
     ``np.matmul`` when a size does not fit the BLAS's integers)."""
-    a, b = _readable(a), _readable(b)
-    (trans_a, lda), (trans_b, ldb) = _layout(a), _layout(b)
+    (a, (trans_a, lda)), (b, (trans_b, ldb)) = _operand(a), _operand(b)
     m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
     if max(m, n, k, lda, ldb) > _INT_MAX[gemm.int_type]:
         return np.matmul(a, b)
@@ -111,9 +110,14 @@ def _on_team(gemm, a, b, batch, threads):
     return out
 
 
-def _readable(x):
-    """``x``, or a C-contiguous copy when BLAS cannot read its matrices as they are."""
-    return x if _layout(x) is not None else np.ascontiguousarray(x)
+def _operand(x):
+    """``(x, its _layout)``, ``x`` copied C-contiguous first when BLAS cannot read its matrices
+    as they are."""
+    layout = _layout(x)
+    if layout is None:
+        x = np.ascontiguousarray(x)
+        layout = _layout(x)
+    return x, layout
 
 
 def _layout(x):
