@@ -119,7 +119,7 @@ def plan(targets):
         if OPS[v.op].kind == "library":
             for inp in v.inputs:
                 if inp._data is None:
-                    materialized.update(_library_input_buffers(inp, _is_buffer(materialized)))
+                    materialized.update(_library_input_buffers(inp, OPS[v.op], _is_buffer(materialized)))
     is_buffer = _is_buffer(materialized)
     return _merge_maps([_step(v, is_buffer) for v in order if id(v) in materialized], targets)
 
@@ -192,17 +192,20 @@ def _unique(vars_):
     return [v for v in vars_ if not (id(v) in seen or seen.add(id(v)))]
 
 
-def _library_input_buffers(inp, is_buffer):
-    """The ids of the Vars to buffer so that a library op can read ``inp`` as a numpy view: the
-    Var under its reshapes and transposes when that is computed (its kernel writes it
+def _library_input_buffers(inp, spec, is_buffer):
+    """The ids of the Vars to buffer so that the library op ``spec`` can read ``inp`` as a numpy
+    view: the Var under its reshapes and transposes when that is computed (its kernel writes it
     contiguously), and ``inp`` itself too, gathered by a kernel, when that view needs a reshape
-    that copies (numpy's copy is single-threaded and 5x slower on short rows; see ``numpy_views``)."""
+    that copies (numpy's copy is single-threaded and 5x slower on short rows; see ``numpy_views``)
+    or has strides the op cannot read as they are (``OpSpec.reads_view``). A kernel gathers it
+    on every thread, and once for all its readers."""
     chain = _view_chain(inp, is_buffer)
     if chain is None:
         base = _view_base(inp)
         chain = _view_chain(inp, lambda x: x is base or is_buffer(x))
     source, views = chain
-    if numpy_views.view_strides(source.shape, [(v.op, v.attrs) for v in views]) is None:
+    strides = numpy_views.view_strides(source.shape, [(v.op, v.attrs) for v in views])
+    if strides is None or (spec.reads_view is not None and not spec.reads_view(inp.shape, strides)):
         return [id(source), id(inp)]
     return [id(source)]
 

@@ -36,7 +36,13 @@ def _matmul_grad(d, out, inputs, a):
     return [sum_to(matmul(d, y.transpose(-1, -2)), x.shape), sum_to(matmul(x.transpose(-1, -2), d), y.shape)]
 
 
-register(OpSpec("matmul", "library", infer=_matmul_infer, grad=_matmul_grad,
+def _blas_reads(shape, strides):
+    """Whether BLAS reads the matrices of a view as they are. The slice of a 3x3 conv weight at
+    its center tap (a conv on 1x1 maps) is not: numpy would copy it on one thread, once per use."""
+    return blas.matrix_layout(shape[-2:], strides[-2:]) is not None
+
+
+register(OpSpec("matmul", "library", infer=_matmul_infer, grad=_matmul_grad, reads_view=_blas_reads,
                 run=lambda arrays, a: blas.matmul(*arrays, threads=cpu.thread_count())))
 
 

@@ -32,6 +32,8 @@ class OpSpec:
     ``index(attrs, in_ndim, out_ndim) -> IndexMap`` (reindex, scatter) maps output indices to input
     indices. ``run(arrays, attrs) -> array`` computes a library op. ``numpy_view(array, attrs)``
     lets a movement op be applied to a buffer without a copy (used to feed library ops).
+    ``reads_view(shape, strides) -> bool`` (library) says whether the op reads an input view with
+    these element strides as it is; the scheduler has a kernel gather any other view first.
     ``runtime_attrs`` are attrs passed to the kernel as arguments rather than compiled in.
     """
     name: str
@@ -42,6 +44,7 @@ class OpSpec:
     index: Optional[Callable] = None
     run: Optional[Callable] = None
     numpy_view: Optional[Callable] = None
+    reads_view: Optional[Callable] = None
     runtime_attrs: tuple = ()
 
     def __post_init__(self):

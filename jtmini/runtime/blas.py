@@ -121,15 +121,28 @@ def _operand(x):
 
 
 def _layout(x):
-    """(transposed, leading dimension) of the matrices of ``x`` (its last two axes) as row-major
-    BLAS reads them, or None when they are not: rows (or, transposed, columns) must be unit-stride
-    and apart by a whole number of elements, at least one row (column) long."""
+    """``matrix_layout`` of the matrices of ``x`` (its last two axes), from its byte strides."""
     size = x.itemsize
-    (rows, cols), (row_step, col_step) = x.shape[-2:], x.strides[-2:]
-    if col_step == size and row_step % size == 0 and row_step >= max(cols, 1) * size:
-        return 0, row_step // size
-    if row_step == size and col_step % size == 0 and col_step >= max(rows, 1) * size:
-        return 1, col_step // size
+    if any(step % size for step in x.strides[-2:]):
+        return None
+    return matrix_layout(x.shape[-2:], [step // size for step in x.strides[-2:]])
+
+
+def matrix_layout(shape, strides):
+    """(transposed, leading dimension) of a matrix of ``shape`` whose elements are ``strides``
+    elements apart, as row-major BLAS reads it; None when it cannot: rows (or, transposed,
+    columns) must be unit-stride and at least one row (column) apart.
+
+    >>> matrix_layout((512, 512), (4608, 9)) is None      # the center tap of a 3x3 conv weight
+    True
+    >>> matrix_layout((3, 4), (1, 3))                      # a transposed (4, 3) matrix
+    (1, 3)
+    """
+    (rows, cols), (row_step, col_step) = shape, strides
+    if col_step == 1 and row_step >= max(cols, 1):
+        return 0, row_step
+    if row_step == 1 and col_step >= max(rows, 1):
+        return 1, col_step
     return None
 
 
