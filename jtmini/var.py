@@ -37,6 +37,13 @@ def _track(v):
         _sweep_at = max(1024, 2 * len(_pending))
 
 
+def untrack(v):
+    """Leave the unrealized ``v`` out of ``pending_roots`` (a constant shared by many graphs has
+    nothing to compute and must not keep being realized); returns ``v``."""
+    _pending.pop(id(v), None)
+    return v
+
+
 class Var:
     __slots__ = ("op", "inputs", "attrs", "shape", "dtype", "_data", "_stop_grad", "_backward", "_consumers",
                  "id", "__weakref__")

@@ -354,6 +354,22 @@ def test_division_promotion():
     assert jt.array([1.0]).exp().dtype == "float32"
 
 
+def test_weak_scalars_share_one_constant_node_safely():
+    from jtmini.var import pending_roots
+    a_np = np.array([1.5, -2.0, 3.0], np.float32)
+    a = jt.array(a_np)
+    y, z = a * 0.5, a * 0.5
+    assert y.inputs[1] is z.inputs[1]                      # one node for (shape, dtype, 0.5)
+    assert (a * 0.5).inputs[1] is not (a * 0.25).inputs[1] is not (jt.array([1, 2, 3]) * 2).inputs[1]
+    assert (a * -0.0).inputs[1] is not (a * 0.0).inputs[1]
+    np.testing.assert_array_equal(np.signbit((a * -0.0).numpy()), np.signbit(a_np * -0.0))
+    assert not any(v.op == "const" for v in pending_roots())   # nothing to compute, never realized
+    y += 1                                                 # rebinding a Var built from it
+    np.testing.assert_array_equal(y.numpy(), a_np * 0.5 + 1)
+    np.testing.assert_array_equal(z.numpy(), a_np * 0.5)
+    np.testing.assert_array_equal((a * 0.5).numpy(), a_np * 0.5)
+
+
 # --- where ---------------------------------------------------------------------------------------
 @pytest.mark.parametrize("case", ["same", "bcast", "scalars"])
 def test_where(case, rng):

@@ -4,7 +4,7 @@ Operands reaching a kernel always have equal shapes and dtypes: the front end (`
 numpy broadcasting (explicit ``broadcast_to`` nodes) and dtype promotion (explicit ``cast`` nodes).
 """
 from .. import dtypes
-from ..var import Var
+from ..var import Var, untrack
 from .registry import OpSpec, export, register
 
 
@@ -158,7 +158,7 @@ def operands(*values):
     if len(values) == 2:               # next most common: ``x * 0.9``, the weak scalar keeps x's dtype
         var, scalar = values if isinstance(first, Var) else values[::-1]
         if isinstance(var, Var) and type(scalar) in (float, int) and dtypes.scalar_dtype(scalar, var.dtype) == var.dtype:
-            const = Var.node("const", [], shape=var.shape, dtype=var.dtype, value=scalar)
+            const = _shared_const(var.shape, var.dtype, scalar)
             return [var, const] if var is first else [const, var]
     from ..creation import as_var
     like = next((v for v in values if isinstance(v, Var)), None)
@@ -168,6 +168,28 @@ def operands(*values):
         dtype = dtypes.promote(dtype, v.dtype)
     shape = broadcast_shapes(*(v.shape for v in vars_))
     return [cast(v, dtype).broadcast_to(shape) for v in vars_]
+
+
+# One const node per (shape, dtype, value) for the weak scalars of ``operands``' common case. A
+# training step builds ``p * weight_decay``, ``x > 0`` and the like anew every step, ~400 of them
+# in a ResNet-18 step, and a new node for each cost ~10 us of Python (creating, tracking, walking
+# and signing it): 4 ms a step. Sharing is safe because such a node is only ever an input of the
+# op that ``operands`` builds for, never handed to the user, so no in-place op can rebind it; and
+# it is not tracked as pending (``var.untrack``): it has nothing to compute. Sharing is wiring,
+# part of a graph's signature (``replay.py``): a learning rate that comes to equal another scalar
+# of its shape makes that step's graph miss the stored plan once, and plan afresh.
+_SHARED_CONSTS_MAX = 4096         # a value changing every step (a learning-rate schedule) must not pile up
+_shared_consts = {}
+
+
+def _shared_const(shape, dtype, value):
+    key = (shape, dtype, value.hex() if type(value) is float else value)   # hex: -0.0 is not 0.0
+    const = _shared_consts.get(key)
+    if const is None:
+        if len(_shared_consts) >= _SHARED_CONSTS_MAX:
+            _shared_consts.clear()
+        const = _shared_consts[key] = untrack(Var.node("const", [], shape=shape, dtype=dtype, value=value))
+    return const
 
 
 def broadcast_shapes(*shapes):
