@@ -13,6 +13,7 @@ from . import dtypes
 from .creation import zeros_like
 from .gc_pause import paused
 from .ops.registry import OPS
+from .var import Var
 
 
 def custom_grad(out, inputs, rule):
@@ -67,6 +68,11 @@ def grad(loss, targets, retain_graph=True):
     integer targets get zeros."""
     single = not isinstance(targets, (list, tuple))
     targets = [targets] if single else list(targets)
+    if not isinstance(loss, Var):
+        raise TypeError(f"grad: the loss must be a Var, got {type(loss).__name__}")
+    for k, t in enumerate(targets):
+        if not isinstance(t, Var):
+            raise TypeError(f"grad: target {k} must be a Var, got {type(t).__name__}")
     order = _graph(loss)
     wanted = {id(t) for t in targets if not t._stop_grad}
     needed = set()                       # nodes with a wanted target among their inputs' ancestry

@@ -110,6 +110,32 @@ def test_other_value_errors():
         jt.flags.no_such_flag
 
 
+@pytest.mark.parametrize("build,shown", [
+    (lambda x: jt.max(x, x), r"max: dims .* got Var; the elementwise maximum .* jt\.maximum"),
+    (lambda x: jt.min(x, x), r"jt\.minimum"),
+    (lambda x: x.sum(1.0), r"sum: dims .* got float"),
+    (lambda x: x.transpose(0, 1.5), r"dim must be an int, got float 1\.5"),
+    (lambda x: x.reshape(2.5, 2), r"reshape of \(2, 3\): dims must be ints, got 2\.5"),
+    (lambda x: x.reshape((3, 2.0)), r"got 2\.0"),
+    (lambda x: jt.grad(3.0, x), r"loss must be a Var, got float"),
+    (lambda x: jt.grad(x.sum(), [x, 2.0]), r"target 1 must be a Var, got float"),
+])
+def test_arguments_of_the_wrong_type_are_named(build, shown):
+    with pytest.raises(TypeError, match=shown):
+        build(jt.zeros(2, 3))
+
+
+def test_zero_dim_vars_cannot_be_concatenated_but_can_be_stacked():
+    with pytest.raises(ValueError, match=r"0-d Vars cannot be concatenated \(shapes \[\(\), \(\)\]\).*jt\.stack"):
+        jt.concat([jt.array(1.0), jt.array(2.0)])
+    np.testing.assert_array_equal(jt.stack([jt.array(1.0), 2.0]).numpy(), [1.0, 2.0])
+
+
+def test_reductions_and_joins_take_arrays_as_numpy_does():
+    assert jt.sum([1, 2, 3]).item() == 6 and jt.mean([1.0, 2.0]).item() == 1.5 and jt.max(np.arange(4)).item() == 3
+    np.testing.assert_array_equal(jt.concat([np.ones(2, "float32"), jt.zeros(1)]).numpy(), [1, 1, 0])
+
+
 def test_bad_index_expression_names_it():
     with pytest.raises(ValueError, match="i3"):
         jt.zeros(2, 3).reindex([2, 3], ["i0", "i3"]).sync()

@@ -1,5 +1,7 @@
 """Reductions: sum/prod/max/min over ``dims`` (``keepdims``), their front ends (mean, all, any),
 and argmax/argmin. A reduction ends a fused kernel: its input chain is computed inside the loop."""
+import numbers
+
 from .. import dtypes
 from ..var import Var
 from .registry import OpSpec, export, register
@@ -47,16 +49,24 @@ def _prod_of_others(x, dims, kept):
 register(OpSpec("reduce", "reduce", infer=_reduce_infer, grad=_reduce_grad))
 
 
-def _dims(x, dims):
+def _dims(x, dims, name):
     if dims is None:
         return tuple(range(x.ndim))
-    dims = [dims] if isinstance(dims, int) else list(dims)
+    if isinstance(dims, numbers.Integral):
+        dims = [dims]
+    elif not isinstance(dims, (tuple, list)):
+        # jt.max(a, b) is a reduction over dims b, as in numpy and Jittor (PyTorch's is elementwise)
+        hint = f"; the elementwise {name}imum of two Vars is jt.{name}imum(a, b)" if name in ("max", "min") else ""
+        raise TypeError(f"{name}: dims must be an int or a tuple of ints, got {type(dims).__name__}{hint}")
     return tuple(sorted({normalize_dim(d, x.ndim) for d in dims}))
 
 
-def _front(op):
+def _front(op, name):
     def reduce(x, dims=None, keepdims=False, *, dim=None, axis=None, keepdim=False):
-        dims = _dims(x, next((v for v in (dims, dim, axis) if v is not None), None))
+        if not isinstance(x, Var):                 # jt.sum([1, 2]), as np.sum
+            from ..creation import as_var
+            x = as_var(x)
+        dims = _dims(x, next((v for v in (dims, dim, axis) if v is not None), None), name)
         keepdims = keepdims or keepdim
         if op in ("max", "min") and any(x.shape[d] == 0 for d in dims):
             # as numpy: nothing to take the max of; an empty *batch* (a rank's empty shard) is fine
@@ -67,15 +77,18 @@ def _front(op):
     return reduce
 
 
-sum_ = export("sum")(_front("add"))
-prod = export("prod")(_front("mul"))
-max_ = export("max")(_front("max"))
-min_ = export("min")(_front("min"))
+sum_ = export("sum")(_front("add", "sum"))
+prod = export("prod")(_front("mul", "prod"))
+max_ = export("max")(_front("max", "max"))
+min_ = export("min")(_front("min", "min"))
 
 
 @export("mean")
 def mean(x, dims=None, keepdims=False, **kw):
     """Arithmetic mean over ``dims`` (all dims when omitted); ints give float32."""
+    if not isinstance(x, Var):
+        from ..creation import as_var
+        x = as_var(x)
     if not dtypes.is_float(x.dtype):
         x = x.cast(dtypes.DEFAULT_FLOAT)
     total = sum_(x, dims, keepdims, **kw)

@@ -8,6 +8,7 @@ Index expressions use ``i0, i1, ...`` (output indices), ``xshape0, ...`` (input 
 """
 import functools
 import math
+import numbers
 import re
 
 from .. import dtypes
@@ -169,6 +170,9 @@ def reshape(x, *shape):
     """``x`` with a new shape of the same size; one dim may be -1."""
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
         shape = shape[0]
+    bad = [s for s in shape if not isinstance(s, numbers.Integral)]
+    if bad:
+        raise TypeError(f"reshape of {x.shape}: dims must be ints, got {bad[0]!r} in {tuple(shape)}")
     shape = [int(s) for s in shape]
     known = math.prod(s for s in shape if s != -1)
     if shape.count(-1) > 1 or any(s < -1 for s in shape):
@@ -239,6 +243,8 @@ def transpose(x, *dims):
 
 def normalize_dim(dim, ndim):
     """``dim`` in [0, ndim) (negative counts from the end); IndexError naming it otherwise."""
+    if not isinstance(dim, numbers.Integral):
+        raise TypeError(f"a dim must be an int, got {type(dim).__name__} {dim!r}")
     if not -ndim <= dim < max(ndim, 1):
         raise IndexError(f"dim {dim} is out of range for a Var with {ndim} dims")
     return dim % max(ndim, 1)
@@ -312,9 +318,13 @@ def pad(x, padding, mode="constant", value=0):
 @export("concat", "cat", method=False)
 def concat(xs, dim=0):
     """Join Vars along ``dim``: one fused kernel that reads each input inside its own range."""
-    xs = list(xs)
+    from ..creation import as_var
+    xs = [as_var(x) for x in xs]
     if not xs:
         raise ValueError("concat needs at least one Var")
+    if any(x.ndim == 0 for x in xs):
+        raise ValueError(f"concat: 0-d Vars cannot be concatenated (shapes {[tuple(v.shape) for v in xs]}); "
+                         "jt.stack joins them along a new dim")
     dim = normalize_dim(dim, xs[0].ndim)
     for x in xs:
         if x.ndim != xs[0].ndim or any(s != t for k, (s, t) in enumerate(zip(x.shape, xs[0].shape)) if k != dim):
@@ -334,7 +344,8 @@ def concat(xs, dim=0):
 @export("stack", method=False)
 def stack(xs, dim=0):
     """Join Vars of one shape along a new dim."""
-    xs = list(xs)
+    from ..creation import as_var
+    xs = [as_var(x) for x in xs]
     if not xs:
         raise ValueError("stack needs at least one Var")
     dim = normalize_dim(dim, xs[0].ndim + 1)
