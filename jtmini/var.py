@@ -10,7 +10,13 @@ computed only when a value is asked for (``.numpy()``, ``.data``, ``.item()``, `
     array([ 7., 15.], dtype=float32)
 
 Vars are values: ``assign``/``update``/``__setitem__`` rebind the handle to a new value, and any
-node already built from the old value keeps seeing the old value.
+node already built from the old value keeps seeing the old value. An op that would leave its
+argument as it is (a cast to its own dtype, a reshape to its own shape, a collective outside
+mpirun) returns the argument's handle itself, as Jittor and PyTorch do, so an in-place op on the
+result rebinds the argument too:
+
+    >>> y = x.float32()          # x is float32 already: y is x
+    >>> y += 1                   # x is incremented as well; write y = x + 1 for a new Var
 """
 import itertools
 import math
