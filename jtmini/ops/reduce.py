@@ -52,7 +52,7 @@ register(OpSpec("reduce", "reduce", infer=_reduce_infer, grad=_reduce_grad))
 def _dims(x, dims, name):
     if dims is None:
         return tuple(range(x.ndim))
-    if isinstance(dims, numbers.Integral):
+    if type(dims) is int or isinstance(dims, numbers.Integral):
         dims = [dims]
     elif not isinstance(dims, (tuple, list)):
         # jt.max(a, b) is a reduction over dims b, as in numpy and Jittor (PyTorch's is elementwise)
