@@ -3,6 +3,8 @@
 Promotion follows numpy's order bool < int32 < int64 < float32 < float64, except that Python scalars
 are "weak" (``float32_var * 2.0`` stays float32, ``int_var * 0.5`` becomes float32), as in Jittor.
 """
+import numbers
+
 import numpy as np
 
 C_TYPES = {"bool": "bool", "int32": "int32_t", "int64": "int64_t",
@@ -42,6 +44,12 @@ def from_numpy(np_dtype):
 
 def is_float(dtype):
     return dtype in ("float32", "float64")
+
+
+def is_int(value):
+    """Whether the Python value ``value`` is an integer (numpy's too): a dim, a size. ``int`` is
+    tried first: the ``numbers.Integral`` check costs ~1 us, and a ResNet-18 step checks ~1400 dims."""
+    return type(value) is int or isinstance(value, numbers.Integral)
 
 
 def promote(a, b):

@@ -1,7 +1,5 @@
 """Reductions: sum/prod/max/min over ``dims`` (``keepdims``), their front ends (mean, all, any),
 and argmax/argmin. A reduction ends a fused kernel: its input chain is computed inside the loop."""
-import numbers
-
 from .. import dtypes
 from ..var import Var
 from .registry import OpSpec, export, register
@@ -52,7 +50,7 @@ register(OpSpec("reduce", "reduce", infer=_reduce_infer, grad=_reduce_grad))
 def _dims(x, dims, name):
     if dims is None:
         return tuple(range(x.ndim))
-    if type(dims) is int or isinstance(dims, numbers.Integral):
+    if dtypes.is_int(dims):
         dims = [dims]
     elif not isinstance(dims, (tuple, list)):
         # jt.max(a, b) is a reduction over dims b, as in numpy and Jittor (PyTorch's is elementwise)

@@ -8,7 +8,6 @@ Index expressions use ``i0, i1, ...`` (output indices), ``xshape0, ...`` (input 
 """
 import functools
 import math
-import numbers
 import re
 
 from .. import dtypes
@@ -170,7 +169,7 @@ def reshape(x, *shape):
     """``x`` with a new shape of the same size; one dim may be -1."""
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
         shape = shape[0]
-    bad = [s for s in shape if type(s) is not int and not isinstance(s, numbers.Integral)]   # int first: an ABC check is slow
+    bad = [s for s in shape if not dtypes.is_int(s)]
     if bad:
         raise TypeError(f"reshape of {x.shape}: dims must be ints, got {bad[0]!r} in {tuple(shape)}")
     shape = [int(s) for s in shape]
@@ -243,7 +242,7 @@ def transpose(x, *dims):
 
 def normalize_dim(dim, ndim):
     """``dim`` in [0, ndim) (negative counts from the end); IndexError naming it otherwise."""
-    if type(dim) is not int and not isinstance(dim, numbers.Integral):      # int first: an ABC check is slow
+    if not dtypes.is_int(dim):
         raise TypeError(f"a dim must be an int, got {type(dim).__name__} {dim!r}")
     if not -ndim <= dim < max(ndim, 1):
         raise IndexError(f"dim {dim} is out of range for a Var with {ndim} dims")
