@@ -60,8 +60,7 @@ def steps_for(targets, runtime):
     step, what ``runtime.build`` gave for it (None for library calls and collectives)."""
     if schedule.is_one_op_on_buffers(targets):          # planning it costs less than a signature
         return _plan_and_build(targets, runtime)
-    order = schedule.topo_order(targets)
-    key, vars_, position = _signature(order, targets, runtime)
+    key, vars_ = _signature(targets, runtime)
     try:
         template = _cache.get(key)
     except TypeError:                                   # an attr that cannot be hashed
@@ -71,7 +70,7 @@ def steps_for(targets, runtime):
         counters.bump("plans_reused")
         return template.steps(vars_), template.compiled
     steps, compiled = _plan_and_build(targets, runtime)
-    _cache[key] = _Template(steps, compiled, position)
+    _cache[key] = _Template(steps, compiled, {id(v): k for k, v in enumerate(vars_)})
     if len(_cache) > CAPACITY:
         _cache.popitem(last=False)
     return steps, compiled
@@ -89,23 +88,30 @@ def _plan_and_build(targets, runtime):
     return steps, [built.get(id(s)) for s in steps]
 
 
-def _signature(order, targets, runtime):
-    """``(key, vars_, position)``: the graph's signature, its Vars (``order`` then the realized
-    inputs, "leaves"), and each Var's index in ``vars_`` keyed by ``id``."""
-    position = {id(v): k for k, v in enumerate(order)}
-    leaves, rows = [], []
-    for v in order:
+def _signature(targets, runtime):
+    """``(key, vars_)``: the signature of the graph computing ``targets``, and its Vars: the
+    unrealized ones in topological order (``schedule.topo_order``'s), then the realized inputs
+    ("leaves") in the order the rows first read them.
+
+    Each Var's row is written as the walk places it: its unrealized inputs are placed before it,
+    so its references are known. A row refers to an input by its place in the order, or to a leaf
+    by ``-1 - k`` (the k-th leaf). One walk costs ~3.5 ms of a ResNet-18 step; walking for the
+    order, then again for the rows, cost ~4.9."""
+    order, rows, leaves, ref = [], [], [], {}     # ref: id -> row reference
+    for v in schedule.topo_walk(targets):
         refs = []
         for inp in v.inputs:
-            k = position.get(id(inp))
-            if k is None:
-                k = position[id(inp)] = len(position)
+            k = ref.get(id(inp))
+            if k is None:                # only a realized input is not placed before its reader
+                k = ref[id(inp)] = -1 - len(leaves)
                 leaves.append(inp)
             refs.append(k)
+        ref[id(v)] = len(order)
+        order.append(v)
         attrs, runtime_attrs = v.attrs, OPS[v.op].runtime_attrs
         if runtime_attrs:
             attrs = {name: a for name, a in attrs.items() if name not in runtime_attrs}
         rows.append((v.op, tuple(attrs.items()), v.shape, v.dtype, tuple(refs)))
     key = (runtime.__name__, flags.specialize_shapes, flags.dump_kernels, tuple(rows),
-           tuple((leaf.shape, leaf.dtype) for leaf in leaves), tuple(position[id(t)] for t in targets))
-    return key, order + leaves, position
+           tuple((leaf.shape, leaf.dtype) for leaf in leaves), tuple(ref[id(t)] for t in targets))
+    return key, order + leaves

@@ -60,21 +60,27 @@ def reads(step):
 
 
 def topo_order(targets):
-    """Unrealized Vars reachable from ``targets``, inputs before consumers (iterative DFS: a Var
-    stays on the stack while its unrealized inputs go first, and is placed when it is back on top)."""
-    order, seen, placed = [], set(), set()
+    """Unrealized Vars reachable from ``targets``, inputs before consumers."""
+    return list(topo_walk(targets))
+
+
+def topo_walk(targets):
+    """Yield the Vars of ``topo_order`` one by one, each once all its unrealized inputs are out
+    (iterative DFS: a Var stays on the stack while its unrealized inputs go first, and is yielded
+    when it is back on top)."""
+    seen, placed = set(), set()
     stack = [t for t in reversed(targets) if t._data is None]
     while stack:
         v = stack[-1]
-        if id(v) not in seen:
-            seen.add(id(v))
+        vid = id(v)
+        if vid not in seen:
+            seen.add(vid)
             stack.extend([inp for inp in reversed(v.inputs) if inp._data is None and id(inp) not in seen])
             continue
         stack.pop()
-        if id(v) not in placed:          # a Var pushed by several consumers is placed once
-            placed.add(id(v))
-            order.append(v)
-    return order
+        if vid not in placed:            # a Var pushed by several consumers is placed once
+            placed.add(vid)
+            yield v
 
 
 def _view_chain(v, is_buffer):
