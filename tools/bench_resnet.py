@@ -6,7 +6,12 @@ its own subprocess so its peak RSS is its own. Prints images/s, the jtmini/PyTor
 RSS, and jtmini's first-iteration latency with an empty kernel cache (a fresh JTMINI_CACHE_DIR)
 and with the warm one. ``--profile`` adds jtmini's time per kernel group.
 
-    python tools/bench_resnet.py [--iters 20] [--warmup 3] [--threads 1 2] [--profile]
+The two sides run in turns, ``--rounds`` times each (jtmini, torch, jtmini, torch, ...), and each
+side's best run is reported, as ``timeit`` reports its best: on a shared machine a slow spell
+only ever slows a run down, and one that fell on a single run of one side swung the ratio by
+10-15% either way.
+
+    python tools/bench_resnet.py [--iters 20] [--warmup 3] [--rounds 2] [--threads 1 2] [--profile]
 
 ``BENCH_BATCH=50`` changes the batch (e.g. to see one data-parallel rank's share of the work).
 """
@@ -159,6 +164,20 @@ def spawn(side, threads, args, env=None, iters=None, warmup=None):
     return json.loads(lines[-1][len("RESULT "):])
 
 
+def best_of_turns(threads, args):
+    """Each side's fastest of ``args.rounds`` runs, the sides taking turns; the peak RSS is the
+    highest of its runs."""
+    runs = {"jtmini": [], "torch": []}
+    for _ in range(max(1, args.rounds)):
+        for side in runs:
+            runs[side].append(spawn(side, threads, args))
+    best = {}
+    for side, results in runs.items():
+        best[side] = dict(max(results, key=lambda r: r["img_s"]),
+                          peak_rss_mb=max(r["peak_rss_mb"] for r in results))
+    return best["jtmini"], best["torch"]
+
+
 def first_iteration(args):
     """jtmini's first training step with an empty kernel cache, then again with it warm."""
     with tempfile.TemporaryDirectory(prefix="jtmini-cold-") as cache:
@@ -172,6 +191,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--iters", type=int, default=20, help="timed iterations per run")
     parser.add_argument("--warmup", type=int, default=3, help="untimed iterations first")
+    parser.add_argument("--rounds", type=int, default=2, help="runs of each side, in turns; the best counts")
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--profile", action="store_true", help="print jtmini's time per kernel group")
     parser.add_argument("--child", choices=["jtmini", "torch"], help=argparse.SUPPRESS)
@@ -179,11 +199,12 @@ def main():
     args = parser.parse_args()
     if args.child:
         return child(args)
-    print(f"ResNet-18, batch {BATCH} x 1x28x28, SGD; {args.iters} timed iterations after {args.warmup}")
+    print(f"ResNet-18, batch {BATCH} x 1x28x28, SGD; {args.iters} timed iterations after {args.warmup}, "
+          f"best of {args.rounds} runs per side, taken in turns")
     print(f"{'threads':>7} {'jtmini img/s':>13} {'torch img/s':>12} {'ratio':>6} "
           f"{'jtmini RSS MB':>14} {'torch RSS MB':>13}")
     for threads in args.threads:
-        jt_res, torch_res = spawn("jtmini", threads, args), spawn("torch", threads, args)
+        jt_res, torch_res = best_of_turns(threads, args)
         print(f"{threads:>7} {jt_res['img_s']:>13.1f} {torch_res['img_s']:>12.1f} "
               f"{jt_res['img_s'] / torch_res['img_s']:>6.2f} {jt_res['peak_rss_mb']:>14.0f} "
               f"{torch_res['peak_rss_mb']:>13.0f}")
