@@ -59,7 +59,7 @@ def barrier():
     _runtime.flush()          # lazy collectives created earlier go first, as in program order
     comm = _runtime.comm()
     mpi_guard.check_same(comm, "barrier()")
-    with mpi_guard.watch(f"barrier() on rank {world.rank}"):
+    with mpi_guard.watch(f"barrier() on rank {world.rank}", collective=_runtime.next_collective()):
         comm.Barrier()
 
 

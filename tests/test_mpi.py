@@ -49,8 +49,12 @@ def test_order_p2p_and_jittor_doc_code(ranks):
 MISTAKES = {
     "skip_debug": ("skip", {"JTMINI_MPI_DEBUG": "1"},
                    ["MPIMismatchError", "rank 0: program exit", "rank 1: mpi_all_reduce(op='add') float32 (3,)"]),
-    "skip_timeout": ("skip", {"JTMINI_MPI_TIMEOUT": "3"},
+    "skip": ("skip", {}, ["[jtmini rank 1/2] mpi_all_reduce(op='add') float32 (3,) on rank 1 cannot complete: "
+                          "rank 0 has exited after 1 collective(s), and this is collective 2 of rank 1"]),
+    "skip_timeout": ("skip_and_stay", {"JTMINI_MPI_TIMEOUT": "3"},
                      ["[jtmini rank 1/2] mpi_all_reduce(op='add') float32 (3,) on rank 1 did not complete within 3 s"]),
+    "exit": ("exit", {}, ["[jtmini rank 0/2] mpi_all_reduce(op='add') float32 (3,) on rank 0 cannot complete: "
+                          "rank 1 has exited after 1 collective(s), and this is collective 2 of rank 0"]),
     "raise": ("raise", {}, ["[jtmini rank 1/2] RuntimeError: rank 1 fails on purpose"]),
     "raise_at_start": ("raise_at_start", {}, ["[jtmini rank 1/2] RuntimeError: rank 1 fails on purpose"]),
     "bad_root": ("bad_root", {}, ["mpi_broadcast: root=2 is not a rank of this job", "on rank 1 of 2"]),

@@ -61,13 +61,17 @@ _recycled = {}
 
 _pending = collections.deque()      # collective Vars created and not yet issued, oldest first
 _comm = None
+_issued = 0                         # collectives this rank has issued: the same sequence on every rank
 
 
 def comm():
-    """mpi4py's COMM_WORLD, initialising MPI on the first call."""
+    """mpi4py's COMM_WORLD, initialising MPI on the first call (and, with every other rank, the
+    communicator of exit notices: see ``mpi_guard.departures``)."""
     global _comm
     if _comm is None:
         from mpi4py import MPI
+        with mpi_guard.watch(lambda: f"MPI start-up (MPI_Comm_dup) on rank {world.rank}"):
+            mpi_guard.departures.open(MPI.COMM_WORLD)
         _comm = MPI.COMM_WORLD
     return _comm
 
@@ -137,12 +141,20 @@ def issue(v, arrays):
     out = _output(v.shape, v.dtype)
     args = _arguments(v, arrays, out)
     mpi_guard.check_same(comm(), lambda: describe(v))
-    with mpi_guard.watch(lambda: f"{describe(v)} on rank {world.rank}"):
+    with mpi_guard.watch(lambda: f"{describe(v)} on rank {world.rank}", collective=next_collective()):
         err = _kernels()[v.op](*args)
     if err != 0:
         raise RuntimeError(f"{describe(v)} failed on rank {world.rank}: MPI error code {err}")
     counters.bump("mpi_calls")
     return out
+
+
+def next_collective():
+    """The number of collectives this rank issued before the one it is about to issue (the same
+    on every rank: they issue the same collectives in the same order), counting that one."""
+    global _issued
+    _issued += 1
+    return _issued - 1
 
 
 def _output(shape, dtype):
@@ -213,11 +225,14 @@ def _source():
 def at_exit():
     """Exit handler under mpirun (mpi4py finalises MPI later, from Py_AtExit). Issue what is still
     queued (other ranks may be waiting on it), then, in debug mode, check that every rank reached
-    the end, so a rank that skipped a collective is named. MPI is started here if this rank never
-    used it: other ranks may be waiting for this one, and only a started rank can be waited on
-    with a timeout. Python ignores exceptions raised in exit handlers, so a failure aborts the job."""
+    the end, so a rank that skipped a collective is named; and tell the other ranks how many
+    collectives this one issued, so one waiting in a later collective aborts the job now rather
+    than at its timeout (``mpi_guard.departures``). MPI is started here if this rank never used
+    it: other ranks may be waiting for this one, and only a started rank can be waited on with a
+    timeout. Python ignores exceptions raised in exit handlers, so a failure aborts the job."""
     try:
         flush()
         mpi_guard.check_same(comm(), "program exit")
+        mpi_guard.departures.announce(_issued)
     except BaseException:
         mpi_guard.report_and_abort(*sys.exc_info())
