@@ -51,5 +51,6 @@ def bad_leading():
 
 
 if __name__ == "__main__":
-    {"skip": skip, "skip_and_stay": lambda: skip(stay=True), "exit": exit_mid_run, "raise": lambda: raise_(False), "raise_at_start": lambda: raise_(True),
+    {"skip": skip, "skip_and_stay": lambda: skip(stay=True), "exit": exit_mid_run,
+     "raise": lambda: raise_(False), "raise_at_start": lambda: raise_(True),
      "bad_root": bad_root, "bad_leading": bad_leading}[sys.argv[1]]()
