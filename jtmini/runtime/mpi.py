@@ -150,8 +150,8 @@ def issue(v, arrays):
 
 
 def next_collective():
-    """The number of collectives this rank issued before the one it is about to issue (the same
-    on every rank: they issue the same collectives in the same order), counting that one."""
+    """Count the collective this rank is about to issue; returns how many it issued before it
+    (the same on every rank: they issue the same collectives in the same order)."""
     global _issued
     _issued += 1
     return _issued - 1

@@ -28,6 +28,8 @@ import threading
 import time
 import traceback
 
+import numpy as np
+
 from .. import world
 from ..flags import flags
 
@@ -116,7 +118,6 @@ class _Departures:
         """Tell every other rank that this one exits after ``issued`` collectives."""
         if self._comm is None:
             return
-        import numpy as np
         from mpi4py import MPI
         count = np.array([issued], np.int64)
         me = self._comm.Get_rank()
@@ -127,7 +128,6 @@ class _Departures:
         """``{rank: collectives issued}`` of every rank that has announced its exit so far."""
         if self._comm is None:
             return self._left
-        import numpy as np
         from mpi4py import MPI
         status = MPI.Status()
         while self._comm.Iprobe(source=MPI.ANY_SOURCE, tag=self.TAG, status=status):
