@@ -166,6 +166,38 @@ def test_adaptive_pool_refuses_empty_output(size):
         nn.adaptive_avg_pool2d(jt.randn(1, 1, 4, 4), size)
 
 
+def test_numpy_integer_sizes_build_the_same_layers_as_ints():
+    """Sizes computed with numpy (``np.int64`` from a shape or an array) are ints to a user."""
+    i = np.int64
+    x = randn(2, 4, 9, 9)
+    pairs = [(nn.Conv2d(i(4), i(6), i(3), stride=i(2), padding=(i(1), 1), groups=i(2)),
+              nn.Conv2d(4, 6, 3, stride=2, padding=1, groups=2)),
+             (nn.MaxPool2d(i(3), i(2), i(1)), nn.MaxPool2d(3, 2, 1)),
+             (nn.AvgPool2d((i(2), i(3))), nn.AvgPool2d((2, 3))),
+             (nn.AdaptiveAvgPool2d((i(2), None)), nn.AdaptiveAvgPool2d((2, None))),
+             (nn.BatchNorm2d(i(4)), nn.BatchNorm2d(4))]
+    for numpy_sized, int_sized in pairs:
+        if isinstance(numpy_sized, nn.Conv2d):
+            int_sized.load_state_dict(numpy_sized.state_dict())
+            assert type(numpy_sized.in_channels) is int and numpy_sized.kernel_size == (3, 3)
+        assert_close(numpy_sized(jt.array(x)).numpy(), int_sized(jt.array(x)).numpy())
+    linear = nn.Linear(i(81), np.int32(5))
+    assert linear.weight.shape == (5, 81) and type(linear.in_features) is int
+    assert linear(jt.array(x.reshape(8, 81))).shape == (8, 5)
+
+
+@pytest.mark.parametrize("build,name", [
+    (lambda: nn.Linear(4.5, 2), "in_features"), (lambda: nn.Linear(-1, 2), "in_features"),
+    (lambda: nn.Linear(4, True), "out_features"), (lambda: nn.BatchNorm2d(0), "num_features"),
+    (lambda: nn.BatchNorm1d(3.0), "num_features"), (lambda: nn.Conv2d(1.5, 4, 3), "in_channels"),
+    (lambda: nn.Conv2d(2, "4", 3), "out_channels"), (lambda: nn.Conv2d(2, 4, 3, groups=1.0), "groups"),
+    (lambda: nn.Conv2d(2, 4, 3.0), "kernel_size"), (lambda: nn.MaxPool2d(True), "kernel_size"),
+    (lambda: nn.AvgPool2d((2, 2.5)), "kernel_size")])
+def test_sizes_that_are_not_integers_are_refused_naming_the_argument(build, name):
+    with pytest.raises(ValueError, match=name):
+        build()
+
+
 @pytest.mark.parametrize("jt_layer,torch_layer", [
     (nn.MaxPool2d(3, 2, 1), torch.nn.MaxPool2d(3, 2, 1)),
     (nn.AvgPool2d(2), torch.nn.AvgPool2d(2)),

@@ -21,17 +21,20 @@ from dataclasses import dataclass
 
 from .. import init
 from ..ops.window import conv_spread, conv_windows
+from .arguments import count, is_count
 from .module import Module
 
 
 def pair(value):
-    """``value`` as an (h, w) pair: ints are used for both."""
-    if isinstance(value, int):
-        return (value, value)
-    values = tuple(int(v) for v in value)
-    if len(values) != 2:
-        raise ValueError(f"expected an int or an (h, w) pair, got {value!r}")
-    return values
+    """``value`` as an (h, w) pair of Python ints: an int (numpy's too) is used for both.
+
+    >>> pair(3), pair((np.int64(1), 2))
+    ((3, 3), (1, 2))
+    """
+    values = (value, value) if is_count(value) else tuple(value) if isinstance(value, (tuple, list)) else ()
+    if len(values) != 2 or not all(is_count(v) for v in values):
+        raise ValueError(f"expected an int or an (h, w) pair of ints, got {value!r}")
+    return int(values[0]), int(values[1])
 
 
 _LEAST = {"kernel_size": 1, "stride": 1, "padding": 0, "dilation": 1}
@@ -161,8 +164,9 @@ class Conv2d(Module):
                  groups=1, bias=True):
         check_geometry("Conv2d", kernel_size=kernel_size, stride=stride, padding=padding,
                        dilation=dilation)
-        if groups < 1:
-            raise ValueError(f"Conv2d: groups must be >= 1, got {groups}")
+        in_channels = count("Conv2d", "in_channels", in_channels)
+        out_channels = count("Conv2d", "out_channels", out_channels)
+        groups = count("Conv2d", "groups", groups)
         if in_channels % groups or out_channels % groups:
             raise ValueError(f"Conv2d: channels {in_channels} -> {out_channels} not divisible by groups={groups}")
         self.in_channels, self.out_channels, self.groups = in_channels, out_channels, groups

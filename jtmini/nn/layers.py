@@ -15,6 +15,7 @@ from ..autograd import custom_grad
 from ..creation import array
 from ..ops.collective import mpi_all_reduce_many
 from . import functional as F
+from .arguments import count
 from .module import Module
 
 
@@ -27,6 +28,8 @@ class Linear(Module):
     """
 
     def __init__(self, in_features, out_features, bias=True):
+        in_features = count("Linear", "in_features", in_features)
+        out_features = count("Linear", "out_features", out_features)
         self.in_features, self.out_features = in_features, out_features
         self.weight = init.invariant_uniform((out_features, in_features))
         bound = 1.0 / math.sqrt(in_features)
@@ -55,6 +58,7 @@ class BatchNorm(Module):
     """
 
     def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=True, is_train=True, sync=True):
+        num_features = count(type(self).__name__, "num_features", num_features)
         self.num_features, self.eps, self.momentum = num_features, eps, momentum
         self.affine, self.is_train, self.sync = affine, is_train, sync
         self.weight = init.constant((num_features,), "float32", 1.0) if affine else None

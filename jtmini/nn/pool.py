@@ -9,11 +9,11 @@ scatter-add: no atomics, and no (N, C, Ho, Wo, kh, kw) window tensor in memory.
     (2, 8, 7, 7)
 """
 import functools
-import numbers
 import operator
 
 from ..creation import ones
 from ..ops.pooling import check_padding, max_pool
+from .arguments import is_count
 from .conv import check_geometry, out_size, pair
 from .module import Module
 
@@ -95,15 +95,14 @@ def _adaptive_bounds(size, out):
 
 def _adaptive_size(output_size):
     """``output_size`` as an (h, w) pair of ints >= 1 or None (None keeps that dim)."""
-    if output_size is None or isinstance(output_size, numbers.Integral):
+    if output_size is None or is_count(output_size):
         size = (output_size, output_size)
     else:
         size = tuple(output_size) if isinstance(output_size, (tuple, list)) else ()
-    if len(size) != 2 or any(s is not None and not (isinstance(s, numbers.Integral) and s >= 1)
-                             for s in size):
+    if len(size) != 2 or any(s is not None and not (is_count(s) and s >= 1) for s in size):
         raise ValueError(f"adaptive_avg_pool2d: output_size must be an int >= 1 or an (h, w) pair "
                          f"of them (None keeps a dim), got {output_size!r}")
-    return size
+    return tuple(None if s is None else int(s) for s in size)
 
 
 @_batch_optional
