@@ -173,6 +173,7 @@ def test_numpy_integer_sizes_build_the_same_layers_as_ints():
     pairs = [(nn.Conv2d(i(4), i(6), i(3), stride=i(2), padding=(i(1), 1), groups=i(2)),
               nn.Conv2d(4, 6, 3, stride=2, padding=1, groups=2)),
              (nn.MaxPool2d(i(3), i(2), i(1)), nn.MaxPool2d(3, 2, 1)),
+             (nn.MaxPool2d(np.array([3, 3]), 2, 1), nn.MaxPool2d(3, 2, 1)),
              (nn.AvgPool2d((i(2), i(3))), nn.AvgPool2d((2, 3))),
              (nn.AdaptiveAvgPool2d((i(2), None)), nn.AdaptiveAvgPool2d((2, None))),
              (nn.BatchNorm2d(i(4)), nn.BatchNorm2d(4))]
