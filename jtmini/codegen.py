@@ -88,6 +88,13 @@ def _copy_code(ctype, dims, strides, offset):
     return code
 
 
+def batch_norm_source(mode, ctype, affine):
+    """The C++ of one of BatchNorm's hand-written kernels (``templates/cpu/batch_norm.cc.j2``):
+    ``mode`` "stats", "grad_sums", "table" or "grad_table" (see ``ops/batch_norm.py``); sizes and
+    strides come at run time, so one library serves every layer of a dtype."""
+    return _env.get_template("cpu/batch_norm.cc.j2").render(mode=mode, ctype=ctype, affine=affine, grain=GRAIN)
+
+
 def max_pool_source(mode, ctype, geometry, in_hw, out_hw):
     """The C++ of max pooling's hand-written kernel (``templates/cpu/max_pool.cc.j2``): ``mode``
     "pick" or "route" (see ``ops/pooling.py``); ``geometry`` the (h, w) pairs kernel, stride,

@@ -8,12 +8,11 @@
 """
 import math
 
-import numpy as np
-
 from .. import init, world
 from ..autograd import custom_grad
-from ..creation import array
+from ..ops import batch_norm as bn
 from ..ops.collective import mpi_all_reduce_many
+from ..ops.reindex import stack
 from . import functional as F
 from .arguments import count
 from .module import Module
@@ -67,58 +66,56 @@ class BatchNorm(Module):
         self.running_var = init.constant((num_features,), "float32", 1.0).stop_grad()
 
     def execute(self, x):
-        if x.ndim < 2 or x.shape[1] != self.num_features:
-            raise ValueError(f"BatchNorm({self.num_features}) got input of shape {x.shape}")
-        kept = (1, self.num_features) + (1,) * (x.ndim - 2)
+        if x.ndim < 2 or x.shape[1] != self.num_features or x.dtype not in ("float32", "float64"):
+            raise ValueError(f"BatchNorm({self.num_features}) needs float32 or float64 input of shape "
+                             f"(N, {self.num_features}, ...), got {x.shape} {x.dtype}")
         if not self.is_train:
-            return self._normalize(x, self.running_mean.reshape(kept), self.running_var.reshape(kept), kept)[0]
-        dims = (0,) + tuple(range(2, x.ndim))
-        mean, var, count = self._batch_statistics(x, dims)
-        self._update_running(mean, var, count)
-        y, invstd, scale = self._normalize(x, mean, var, kept)
-        inputs = [x, self.weight, self.bias] if self.affine else [x]
-        return custom_grad(y, inputs, lambda d: self._batch_grad(d, x, mean, invstd, scale, count, dims))
-
-    def _normalize(self, x, mean, var, kept):
-        """``(y, invstd, scale)``: y = x * scale + shift, one fused pass over x (the per-channel
-        terms are tiny), with scale = weight / sqrt(var + eps) and shift = bias - mean * scale."""
-        invstd = 1.0 / (var + self.eps).sqrt()
-        if not self.affine:
-            return (x - mean) * invstd, invstd, invstd
-        scale = invstd * self.weight.reshape(kept)
-        return x * scale + (self.bias.reshape(kept) - mean * scale), invstd, scale
-
-    def _batch_statistics(self, x, dims):
-        """Per-channel mean, biased variance and the number of values per channel behind them.
-
-        Two passes: the mean, then the squared deviations from it. E[x^2] - E[x]^2 in float32
-        cancels to noise once the mean is large against the spread (a mean of 1e4 and a unit
-        variance gave NaN: a variance below zero). Synced over ranks, see ``_pooled``."""
-        count = x.numel() // self.num_features
-        sums = x.sum(dims=dims, keepdims=True)
-        mean = sums / max(count, 1)          # a rank's shard of a tiny last batch may be empty
-        # x - mean twice, not one node read twice: each fuses into the reduction for free
-        deviations = ((x - mean) * (x - mean)).sum(dims=dims, keepdims=True)
+            return self._normalize_by_running_statistics(x)
+        stats = bn.batch_norm_stats(x)
         if self.sync and world.in_mpi:
-            return self._pooled(sums, mean, deviations, count)
-        return mean, deviations / count, count
+            stats = self._pooled(stats)
+        table = bn.batch_norm_table(stats, self.weight, self.bias, self.running_mean, self.running_var,
+                                    self.eps, self.momentum)
+        self.running_mean.assign(bn.row(table, 2))
+        self.running_var.assign(bn.row(table, 3))
+        y = x * bn.per_channel(table, 0, x.shape) + bn.per_channel(table, 1, x.shape)
+        inputs = [x, self.weight, self.bias] if self.affine else [x]
+        return custom_grad(y, inputs, lambda d: self._batch_grad(d, x, stats, table))
 
-    def _pooled(self, sums, mean, deviations, count):
-        """``(mean, variance, count)`` of the global batch from this rank's share, in one MPI call.
+    def _normalize_by_running_statistics(self, x):
+        kept = (1, self.num_features) + (1,) * (x.ndim - 2)
+        scale = 1.0 / (self.running_var.reshape(kept) + self.eps).sqrt()
+        if self.affine:
+            scale = scale * self.weight.reshape(kept)
+        shift = -self.running_mean.reshape(kept) * scale
+        if self.affine:
+            shift = shift + self.bias.reshape(kept)
+        return x * scale + shift
 
-        Each rank sends its sum and its sum of squares in float64, rebuilt from its own stable
-        statistics (sum of squares = deviations + count * mean^2), plus its count. The variance is
-        then E[x^2] - E[x]^2 over the whole batch, whose cancellation costs a relative error of
-        about eps * mean^2 / variance: 1e-8 for a mean of 1e4 in float64, 6 in float32."""
-        dtype, sums = mean.dtype, sums.cast("float64")
-        square_sums = deviations.cast("float64") + sums * mean.cast("float64")
-        sums, square_sums, total = self._across_ranks(sums, square_sums, array(np.array(count, "float64")))
-        mean = sums / total
-        variance = square_sums / total - mean * mean
-        # a count is no function of the weights
-        return mean.cast(dtype), variance.cast(dtype), total.cast(dtype).stop_grad()
+    @staticmethod
+    def _pooled(stats):
+        """The (count, mean, variance) table of the global batch from this rank's, in one MPI call.
 
-    def _batch_grad(self, d, x, mean, invstd, scale, count, dims):
+        Each rank sends its count, sum and sum of squares in float64, the latter rebuilt from its
+        own stable statistics (sum of squares = count * (variance + mean^2)). The variance is then
+        E[x^2] - E[x]^2 over the whole batch, whose cancellation costs a relative error of about
+        eps * mean^2 / variance: 1e-8 for a mean of 1e4 in float64, 6 in float32.
+
+        Summing (not averaging per-rank means) weights each rank by its count: the Dataset's shards
+        differ by one sample when the global batch is not divisible by world_size, and a plain mean
+        of means would then differ from one process on the whole batch.
+
+            # rank 0: 2 values, mean 1     rank 1: 6 values, mean 3
+            # both ranks after the call: 8 values, mean 2.5
+        """
+        wide = stats.cast("float64")
+        count, mean, var = (bn.row(wide, r) for r in range(3))
+        (totals,) = mpi_all_reduce_many([stack([count, count * mean, count * (var + mean * mean)])], "add")
+        count = bn.row(totals, 0)
+        mean = bn.row(totals, 1) / count.maximum(1)      # a rank's shard of a tiny last batch may be empty
+        return stack([count, mean, bn.row(totals, 2) / count.maximum(1) - mean * mean]).cast(stats.dtype)
+
+    def _batch_grad(self, d, x, stats, table):
         """The gradient of training-mode BatchNorm, in closed form: with xhat = (x - mean) * invstd,
 
             d_bias = sum(d)    d_weight = sum(d * xhat)
@@ -126,47 +123,16 @@ class BatchNorm(Module):
 
         sums over the batch dims (and, synced, over every rank: the statistics mix every rank's
         samples, so d_x needs the global sums; d_weight and d_bias stay this rank's share, which the
-        optimizer adds up). Differentiating the forward's ops built twice the nodes."""
-        # x - mean is built twice on purpose: one node read by both would get a buffer of its own
-        # (a full pass writing it, another reading it); two fuse into their kernels for free
-        sums, centred_sums = d.sum(dims=dims, keepdims=True), (d * (x - mean)).sum(dims=dims, keepdims=True)
-        global_sums, global_centred_sums = sums, centred_sums
-        if self.sync and world.in_mpi:
-            global_sums, global_centred_sums = self._across_ranks(sums, centred_sums)
-        d_x = (d - global_sums / count - (x - mean) * (invstd * invstd * global_centred_sums / count)) * scale
+        optimizer adds up). ``ops/batch_norm.py`` computes the sums and the per-channel factors."""
+        sums = bn.batch_norm_grad_sums(d, x, stats)
+        global_sums = mpi_all_reduce_many([sums], "add")[0] if self.sync and world.in_mpi else sums
+        factors = bn.batch_norm_grad_table(sums, global_sums, stats, table, self.eps)
+        mean = bn.per_channel(stats, 1, x.shape)
+        d_x = d * bn.per_channel(factors, 0, x.shape) + (x - mean) * bn.per_channel(factors, 1, x.shape) \
+            + bn.per_channel(factors, 2, x.shape)
         if not self.affine:
             return [d_x]
-        c = self.num_features
-        return [d_x, (centred_sums * invstd).reshape(c), sums.reshape(c)]
-
-    def _update_running(self, mean, var, count):
-        """Move the running statistics toward this batch's (no gradient flows through assign)."""
-        c, m = self.num_features, self.momentum
-        unbiased = var.reshape(c) * _bessel(count)
-        self.running_mean.assign(self.running_mean * (1 - m) + mean.reshape(c) * m)
-        self.running_var.assign(self.running_var * (1 - m) + unbiased * m)
-
-    @staticmethod
-    def _across_ranks(*sums):
-        """Each per-channel sum added up over every rank, in one MPI call (see ``_batch_statistics``
-        and ``_batch_grad``).
-
-        Summing (not averaging per-rank means) weights each rank by its count: the Dataset's shards
-        differ by one sample when the global batch is not divisible by world_size, and a plain mean
-        of means would then differ from one process on the whole batch.
-
-            # rank 0: count 2, sums [2.]    rank 1: count 6, sums [18.]
-            # both ranks after the call: sums [20.], count 8 (mean 2.5)
-        """
-        return mpi_all_reduce_many(list(sums), "add")
-
-
-def _bessel(count):
-    """``n / (n - 1)``: turns the biased variance of ``n`` values into the unbiased one (1 for a
-    single value). ``n`` is an int, or a Var when it was summed over ranks."""
-    if isinstance(count, int):
-        return count / max(count - 1, 1)
-    return count / (count - 1).maximum(1)
+        return [d_x, bn.row(factors, 3), bn.row(factors, 4)]
 
 
 BatchNorm1d = BatchNorm2d = BatchNorm

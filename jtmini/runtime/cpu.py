@@ -65,13 +65,22 @@ def run_kernel(kernel, compiled, read):
     out = outs[-1]
     ints, floats = code.arguments(kernel)
     arrays = [read(v) for v in kernel.inputs] + outs
-    threads = thread_count()
-    if threads > 1 and _threads_do_not_change_values(kernel, out.size, threads):
-        threads = _threads_for((id(fn), out.size, threads), lambda n: call(fn, arrays, ints, floats, n))
+    if _threads_do_not_change_values(kernel, out.size, thread_count()):
+        call_on_fastest_threads(fn, arrays, ints, floats, out.size)
     else:
-        call(fn, arrays, ints, floats, threads)
+        call(fn, arrays, ints, floats, thread_count())
     counters.bump("kernels_run")
     return outs
+
+
+def call_on_fastest_threads(fn, arrays, ints, floats, size):
+    """``call`` on one thread or on all, whichever ran this kernel faster at this ``size`` (the
+    first launches at each try both); for kernels whose values do not depend on the thread count."""
+    threads = thread_count()
+    if threads == 1:
+        call(fn, arrays, ints, floats, 1)
+    else:
+        _threads_for((id(fn), size, threads), lambda n: call(fn, arrays, ints, floats, n))
 
 
 # Waking a sleeping OpenMP worker and joining it costs ~35 us on these VMs, as long as a

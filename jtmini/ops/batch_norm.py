@@ -1,0 +1,305 @@
+"""Training-mode BatchNorm's per-channel work as four hand-written kernels
+(``templates/cpu/batch_norm.cc.j2``), plus ``per_channel``, the read that spreads a row of their
+(rows, C) tables over an NC... tensor inside generated kernels.
+
+One layer's forward and backward, for ``x`` of shape (N, C, ...):
+
+- ``batch_norm_stats(x)`` -> (3, C): count, mean and biased variance of each channel;
+- ``batch_norm_table(stats, weight, bias, running_mean, running_var)`` -> (4, C): ``scale`` and
+  ``shift`` of ``y = x * scale + shift``, and the new running statistics;
+- ``batch_norm_grad_sums(d, x, stats)`` -> (2, C): ``sum(d)`` and ``sum(d * (x - mean))``;
+- ``batch_norm_grad_table(sums, global_sums, stats, table)`` -> (5, C): ``a``, ``b``, ``c`` of
+  ``d_x = d * a + (x - mean) * b + c``, then ``d_weight`` and ``d_bias``.
+
+The passes over the whole tensor, ``y`` and ``d_x``, stay generated maps, so that ReLU, the
+residual add and the layout the next matrix product wants all fuse into them; under MPI the
+statistics and the gradient sums are all-reduced between the kernels (``nn.BatchNorm``).
+
+Why hand-written: built from generic ops, a layer was 63 nodes (two reductions and a dozen
+per-channel ops each way, each with its broadcast); here it is about 15. Every node costs Python
+each step (building, planning, its share of the graph signature), and BatchNorm had been half of
+a ResNet-18 step's nodes. The statistics also take one kernel instead of two.
+
+Every op has a gradient rule written with other ops, so BatchNorm's own gradient (built from the
+last two) can be differentiated again. They run as library ops, on whole buffers; on the GPU
+runtime they are staged through the host, as max pooling is.
+"""
+import numpy as np
+
+from .. import codegen, compiler, dtypes
+from ..runtime import cpu
+from ..var import Var
+from .registry import IndexMap, OpSpec, register
+from .reindex import slice_var, stack
+
+_kernels = {}        # (mode, dtype, affine) -> loaded function
+
+
+def _kernel(mode, dtype, affine=True):
+    key = (mode, dtype, affine)
+    fn = _kernels.get(key)
+    if fn is None:
+        source = codegen.batch_norm_source(mode, dtypes.C_TYPES[dtype], affine)
+        fn = _kernels[key] = cpu.load(compiler.build(source))
+    return fn
+
+
+SHORT_RUN = 16                       # values: a shorter run is no vector loop of its own
+RUNS, SHORT_RUNS, ROWS = 0, 1, 2     # the kernels' loop orders (see the template)
+
+
+def _channel_layout(*arrays):
+    """How the kernels walk each channel of the NC... ``arrays`` (one shape): ``(arrays, [loop
+    order, n, c, inner] + [n stride, c stride] per array)``, strides in elements: channel c of an
+    array is n runs of ``inner`` contiguous values, ``n stride`` apart (see the template).
+
+    When every array holds each channel in one run (a convolution's channel-major product seen as
+    NCHW), that is n = 1. Short runs are added up by rows of c * inner values when every array's
+    rows are contiguous ((N, C) after a Linear), else across the runs.
+    """
+    n, c = arrays[0].shape[:2]
+    inner = int(np.prod(arrays[0].shape[2:]))
+    arrays = [arr.reshape(n, c, inner) for arr in arrays]        # a copy only if inner is not a run
+    arrays = [arr if inner == 1 or arr.strides[2] == arr.itemsize else np.ascontiguousarray(arr)
+              for arr in arrays]
+    order = RUNS
+    if n == 1 or all(arr.strides[0] == inner * arr.itemsize for arr in arrays):
+        n, inner = 1, n * inner
+    elif inner < SHORT_RUN:
+        rows = all(arr.strides[1] == inner * arr.itemsize or c == 1 for arr in arrays)
+        order = ROWS if rows else SHORT_RUNS
+    strides = [s // arr.itemsize for arr in arrays for s in arr.strides[:2]]
+    return arrays, [order, n, c, inner] + strides
+
+
+def _inner_contiguous(shape, strides):
+    """Whether the dims after the first two of a view (element strides) are one contiguous run."""
+    step = 1
+    for size, stride in zip(reversed(shape[2:]), reversed(strides[2:])):
+        if size != 1 and stride != step:
+            return False
+        step *= size
+    return True
+
+
+def _check(who, condition, message):
+    if not condition:
+        raise ValueError(f"{who}: {message}")
+
+
+def _table_shape(who, name, v, rows, c, dtype):
+    _check(who, v.shape == (rows, c) and v.dtype == dtype,
+           f"{name} must be ({rows}, {c}) {dtype}, got {v.shape} {v.dtype}")
+
+
+def row(table, r):
+    """Row ``r`` of a (rows, C) table as a (C,) Var (a view: no kernel)."""
+    c = table.shape[1]
+    return slice_var(table, (r, 0), (1, 1), (1, c)).reshape(c)
+
+
+def _rows(table, values):
+    """A (len(values), C) table like ``table`` from (C,) Vars, None for a row of zeros."""
+    zeros = Var.node("const", [], shape=(table.shape[1],), dtype=table.dtype, value=0)
+    return stack([zeros if v is None else v for v in values])
+
+
+# --- per_channel: row ``row`` of a (rows, C) table, read at every element of channel c ------------
+def _per_channel_infer(inputs, a):
+    table, shape = inputs[0], a["shape"]
+    if table.ndim != 2 or len(shape) < 2 or shape[1] != table.shape[1] or not 0 <= a["row"] < table.shape[0]:
+        raise ValueError(f"per_channel: cannot spread row {a['row']} of a {table.shape} table over {shape}")
+    return shape, table.dtype
+
+
+def _per_channel_grad(d, out, inputs, a):
+    table = inputs[0]
+    summed = d.sum(dims=(0,) + tuple(range(2, d.ndim))).reshape(1, table.shape[1])
+    return [Var.node("pad", [summed], pads=((a["row"], table.shape[0] - 1 - a["row"]), (0, 0)), value=0)]
+
+
+register(OpSpec("per_channel", "reindex", infer=_per_channel_infer, grad=_per_channel_grad,
+                index=lambda a, nin, nout: IndexMap((str(a["row"]), "i1"))))
+
+
+def per_channel(table, row, shape):
+    """``out[n, c, ...] = table[row, c]``: a per-channel coefficient read inside the kernel that
+    uses it (one node, no buffer; ``broadcast_to`` of a reshaped slice took three).
+
+    >>> per_channel(jt.array([[1., 2.], [3., 4.]]), 1, (2, 2, 3)).numpy()[:, :, 0]
+    array([[3., 4.],
+           [3., 4.]], dtype=float32)
+    """
+    return Var.node("per_channel", [table], row=int(row), shape=tuple(shape))
+
+
+# --- batch_norm_stats ---------------------------------------------------------------------------
+def _stats_infer(inputs, a):
+    (x,) = inputs
+    _check("batch_norm_stats", x.ndim >= 2 and x.dtype in ("float32", "float64"),
+           f"x must be (N, C, ...) float32 or float64, got {x.shape} {x.dtype}")
+    return (3, x.shape[1]), x.dtype
+
+
+def _stats_run(arrays, a):
+    (x,), ints = _channel_layout(arrays[0])
+    out = np.empty((3, x.shape[1]), x.dtype)
+    cpu.call_on_fastest_threads(_kernel("stats", x.dtype.name), [x, out], ints, [], x.size)
+    return out
+
+
+def _stats_grad(d, out, inputs, a):
+    """mean = sum(x) / n, var = sum((x - mean)^2) / n: d_x = d_mean / n + 2 (x - mean) d_var / n
+    (the mean's own gradient through var is sum(x - mean) = 0); the count has none."""
+    (x,) = inputs
+    n = max(x.numel() // x.shape[1], 1)
+    spread = per_channel(d, 1, x.shape) / n
+    return [spread + (x - per_channel(out, 1, x.shape)) * per_channel(d, 2, x.shape) * (2 / n)]
+
+
+register(OpSpec("batch_norm_stats", "library", infer=_stats_infer, run=_stats_run, grad=_stats_grad,
+                reads_view=_inner_contiguous))
+
+
+def batch_norm_stats(x):
+    """(3, C) per channel of NC... ``x``: the count, the mean and the biased variance (from the
+    deviations from the mean, accumulated in double).
+
+    >>> batch_norm_stats(jt.array([[1., 10.], [3., 10.]])).numpy()
+    array([[ 2.,  2.],
+           [ 2., 10.],
+           [ 1.,  0.]], dtype=float32)
+    """
+    return Var.node("batch_norm_stats", [x])
+
+
+# --- batch_norm_table ---------------------------------------------------------------------------
+def _table_infer(inputs, a):
+    stats, c = inputs[0], inputs[0].shape[-1]
+    _table_shape("batch_norm_table", "stats", stats, 3, c, stats.dtype)
+    names = ("weight", "bias", "running_mean", "running_var") if a["affine"] else ("running_mean", "running_var")
+    _check("batch_norm_table", len(inputs) == 1 + len(names), f"takes stats, {', '.join(names)}")
+    for name, v in zip(names, inputs[1:]):
+        _check("batch_norm_table", v.shape == (c,) and v.dtype == stats.dtype,
+               f"{name} must be ({c},) {stats.dtype}, got {v.shape} {v.dtype}")
+    return (4, c), stats.dtype
+
+
+def _table_run(arrays, a):
+    arrays = [np.ascontiguousarray(arr) for arr in arrays]
+    stats = arrays[0]
+    out = np.empty((4, stats.shape[1]), stats.dtype)
+    cpu.call(_kernel("table", stats.dtype.name, a["affine"]), arrays + [out], [stats.shape[1]],
+             [a["eps"], a["momentum"]], 1)
+    return out
+
+
+def _table_grad(d, out, inputs, a):
+    """scale = weight * invstd, shift = bias - mean * scale, running' = (1 - m) running + m new
+    (the variance's with Bessel's n / (n - 1)), invstd = (var + eps)^-1/2."""
+    stats, m = inputs[0], a["momentum"]
+    count, mean, var = (row(stats, r) for r in range(3))
+    d_scale, d_shift, d_mean_running, d_var_running = (row(d, r) for r in range(4))
+    invstd = 1 / (var + a["eps"]).sqrt()
+    weight = inputs[1] if a["affine"] else 1
+    through_scale = d_scale - mean * d_shift                 # d(loss)/d(scale) with shift's share
+    d_var = through_scale * weight * invstd * invstd * invstd * -0.5 \
+        + d_var_running * m * count / (count - 1).maximum(1)
+    d_mean = -(weight * invstd) * d_shift + d_mean_running * m
+    grads = [_rows(stats, [None, d_mean, d_var])]
+    if a["affine"]:
+        grads += [through_scale * invstd, d_shift]
+    return grads + [d_mean_running * (1 - m), d_var_running * (1 - m)]
+
+
+register(OpSpec("batch_norm_table", "library", infer=_table_infer, run=_table_run, grad=_table_grad))
+
+
+def batch_norm_table(stats, weight, bias, running_mean, running_var, eps, momentum):
+    """(4, C): ``scale`` and ``shift`` of ``y = x * scale + shift`` for the batch of ``stats``
+    (``batch_norm_stats``), then the running mean and variance moved by ``momentum`` toward the
+    batch's (its variance unbiased). ``weight`` and ``bias`` are both None without affine."""
+    affine = weight is not None
+    params = [weight, bias] if affine else []
+    inputs = [stats] + [v if v.dtype == stats.dtype else v.cast(stats.dtype)
+                        for v in params + [running_mean, running_var]]
+    return Var.node("batch_norm_table", inputs, eps=float(eps), momentum=float(momentum), affine=affine)
+
+
+# --- batch_norm_grad_sums -----------------------------------------------------------------------
+def _grad_sums_infer(inputs, a):
+    d, x, stats = inputs
+    _check("batch_norm_grad_sums", d.shape == x.shape and d.dtype == x.dtype and x.ndim >= 2,
+           f"d and x must be (N, C, ...) of one shape and dtype, got {d.shape} {d.dtype} and {x.shape} {x.dtype}")
+    _table_shape("batch_norm_grad_sums", "stats", stats, 3, x.shape[1], x.dtype)
+    return (2, x.shape[1]), x.dtype
+
+
+def _grad_sums_run(arrays, a):
+    (d, x), ints = _channel_layout(*arrays[:2])
+    stats = np.ascontiguousarray(arrays[2])
+    out = np.empty((2, x.shape[1]), x.dtype)
+    cpu.call_on_fastest_threads(_kernel("grad_sums", x.dtype.name), [d, x, stats, out], ints, [], x.size)
+    return out
+
+
+def _grad_sums_grad(g, out, inputs, a):
+    d, x, stats = inputs
+    mean = per_channel(stats, 1, x.shape)
+    d_d = per_channel(g, 0, x.shape) + (x - mean) * per_channel(g, 1, x.shape)
+    d_x = d * per_channel(g, 1, x.shape)
+    d_stats = _rows(stats, [None, -row(out, 0) * row(g, 1), None])
+    return [d_d, d_x, d_stats]
+
+
+register(OpSpec("batch_norm_grad_sums", "library", infer=_grad_sums_infer, run=_grad_sums_run,
+                grad=_grad_sums_grad, reads_view=_inner_contiguous))
+
+
+def batch_norm_grad_sums(d, x, stats):
+    """(2, C) per channel: ``sum(d)`` and ``sum(d * (x - mean))``, with the mean of ``stats``."""
+    return Var.node("batch_norm_grad_sums", [d, x, stats])
+
+
+# --- batch_norm_grad_table ----------------------------------------------------------------------
+def _grad_table_infer(inputs, a):
+    local, global_, stats, table = inputs
+    c, dtype = stats.shape[-1], stats.dtype
+    for name, v, rows in (("sums", local, 2), ("global_sums", global_, 2), ("stats", stats, 3), ("table", table, 4)):
+        _table_shape("batch_norm_grad_table", name, v, rows, c, dtype)
+    return (5, c), dtype
+
+
+def _grad_table_run(arrays, a):
+    arrays = [np.ascontiguousarray(arr) for arr in arrays]
+    out = np.empty((5, arrays[0].shape[1]), arrays[0].dtype)
+    cpu.call(_kernel("grad_table", out.dtype.name), arrays + [out], [out.shape[1]], [a["eps"]], 1)
+    return out
+
+
+def _grad_table_grad(g, out, inputs, a):
+    """a = scale, b = -scale invstd^2 S_c / n, c = -scale S_d / n, d_weight = s_c invstd,
+    d_bias = s_d, with (S_d, S_c) every rank's sums and (s_d, s_c) this rank's."""
+    local, global_, stats, table = inputs
+    count, var, scale = row(stats, 0).maximum(1), row(stats, 2), row(table, 0)
+    g_a, g_b, g_c, g_weight, g_bias = (row(g, r) for r in range(5))
+    centred, centred_local = row(global_, 1), row(local, 1)
+    inv_var = 1 / (var + a["eps"])
+    d_scale = g_a - g_b * inv_var * centred / count - g_c * row(global_, 0) / count
+    d_var = g_b * scale * centred / count * inv_var * inv_var - g_weight * centred_local * inv_var * inv_var.sqrt() * 0.5
+    return [_rows(local, [g_bias, g_weight * inv_var.sqrt()]),
+            _rows(global_, [-g_c * scale / count, -g_b * scale * inv_var / count]),
+            _rows(stats, [None, None, d_var]),
+            _rows(table, [d_scale, None, None, None])]
+
+
+register(OpSpec("batch_norm_grad_table", "library", infer=_grad_table_infer, run=_grad_table_run,
+                grad=_grad_table_grad))
+
+
+def batch_norm_grad_table(sums, global_sums, stats, table, eps):
+    """(5, C): ``a``, ``b``, ``c`` of ``d_x = d * a + (x - mean) * b + c``, then ``d_weight`` and
+    ``d_bias``. ``global_sums`` are ``sums`` (``batch_norm_grad_sums``) added over every rank, or
+    ``sums`` itself outside MPI; the batch's statistics mix every rank's samples, so ``d_x`` needs
+    the global sums, while each rank's ``d_weight`` and ``d_bias`` are its own share."""
+    return Var.node("batch_norm_grad_table", [sums, global_sums, stats, table], eps=float(eps))
