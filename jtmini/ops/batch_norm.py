@@ -35,14 +35,19 @@ from .registry import IndexMap, OpSpec, register
 from .reindex import slice_var, stack
 
 _kernels = {}        # (mode, dtype, affine) -> loaded function
+MODES = ("stats", "table", "grad_sums", "grad_table")
 
 
 def _kernel(mode, dtype, affine=True):
-    key = (mode, dtype, affine)
-    fn = _kernels.get(key)
+    """The loaded kernel. The first call for a dtype builds all four at once, in parallel: a
+    training step needs every one."""
+    fn = _kernels.get((mode, dtype, affine or mode != "table"))
     if fn is None:
-        source = codegen.batch_norm_source(mode, dtypes.C_TYPES[dtype], affine)
-        fn = _kernels[key] = cpu.load(compiler.build(source))
+        keys = [(m, dtype, affine or m != "table") for m in MODES]    # only the table differs without affine
+        sources = [(codegen.batch_norm_source(m, dtypes.C_TYPES[d], a), False) for m, d, a in keys]
+        for key, path in zip(keys, compiler.build_many(sources)):
+            _kernels.setdefault(key, cpu.load(path))
+        fn = _kernels[(mode, dtype, affine or mode != "table")]
     return fn
 
 
