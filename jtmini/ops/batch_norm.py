@@ -61,8 +61,8 @@ def _channel_layout(*arrays):
     array is n runs of ``inner`` contiguous values, ``n stride`` apart (see the template).
 
     When every array holds each channel in one run (a convolution's channel-major product seen as
-    NCHW), that is n = 1. Short runs are added up by rows of c * inner values when every array's
-    rows are contiguous ((N, C) after a Linear), else across the runs.
+    NCHW), that is n = 1. Short runs are added up by rows of c * inner values when the first
+    array's rows are contiguous ((N, C) after a Linear, a gradient in NCHW), else across the runs.
     """
     n, c = arrays[0].shape[:2]
     inner = int(np.prod(arrays[0].shape[2:]))
@@ -72,9 +72,8 @@ def _channel_layout(*arrays):
     order = RUNS
     if n == 1 or all(arr.strides[0] == inner * arr.itemsize for arr in arrays):
         n, inner = 1, n * inner
-    elif inner < SHORT_RUN:
-        rows = all(arr.strides[1] == inner * arr.itemsize or c == 1 for arr in arrays)
-        order = ROWS if rows else SHORT_RUNS
+    elif inner < SHORT_RUN:         # ROWS walks the first array's rows, reading the second's as laid out
+        order = ROWS if arrays[0].strides[1] == inner * arrays[0].itemsize or c == 1 else SHORT_RUNS
     strides = [s // arr.itemsize for arr in arrays for s in arr.strides[:2]]
     return arrays, [order, n, c, inner] + strides
 
