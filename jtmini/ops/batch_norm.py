@@ -17,7 +17,7 @@ statistics and the gradient sums are all-reduced between the kernels (``nn.Batch
 
 Why hand-written: built from generic ops, a layer was 55 graph nodes a step (34 forward, 21
 backward: two reductions and a dozen per-channel ops each way, each with its broadcast); here it
-is 29. Every node costs Python each step (building, ``grad``, the graph signature, replay), and
+is 25. Every node costs Python each step (building, ``grad``, the graph signature, replay), and
 BatchNorm had been half of a ResNet-18 step's nodes: a 2-thread step takes 4-5 ms less Python,
 and 2-4% less time in all (steps alternating between the two in one process). The statistics
 take one kernel instead of two; the kernels' time is about what the generated reductions took.
@@ -32,7 +32,7 @@ from .. import codegen, compiler, dtypes
 from ..runtime import cpu
 from ..var import Var
 from .registry import IndexMap, OpSpec, register
-from .reindex import slice_var, stack
+from .reindex import stack
 
 _kernels = {}        # (mode, dtype, affine) -> loaded function
 MODES = ("stats", "table", "grad_sums", "grad_table")
@@ -99,9 +99,8 @@ def _table_shape(who, name, v, rows, c, dtype):
 
 
 def row(table, r):
-    """Row ``r`` of a (rows, C) table as a (C,) Var (a view: no kernel)."""
-    c = table.shape[1]
-    return slice_var(table, (r, 0), (1, 1), (1, c)).reshape(c)
+    """Row ``r`` of a (rows, C) table as a (C,) Var, read inside the kernel that uses it."""
+    return per_channel(table, r, table.shape[1:])
 
 
 def _rows(table, values):
@@ -111,26 +110,33 @@ def _rows(table, values):
 
 
 # --- per_channel: row ``row`` of a (rows, C) table, read at every element of channel c ------------
+def _channel_dim(ndim):
+    return 1 if ndim > 1 else 0
+
+
 def _per_channel_infer(inputs, a):
     table, shape = inputs[0], a["shape"]
-    if table.ndim != 2 or len(shape) < 2 or shape[1] != table.shape[1] or not 0 <= a["row"] < table.shape[0]:
+    if table.ndim != 2 or not shape or shape[_channel_dim(len(shape))] != table.shape[1] \
+            or not 0 <= a["row"] < table.shape[0]:
         raise ValueError(f"per_channel: cannot spread row {a['row']} of a {table.shape} table over {shape}")
     return shape, table.dtype
 
 
 def _per_channel_grad(d, out, inputs, a):
-    table = inputs[0]
-    summed = d.sum(dims=(0,) + tuple(range(2, d.ndim))).reshape(1, table.shape[1])
-    return [Var.node("pad", [summed], pads=((a["row"], table.shape[0] - 1 - a["row"]), (0, 0)), value=0)]
+    table, channel = inputs[0], _channel_dim(d.ndim)
+    summed = d.sum(dims=tuple(k for k in range(d.ndim) if k != channel)) if d.ndim > 1 else d
+    return [Var.node("pad", [summed.reshape(1, table.shape[1])],
+                     pads=((a["row"], table.shape[0] - 1 - a["row"]), (0, 0)), value=0)]
 
 
 register(OpSpec("per_channel", "reindex", infer=_per_channel_infer, grad=_per_channel_grad,
-                index=lambda a, nin, nout: IndexMap((str(a["row"]), "i1"))))
+                index=lambda a, nin, nout: IndexMap((str(a["row"]), f"i{_channel_dim(nout)}"))))
 
 
 def per_channel(table, row, shape):
-    """``out[n, c, ...] = table[row, c]``: a per-channel coefficient read inside the kernel that
-    uses it (one node, no buffer; ``broadcast_to`` of a reshaped slice took three).
+    """``out[n, c, ...] = table[row, c]`` (``out[c]`` for a 1-D ``shape``): a per-channel
+    coefficient read inside the kernel that uses it (one node, no buffer; ``broadcast_to`` of a
+    reshaped slice took three).
 
     >>> per_channel(jt.array([[1., 2.], [3., 4.]]), 1, (2, 2, 3)).numpy()[:, :, 0]
     array([[3., 4.],
