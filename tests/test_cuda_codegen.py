@@ -83,6 +83,15 @@ def _unit_extents():
     return [x.sum(dims=(1, 3)), x.sum(dims=(0, 1)), x.argmax(1)[0], (x * 2).exp() + x.transpose((1, 0, 3, 2)).sum()]
 
 
+def _batch_norm():
+    """Training-mode BatchNorm's passes over the tensor, which read its per-channel tables through
+    ``per_channel`` (the tables themselves are library ops, staged through the host)."""
+    from jtmini import nn
+    x = _leaf((4, 3, 2, 5), "float32", 12)
+    y = nn.BatchNorm2d(3)(x)
+    return [y, jt.grad((y * y).sum(), x)]
+
+
 def _args(dtype):
     a = _leaf((3, 5), dtype, 7)
     return [a.argmax(1)[0], a.argmin(0)[0], a.argmax()[0]]
@@ -90,7 +99,8 @@ def _args(dtype):
 
 def _cases():
     """(name, schedule.Kernel) for every kernel of the graphs above."""
-    graphs = {"movement": _movement(), "merged": _merged(), "unit_extents": _unit_extents()}
+    graphs = {"movement": _movement(), "merged": _merged(), "unit_extents": _unit_extents(),
+              "batch_norm": _batch_norm()}
     for dtype in DTYPES:
         graphs.update({f"chain_{dtype}": _chain(dtype), f"reduce_{dtype}": _reductions(dtype),
                        f"scatter_{dtype}": _scatters(dtype)})
