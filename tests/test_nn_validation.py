@@ -176,6 +176,7 @@ def test_numpy_integer_sizes_build_the_same_layers_as_ints():
              (nn.MaxPool2d(np.array([3, 3]), 2, 1), nn.MaxPool2d(3, 2, 1)),
              (nn.AvgPool2d((i(2), i(3))), nn.AvgPool2d((2, 3))),
              (nn.AdaptiveAvgPool2d((i(2), None)), nn.AdaptiveAvgPool2d((2, None))),
+             (nn.AdaptiveAvgPool2d(np.array([2, 3])), nn.AdaptiveAvgPool2d((2, 3))),
              (nn.BatchNorm2d(i(4)), nn.BatchNorm2d(4))]
     for numpy_sized, int_sized in pairs:
         if isinstance(numpy_sized, nn.Conv2d):

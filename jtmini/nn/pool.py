@@ -10,6 +10,7 @@ scatter-add: no atomics, and no (N, C, Ho, Wo, kh, kw) window tensor in memory.
 """
 import functools
 import operator
+from collections.abc import Iterable
 
 from ..creation import ones
 from ..ops.pooling import check_padding, max_pool
@@ -94,11 +95,12 @@ def _adaptive_bounds(size, out):
 
 
 def _adaptive_size(output_size):
-    """``output_size`` as an (h, w) pair of ints >= 1 or None (None keeps that dim)."""
+    """``output_size`` as an (h, w) pair of ints >= 1 or None (None keeps that dim); the pair may
+    be any sequence, as ``conv.pair``'s."""
     if output_size is None or is_count(output_size):
         size = (output_size, output_size)
     else:
-        size = tuple(output_size) if isinstance(output_size, (tuple, list)) else ()
+        size = tuple(output_size) if isinstance(output_size, Iterable) and not isinstance(output_size, str) else ()
     if len(size) != 2 or any(s is not None and not (is_count(s) and s >= 1) for s in size):
         raise ValueError(f"adaptive_avg_pool2d: output_size must be an int >= 1 or an (h, w) pair "
                          f"of them (None keeps a dim), got {output_size!r}")
