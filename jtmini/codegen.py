@@ -11,7 +11,8 @@ divisors the compiler unrolls the short window loops, proves bounds checks away 
 memory as one are merged (``_Builder.coalesce``). With the dims known, codegen also works out each
 index's range (``index_ranges``) and drops the bounds checks and clamps of reads that cannot leave
 their tensor: GCC had not proven them all (ResNet's dense 2x2 convolution spreads its weight 1.7x
-faster without them). Flat elementwise kernels gain nothing from that and stay shape-generic. ``generate`` memoises on the signature plus, when compiled in, the dims.
+faster without them). Flat elementwise kernels gain nothing from that and stay shape-generic.
+``generate`` memoises on the signature plus, when compiled in, the dims.
 """
 import math
 import numbers
@@ -22,8 +23,8 @@ import jinja2
 import numpy as np
 
 from . import codegen_cuda, dtypes, numpy_views
-from .index_ranges import interval
 from .flags import flags
+from .index_ranges import interval
 from .ops.registry import OPS
 
 GRAIN = 16384          # below this many iterations a kernel runs on one thread
