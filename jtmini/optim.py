@@ -31,6 +31,7 @@ from .gc_pause import paused
 from .nn import persist
 from .nn.module import broadcast_in_place
 from .ops.collective import mpi_all_reduce_many
+from .ops.elementwise import axpby
 from .var import Var, pending_roots
 
 
@@ -306,15 +307,15 @@ class SGD(Optimizer):
         out = []
         params = zip(self.trainable(group), grads, self.state(group, "values"), self.steps_taken(group))
         for p, g, buf, steps in params:
-            d = g + p * decay if decay else g
+            d = axpby(1, g, decay, p) if decay else g
             if momentum:
                 # PyTorch starts the buffer at d itself; from a zero buffer that only differs
                 # with dampening, so only then does a parameter's first step need its own graph
                 first = steps == 0 and dampening
-                buf_new = d if first else buf * momentum + (d * (1 - dampening) if dampening else d)
+                buf_new = d if first else axpby(momentum, buf, 1 - dampening, d)
                 out.append((buf, buf_new))
-                d = d + buf_new * momentum if self.hyper(group, "nesterov") else buf_new
-            out.append((p, p - d * lr))
+                d = axpby(1, d, momentum, buf_new) if self.hyper(group, "nesterov") else buf_new
+            out.append((p, axpby(1, p, -lr, d)))
         return out
 
 

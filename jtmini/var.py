@@ -54,6 +54,9 @@ class Var:
     __slots__ = ("op", "inputs", "attrs", "shape", "dtype", "_data", "_stop_grad", "_backward", "_consumers",
                  "id", "__weakref__")
     __hash__ = object.__hash__       # __eq__ builds a node, identity stays the hash
+    # numpy's operators defer to ours: np.float32(0.5) * x and array * x are Vars (as in PyTorch),
+    # not a numpy array computed then and there, off the graph (ufuncs still convert: np.exp(x))
+    __array_priority__ = 1000
 
     def __init__(self, op, inputs, attrs, shape, dtype, data=None):
         self.op, self.inputs, self.attrs = op, tuple(inputs), attrs

@@ -370,6 +370,18 @@ def test_weak_scalars_share_one_constant_node_safely():
     np.testing.assert_array_equal((a * 0.5).numpy(), a_np * 0.5)
 
 
+def test_numpy_scalars_and_arrays_in_operators_give_vars_on_the_graph():
+    """``np.float32(0.5) * x`` used to be computed by numpy into an array, off the graph: a loss
+    scaled so had no gradient."""
+    x_np = np.arange(6, dtype=np.float32).reshape(2, 3)
+    x = jt.array(x_np)
+    for got, expected in [(np.float32(0.5) * x, 0.5 * x_np), (np.float64(1.5) + x, x_np + 1.5),
+                          (np.int64(2) - x, 2 - x_np), (np.ones(3, np.float32) * x, x_np)]:
+        assert_var(got, expected.astype(np.float32))
+    np.testing.assert_array_equal(jt.grad((np.float32(0.5) * x * x).sum(), x).numpy(), x_np)
+    assert isinstance(np.exp(x), np.ndarray)         # a ufunc still converts the Var
+
+
 # --- where ---------------------------------------------------------------------------------------
 @pytest.mark.parametrize("case", ["same", "bcast", "scalars"])
 def test_where(case, rng):
@@ -395,6 +407,26 @@ def test_where_int_and_mixed():
     cond = jt.array([True, False, True])
     assert_var(jt.where(cond, jt.array(np.array([1, 2, 3], np.int32)), 0), np.array([1, 0, 3], np.int32))
     assert_var(jt.where(cond, jt.array(np.array([1, 2, 3], np.int32)), 0.5), np.array([1, 0.5, 3], np.float32))
+
+
+# --- axpby (the optimizers' fused multiply-add) -------------------------------------------------
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_axpby(dtype, rng):
+    from jtmini.ops.elementwise import axpby
+    x_np, y_np = (rng.standard_normal(SHAPE).astype(dtype) for _ in range(2))
+    x, y = make_input(x_np, "transposed")[0], make_input(y_np, "sliced")[0]
+    got = axpby(0.9, x, -0.25, y)
+    assert got.op == "axpby" and got.dtype == dtype
+    assert_var(got, 0.9 * x_np.astype(np.float64) - 0.25 * y_np, dtype=dtype)
+    check_grad(lambda x, y: axpby(0.9, x, -0.25, y), lambda x, y: 0.9 * x - 0.25 * y, [x_np, y_np],
+               ["transposed", "sliced"], dtype=dtype, rng=rng)
+
+
+def test_axpby_takes_other_operands_through_the_operators():
+    from jtmini.ops.elementwise import axpby
+    x, i = jt.array(np.ones((2, 3), np.float32)), jt.array(np.ones((3,), np.int32))
+    assert_var(axpby(2, x, 3, i), np.full((2, 3), 5, np.float32))                 # broadcast, promotion
+    assert_var(axpby(np.float32(2), x, 1, x), np.full((2, 3), 3, np.float32))     # a numpy scalar
 
 
 # --- movement: reshape, broadcast, transpose, concat, stack, flip, pad ---------------------------

@@ -225,6 +225,28 @@ for _name, (_expr, _rule, _result) in BINARY.items():
     export(_name)(_binary_front(_name, _result))
 
 
+# --- fused multiply-add ------------------------------------------------------------------------
+register(OpSpec("axpby", "elementwise", infer=lambda inputs, a: (inputs[1].shape, inputs[1].dtype),
+                c_expr="({0} * {1} + {2} * {3})",
+                grad=lambda d, out, x, a: [None, d * x[0], None, d * x[2]]))
+
+
+def axpby(alpha, x, beta, y):
+    """``alpha * x + beta * y`` for numbers ``alpha``, ``beta`` and float Vars ``x``, ``y`` of one
+    shape and dtype: one node where the operators build three. An optimizer builds a few per
+    parameter every step (SGD: six nodes a parameter become three); any other operands go through
+    the operators.
+
+    >>> axpby(0.9, v, 1.0, g)           # SGD's momentum buffer
+    """
+    numbers = all(type(c) in (int, float) for c in (alpha, beta))
+    if not (numbers and isinstance(x, Var) and isinstance(y, Var) and x.shape == y.shape
+            and x.dtype == y.dtype and dtypes.is_float(x.dtype)):
+        return alpha * x + beta * y
+    return Var.node("axpby", [_shared_const(x.shape, x.dtype, float(alpha)), x,
+                              _shared_const(x.shape, x.dtype, float(beta)), y])
+
+
 # --- ternary -----------------------------------------------------------------------------------
 def _where_grad(d, out, x, a):
     if not dtypes.is_float(out.dtype):
