@@ -166,12 +166,10 @@ def test_gradients_of_the_backward_ops():
                     [sums, rows, table], [0, 1, 2])
 
 
-torch = pytest.importorskip("torch")
-
-
 @pytest.mark.parametrize("affine", [True, False])
 def test_batchnorm_second_derivative_matches_pytorch(affine):
     """d/dweight and d/dx of sum(dx * v), where dx is the input gradient of sum(y * w)."""
+    torch = pytest.importorskip("torch")
     x_np = random((6, 3, 4, 4), 50, np.float32, loc=0.5)
     rng = np.random.default_rng(51)
     w_np, v_np = (rng.standard_normal(x_np.shape).astype(np.float32) for _ in range(2))
