@@ -193,6 +193,16 @@ def test_batchnorm_second_derivative_matches_pytorch(affine):
         np.testing.assert_allclose(g.numpy(), t.numpy(), rtol=1e-3, atol=1e-4)
 
 
+def test_an_empty_batch_leaves_the_running_statistics_as_they_are():
+    layer = nn.BatchNorm2d(3)
+    layer.running_mean.assign(jt.array(np.array([1, 2, 3], np.float32)))
+    y = layer(jt.array(np.zeros((0, 3, 4, 4), np.float32)))
+    assert y.numpy().shape == (0, 3, 4, 4)
+    jt.sync_all()
+    np.testing.assert_array_equal(layer.running_mean.numpy(), [1, 2, 3])
+    np.testing.assert_array_equal(layer.running_var.numpy(), [1, 1, 1])
+
+
 def test_batchnorm_refuses_integer_input_naming_it():
     with pytest.raises(ValueError, match=r"BatchNorm\(3\) needs float32 or float64 input .* int32"):
         nn.BatchNorm2d(3)(jt.array(np.ones((2, 3, 2, 2), np.int32)))

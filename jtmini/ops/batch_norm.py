@@ -208,9 +208,11 @@ def _table_run(arrays, a):
 
 def _table_grad(d, out, inputs, a):
     """scale = weight * invstd, shift = bias - mean * scale, running' = (1 - m) running + m new
-    (the variance's with Bessel's n / (n - 1)), invstd = (var + eps)^-1/2."""
-    stats, m = inputs[0], a["momentum"]
+    (the variance's with Bessel's n / (n - 1); m is 0 for a batch of no values), invstd =
+    (var + eps)^-1/2."""
+    stats = inputs[0]
     count, mean, var = (row(stats, r) for r in range(3))
+    m = (count > 0).cast(stats.dtype) * a["momentum"]
     d_scale, d_shift, d_mean_running, d_var_running = (row(d, r) for r in range(4))
     invstd = 1 / (var + a["eps"]).sqrt()
     weight = inputs[1] if a["affine"] else 1
