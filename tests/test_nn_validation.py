@@ -191,11 +191,12 @@ def test_numpy_integer_sizes_build_the_same_layers_as_ints():
 @pytest.mark.parametrize("build,name", [
     (lambda: nn.Linear(4.5, 2), "in_features"), (lambda: nn.Linear(-1, 2), "in_features"),
     (lambda: nn.Linear(4, True), "out_features"), (lambda: nn.BatchNorm2d(0), "num_features"),
-    (lambda: nn.BatchNorm1d(3.0), "num_features"), (lambda: nn.Conv2d(1.5, 4, 3), "in_channels"),
+    (lambda: nn.BatchNorm1d(3.0), "num_features"), (lambda: nn.BatchNorm2d(3, momentum=None), "momentum"),
+    (lambda: nn.BatchNorm2d(3, eps="1e-5"), "eps"), (lambda: nn.Conv2d(1.5, 4, 3), "in_channels"),
     (lambda: nn.Conv2d(2, "4", 3), "out_channels"), (lambda: nn.Conv2d(2, 4, 3, groups=1.0), "groups"),
     (lambda: nn.Conv2d(2, 4, 3.0), "kernel_size"), (lambda: nn.MaxPool2d(True), "kernel_size"),
     (lambda: nn.AvgPool2d((2, 2.5)), "kernel_size")])
-def test_sizes_that_are_not_integers_are_refused_naming_the_argument(build, name):
+def test_arguments_of_the_wrong_kind_are_refused_naming_them(build, name):
     with pytest.raises(ValueError, match=name):
         build()
 

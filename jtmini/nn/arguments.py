@@ -1,6 +1,6 @@
-"""Checks of the integer arguments of layers (feature and channel counts, window sizes): numpy
-integers count as ints, and anything else fails where it is given, naming the argument, rather
-than as an odd error (or a wrong number) deep inside the first forward pass.
+"""Checks of the arguments of layers (feature and channel counts, window sizes, BatchNorm's eps
+and momentum): numpy numbers count as Python's, and anything else fails where it is given, naming
+the argument, rather than as an odd error (or a wrong number) deep inside the first forward pass.
 
     >>> count("Linear", "in_features", np.int64(512))
     512
@@ -8,6 +8,8 @@ than as an odd error (or a wrong number) deep inside the first forward pass.
     Traceback (most recent call last):
     ValueError: Linear: in_features must be an int >= 1, got 4.5
 """
+import numbers
+
 from .. import dtypes
 
 
@@ -22,3 +24,16 @@ def count(who, name, value, least=1):
     if not is_count(value) or value < least:
         raise ValueError(f"{who}: {name} must be an int >= {least}, got {value!r}")
     return int(value)
+
+
+def real(who, name, value):
+    """``value`` as a Python float, checked to be a real number (numpy's included, not a bool);
+    ValueError naming ``who`` and the argument ``name`` otherwise.
+
+    >>> real("BatchNorm2d", "momentum", None)
+    Traceback (most recent call last):
+    ValueError: BatchNorm2d: momentum must be a real number, got None
+    """
+    if not isinstance(value, numbers.Real) or isinstance(value, bool):
+        raise ValueError(f"{who}: {name} must be a real number, got {value!r}")
+    return float(value)

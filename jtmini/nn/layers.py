@@ -14,7 +14,7 @@ from ..ops import batch_norm as bn
 from ..ops.collective import mpi_all_reduce_many
 from ..ops.reindex import stack
 from . import functional as F
-from .arguments import count
+from .arguments import count, real
 from .module import Module
 
 
@@ -57,13 +57,15 @@ class BatchNorm(Module):
     """
 
     def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=True, is_train=True, sync=True):
-        num_features = count(type(self).__name__, "num_features", num_features)
-        self.num_features, self.eps, self.momentum = num_features, eps, momentum
+        who = type(self).__name__
+        self.num_features = count(who, "num_features", num_features)
+        self.eps, self.momentum = real(who, "eps", eps), real(who, "momentum", momentum)
         self.affine, self.is_train, self.sync = affine, is_train, sync
-        self.weight = init.constant((num_features,), "float32", 1.0) if affine else None
-        self.bias = init.constant((num_features,), "float32", 0.0) if affine else None
-        self.running_mean = init.constant((num_features,), "float32", 0.0).stop_grad()
-        self.running_var = init.constant((num_features,), "float32", 1.0).stop_grad()
+        channels = (self.num_features,)
+        self.weight = init.constant(channels, "float32", 1.0) if affine else None
+        self.bias = init.constant(channels, "float32", 0.0) if affine else None
+        self.running_mean = init.constant(channels, "float32", 0.0).stop_grad()
+        self.running_var = init.constant(channels, "float32", 1.0).stop_grad()
 
     def execute(self, x):
         if x.ndim < 2 or x.shape[1] != self.num_features or x.dtype not in ("float32", "float64"):
