@@ -99,8 +99,10 @@ def _adaptive_size(output_size):
     be any sequence, as ``conv.pair``'s."""
     if output_size is None or is_count(output_size):
         size = (output_size, output_size)
+    elif isinstance(output_size, Iterable) and not isinstance(output_size, str):
+        size = tuple(output_size)
     else:
-        size = tuple(output_size) if isinstance(output_size, Iterable) and not isinstance(output_size, str) else ()
+        size = ()
     if len(size) != 2 or any(s is not None and not (is_count(s) and s >= 1) for s in size):
         raise ValueError(f"adaptive_avg_pool2d: output_size must be an int >= 1 or an (h, w) pair "
                          f"of them (None keeps a dim), got {output_size!r}")

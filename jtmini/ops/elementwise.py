@@ -239,8 +239,8 @@ def axpby(alpha, x, beta, y):
 
     >>> axpby(0.9, v, 1.0, g)           # SGD's momentum buffer
     """
-    numbers = all(type(c) in (int, float) for c in (alpha, beta))
-    if not (numbers and isinstance(x, Var) and isinstance(y, Var) and x.shape == y.shape
+    plain = all(type(c) in (int, float) for c in (alpha, beta))
+    if not (plain and isinstance(x, Var) and isinstance(y, Var) and x.shape == y.shape
             and x.dtype == y.dtype and dtypes.is_float(x.dtype)):
         return alpha * x + beta * y
     return Var.node("axpby", [_shared_const(x.shape, x.dtype, float(alpha)), x,
