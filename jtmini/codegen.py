@@ -92,11 +92,13 @@ def _copy_code(ctype, dims, strides, offset):
     return code
 
 
-def batch_norm_source(mode, ctype, affine):
+def batch_norm_source(mode, ctype, affine, pooled):
     """The C++ of one of BatchNorm's hand-written kernels (``templates/cpu/batch_norm.cc.j2``):
-    ``mode`` "stats", "grad_sums", "table" or "grad_table" (see ``ops/batch_norm.py``); sizes and
-    strides come at run time, so one library serves every layer of a dtype."""
-    return _env.get_template("cpu/batch_norm.cc.j2").render(mode=mode, ctype=ctype, affine=affine, grain=GRAIN)
+    ``mode`` "stats", "grad_sums", "table" or "grad_table" (see ``ops/batch_norm.py``), without the
+    affine parameters or with sums to pool over ranks where it matters; sizes and strides come at
+    run time, so one library serves every layer of a dtype."""
+    return _env.get_template("cpu/batch_norm.cc.j2").render(mode=mode, ctype=ctype, affine=affine, pooled=pooled,
+                                                            grain=GRAIN)
 
 
 def max_pool_source(mode, ctype, geometry, in_hw, out_hw):

@@ -12,7 +12,6 @@ from .. import init, world
 from ..autograd import custom_grad
 from ..ops import batch_norm as bn
 from ..ops.collective import mpi_all_reduce_many
-from ..ops.reindex import stack
 from . import functional as F
 from .arguments import count, real
 from .module import Module
@@ -49,7 +48,9 @@ class BatchNorm(Module):
     Under mpirun with ``sync`` (the default) the batch statistics are those of the whole global
     batch, gathered from every rank's shard (per step, one MPI call per layer forward and one for
     its gradient backward), so training matches one process on the whole batch and the running
-    statistics stay identical on every rank.
+    statistics stay identical on every rank. Each rank sends its count, sum and sum of squares (in
+    float64), not its mean: shards differ by a sample when the global batch is not divisible by
+    world_size, and a mean of means would then differ from one process on the whole batch.
 
     >>> bn = nn.BatchNorm2d(16)
     >>> y = bn(jt.randn(8, 16, 5, 5))     # train mode: batch statistics
@@ -73,16 +74,17 @@ class BatchNorm(Module):
                              f"(N, {self.num_features}, ...), got {x.shape} {x.dtype}")
         if not self.is_train:
             return self._normalize_by_running_statistics(x)
-        stats = bn.batch_norm_stats(x)
-        if self.sync and world.in_mpi:
-            stats = self._pooled(stats)
-        table = bn.batch_norm_table(stats, self.weight, self.bias, self.running_mean, self.running_var,
-                                    self.eps, self.momentum)
-        self.running_mean.assign(bn.row(table, 2))
-        self.running_var.assign(bn.row(table, 3))
-        y = x * bn.per_channel(table, 0, x.shape) + bn.per_channel(table, 1, x.shape)
+        pooled = self.sync and world.in_mpi
+        moments = bn.batch_norm_stats(x, pooled)
+        if pooled:          # the count, sum and sum of squares of the global batch: see batch_norm_table
+            (moments,) = mpi_all_reduce_many([moments], "add")
+        table = bn.batch_norm_table(moments, self.weight, self.bias, self.running_mean, self.running_var,
+                                    self.eps, self.momentum, x.dtype, pooled)
+        self.running_mean.assign(bn.row(table, 5))
+        self.running_var.assign(bn.row(table, 6))
+        y = x * bn.per_channel(table, 3, x.shape) + bn.per_channel(table, 4, x.shape)
         inputs = [x, self.weight, self.bias] if self.affine else [x]
-        return custom_grad(y, inputs, lambda d: self._batch_grad(d, x, stats, table))
+        return custom_grad(y, inputs, lambda d: self._batch_grad(d, x, table))
 
     def _normalize_by_running_statistics(self, x):
         kept = (1, self.num_features) + (1,) * (x.ndim - 2)
@@ -94,30 +96,7 @@ class BatchNorm(Module):
             shift = shift + self.bias.reshape(kept)
         return x * scale + shift
 
-    @staticmethod
-    def _pooled(stats):
-        """The (count, mean, variance) table of the global batch from this rank's, in one MPI call.
-
-        Each rank sends its count, sum and sum of squares in float64, the latter rebuilt from its
-        own stable statistics (sum of squares = count * (variance + mean^2)). The variance is then
-        E[x^2] - E[x]^2 over the whole batch, whose cancellation costs a relative error of about
-        eps * mean^2 / variance: 1e-8 for a mean of 1e4 in float64, 6 in float32.
-
-        Summing (not averaging per-rank means) weights each rank by its count: the Dataset's shards
-        differ by one sample when the global batch is not divisible by world_size, and a plain mean
-        of means would then differ from one process on the whole batch.
-
-            # rank 0: 2 values, mean 1     rank 1: 6 values, mean 3
-            # both ranks after the call: 8 values, mean 2.5
-        """
-        wide = stats.cast("float64")
-        count, mean, var = (bn.row(wide, r) for r in range(3))
-        (totals,) = mpi_all_reduce_many([stack([count, count * mean, count * (var + mean * mean)])], "add")
-        count = bn.row(totals, 0)
-        mean = bn.row(totals, 1) / count.maximum(1)      # a rank's shard of a tiny last batch may be empty
-        return stack([count, mean, bn.row(totals, 2) / count.maximum(1) - mean * mean]).cast(stats.dtype)
-
-    def _batch_grad(self, d, x, stats, table):
+    def _batch_grad(self, d, x, table):
         """The gradient of training-mode BatchNorm, in closed form: with xhat = (x - mean) * invstd,
 
             d_bias = sum(d)    d_weight = sum(d * xhat)
@@ -126,10 +105,10 @@ class BatchNorm(Module):
         sums over the batch dims (and, synced, over every rank: the statistics mix every rank's
         samples, so d_x needs the global sums; d_weight and d_bias stay this rank's share, which the
         optimizer adds up). ``ops/batch_norm.py`` computes the sums and the per-channel factors."""
-        sums = bn.batch_norm_grad_sums(d, x, stats)
+        sums = bn.batch_norm_grad_sums(d, x, table)
         global_sums = mpi_all_reduce_many([sums], "add")[0] if self.sync and world.in_mpi else sums
-        factors = bn.batch_norm_grad_table(sums, global_sums, stats, table, self.eps)
-        mean = bn.per_channel(stats, 1, x.shape)
+        factors = bn.batch_norm_grad_table(sums, global_sums, table, self.eps)
+        mean = bn.per_channel(table, 1, x.shape)
         d_x = d * bn.per_channel(factors, 0, x.shape) + (x - mean) * bn.per_channel(factors, 1, x.shape) \
             + bn.per_channel(factors, 2, x.shape)
         if not self.affine:

@@ -4,16 +4,18 @@
 
 One layer's forward and backward, for ``x`` of shape (N, C, ...):
 
-- ``batch_norm_stats(x)`` -> (3, C): count, mean and biased variance of each channel;
-- ``batch_norm_table(stats, weight, bias, running_mean, running_var)`` -> (4, C): ``scale`` and
-  ``shift`` of ``y = x * scale + shift``, and the new running statistics;
-- ``batch_norm_grad_sums(d, x, stats)`` -> (2, C): ``sum(d)`` and ``sum(d * (x - mean))``;
-- ``batch_norm_grad_table(sums, global_sums, stats, table)`` -> (5, C): ``a``, ``b``, ``c`` of
+- ``batch_norm_stats(x)`` -> (3, C): count, mean and biased variance of each channel (or, to be
+  summed over ranks, count, sum and sum of squares in float64);
+- ``batch_norm_table(moments, weight, bias, running_mean, running_var)`` -> (7, C): the batch's
+  count, mean and variance, the ``scale`` and ``shift`` of ``y = x * scale + shift``, and the new
+  running statistics;
+- ``batch_norm_grad_sums(d, x, table)`` -> (2, C): ``sum(d)`` and ``sum(d * (x - mean))``;
+- ``batch_norm_grad_table(sums, global_sums, table)`` -> (5, C): ``a``, ``b``, ``c`` of
   ``d_x = d * a + (x - mean) * b + c``, then ``d_weight`` and ``d_bias``.
 
 The passes over the whole tensor, ``y`` and ``d_x``, stay generated maps, so that ReLU, the
 residual add and the layout the next matrix product wants all fuse into them; under MPI the
-statistics and the gradient sums are all-reduced between the kernels (``nn.BatchNorm``).
+statistics' sums and the gradient sums are all-reduced between the kernels (``nn.BatchNorm``).
 
 Why hand-written: built from generic ops, a layer was 55 graph nodes a step (34 forward, 21
 backward: two reductions and a dozen per-channel ops each way, each with its broadcast); here it
@@ -34,20 +36,23 @@ from ..var import Var
 from .registry import IndexMap, OpSpec, register
 from .reindex import stack
 
-_kernels = {}        # (mode, dtype, affine) -> loaded function
+_kernels = {}        # (mode, dtype, affine, pooled) -> loaded function
 MODES = ("stats", "table", "grad_sums", "grad_table")
 
 
-def _kernel(mode, dtype, affine=True):
-    """The loaded kernel. The first call for a dtype builds all four at once, in parallel: a
-    training step needs every one."""
-    fn = _kernels.get((mode, dtype, affine or mode != "table"))
+def _kernel(mode, dtype, affine=True, pooled=False):
+    """The loaded kernel. The first call for a dtype (and kind of layer) builds all four at once,
+    in parallel: a training step needs every one."""
+    def key(m):      # only the table has a form without affine, the statistics and table pooled ones
+        return m, dtype, affine or m != "table", pooled and m in ("stats", "table")
+
+    fn = _kernels.get(key(mode))
     if fn is None:
-        keys = [(m, dtype, affine or m != "table") for m in MODES]    # only the table differs without affine
-        sources = [(codegen.batch_norm_source(m, dtypes.C_TYPES[d], a), False) for m, d, a in keys]
-        for key, path in zip(keys, compiler.build_many(sources)):
-            _kernels.setdefault(key, cpu.load(path))
-        fn = _kernels[(mode, dtype, affine or mode != "table")]
+        keys = [key(m) for m in MODES]
+        sources = [(codegen.batch_norm_source(m, dtypes.C_TYPES[d], a, p), False) for m, d, a, p in keys]
+        for k, path in zip(keys, compiler.build_many(sources)):
+            _kernels.setdefault(k, cpu.load(path))
+        fn = _kernels[key(mode)]
     return fn
 
 
@@ -150,20 +155,24 @@ def _stats_infer(inputs, a):
     (x,) = inputs
     _check("batch_norm_stats", x.ndim >= 2 and x.dtype in ("float32", "float64"),
            f"x must be (N, C, ...) float32 or float64, got {x.shape} {x.dtype}")
-    return (3, x.shape[1]), x.dtype
+    return (3, x.shape[1]), "float64" if a["pooled"] else x.dtype
 
 
 def _stats_run(arrays, a):
     (x,), ints = _channel_layout(arrays[0])
-    out = np.empty((3, x.shape[1]), x.dtype)
-    cpu.call_on_fastest_threads(_kernel("stats", x.dtype.name), [x, out], ints, [], x.size)
+    out = np.empty((3, x.shape[1]), np.float64 if a["pooled"] else x.dtype)
+    cpu.call_on_fastest_threads(_kernel("stats", x.dtype.name, pooled=a["pooled"]), [x, out], ints, [], x.size)
     return out
 
 
 def _stats_grad(d, out, inputs, a):
     """mean = sum(x) / n, var = sum((x - mean)^2) / n: d_x = d_mean / n + 2 (x - mean) d_var / n
-    (the mean's own gradient through var is sum(x - mean) = 0); the count has none."""
+    (the mean's own gradient through var is sum(x - mean) = 0). Pooled, the rows are sum(x) and
+    sum(x^2): d_x = d_sum + 2 x d_squares. The count has none."""
     (x,) = inputs
+    d = d.cast(x.dtype)
+    if a["pooled"]:
+        return [per_channel(d, 1, x.shape) + x * per_channel(d, 2, x.shape) * 2]
     n = max(x.numel() // x.shape[1], 1)
     spread = per_channel(d, 1, x.shape) / n
     return [spread + (x - per_channel(out, 1, x.shape)) * per_channel(d, 2, x.shape) * (2 / n)]
@@ -173,54 +182,62 @@ register(OpSpec("batch_norm_stats", "library", infer=_stats_infer, run=_stats_ru
                 reads_view=_inner_contiguous))
 
 
-def batch_norm_stats(x):
+def batch_norm_stats(x, pooled=False):
     """(3, C) per channel of NC... ``x``: the count, the mean and the biased variance (from the
-    deviations from the mean, accumulated in double).
+    deviations from the mean). ``pooled``: the count, the sum and the sum of squares instead, in
+    float64, which add up over ranks (``mpi_all_reduce``) into those of the global batch.
 
     >>> batch_norm_stats(jt.array([[1., 10.], [3., 10.]])).numpy()
     array([[ 2.,  2.],
            [ 2., 10.],
            [ 1.,  0.]], dtype=float32)
     """
-    return Var.node("batch_norm_stats", [x])
+    return Var.node("batch_norm_stats", [x], pooled=bool(pooled))
 
 
 # --- batch_norm_table ---------------------------------------------------------------------------
+TABLE_ROWS = 7      # count, mean, variance, scale, shift, new running mean, new running variance
+
+
 def _table_infer(inputs, a):
-    stats, c = inputs[0], inputs[0].shape[-1]
-    _table_shape("batch_norm_table", "stats", stats, 3, c, stats.dtype)
+    moments, c, dtype = inputs[0], inputs[0].shape[-1], a["dtype"]
+    _table_shape("batch_norm_table", "moments", moments, 3, c, "float64" if a["pooled"] else dtype)
     names = ("weight", "bias", "running_mean", "running_var") if a["affine"] else ("running_mean", "running_var")
-    _check("batch_norm_table", len(inputs) == 1 + len(names), f"takes stats, {', '.join(names)}")
+    _check("batch_norm_table", len(inputs) == 1 + len(names), f"takes moments, {', '.join(names)}")
     for name, v in zip(names, inputs[1:]):
-        _check("batch_norm_table", v.shape == (c,) and v.dtype == stats.dtype,
-               f"{name} must be ({c},) {stats.dtype}, got {v.shape} {v.dtype}")
-    return (4, c), stats.dtype
+        _check("batch_norm_table", v.shape == (c,) and v.dtype == dtype,
+               f"{name} must be ({c},) {dtype}, got {v.shape} {v.dtype}")
+    return (TABLE_ROWS, c), dtype
 
 
 def _table_run(arrays, a):
     arrays = [np.ascontiguousarray(arr) for arr in arrays]
-    stats = arrays[0]
-    out = np.empty((4, stats.shape[1]), stats.dtype)
-    cpu.call(_kernel("table", stats.dtype.name, a["affine"]), arrays + [out], [stats.shape[1]],
-             [a["eps"], a["momentum"]], 1)
+    c = arrays[0].shape[1]
+    out = np.empty((TABLE_ROWS, c), a["dtype"])
+    fn = _kernel("table", a["dtype"], affine=a["affine"], pooled=a["pooled"])
+    cpu.call(fn, arrays + [out], [c], [a["eps"], a["momentum"]], 1)
     return out
 
 
 def _table_grad(d, out, inputs, a):
-    """scale = weight * invstd, shift = bias - mean * scale, running' = (1 - m) running + m new
-    (the variance's with Bessel's n / (n - 1); m is 0 for a batch of no values), invstd =
-    (var + eps)^-1/2."""
-    stats = inputs[0]
-    count, mean, var = (row(stats, r) for r in range(3))
-    m = (count > 0).cast(stats.dtype) * a["momentum"]
-    d_scale, d_shift, d_mean_running, d_var_running = (row(d, r) for r in range(4))
+    """Rows 0-2 are the batch's count, mean and variance (from pooled sums: mean = S / n, var =
+    Q / n - mean^2); scale = weight * invstd, shift = bias - mean * scale, running' = (1 - m)
+    running + m new (the variance's with Bessel's n / (n - 1); m is 0 for a batch of no values),
+    invstd = (var + eps)^-1/2."""
+    moments = inputs[0]
+    count, mean, var = (row(out, r) for r in range(3))
+    m = (count > 0).cast(out.dtype) * a["momentum"]
+    _, d_mean, d_var, d_scale, d_shift, d_mean_running, d_var_running = (row(d, r) for r in range(TABLE_ROWS))
     invstd = 1 / (var + a["eps"]).sqrt()
     weight = inputs[1] if a["affine"] else 1
     through_scale = d_scale - mean * d_shift                 # d(loss)/d(scale) with shift's share
-    d_var = through_scale * weight * invstd * invstd * invstd * -0.5 \
+    d_var = d_var + through_scale * weight * invstd * invstd * invstd * -0.5 \
         + d_var_running * m * count / (count - 1).maximum(1)
-    d_mean = -(weight * invstd) * d_shift + d_mean_running * m
-    grads = [_rows(stats, [None, d_mean, d_var])]
+    d_mean = d_mean - (weight * invstd) * d_shift + d_mean_running * m
+    if a["pooled"]:
+        n = count.maximum(1)
+        d_mean, d_var = d_mean / n - d_var * mean * 2 / n, d_var / n     # d/d(sum), d/d(sum of squares)
+    grads = [_rows(moments, [None, d_mean.cast(moments.dtype), d_var.cast(moments.dtype)])]
     if a["affine"]:
         grads += [through_scale * invstd, d_shift]
     return grads + [d_mean_running * (1 - m), d_var_running * (1 - m)]
@@ -229,57 +246,59 @@ def _table_grad(d, out, inputs, a):
 register(OpSpec("batch_norm_table", "library", infer=_table_infer, run=_table_run, grad=_table_grad))
 
 
-def batch_norm_table(stats, weight, bias, running_mean, running_var, eps, momentum):
-    """(4, C): ``scale`` and ``shift`` of ``y = x * scale + shift`` for the batch of ``stats``
-    (``batch_norm_stats``), then the running mean and variance moved by ``momentum`` toward the
-    batch's (its variance unbiased). ``weight`` and ``bias`` are both None without affine."""
+def batch_norm_table(moments, weight, bias, running_mean, running_var, eps, momentum, dtype, pooled=False):
+    """(7, C) in ``dtype``, for the batch of ``moments`` (``batch_norm_stats``, summed over ranks
+    when ``pooled``): its count, mean and variance; the ``scale`` and ``shift`` of ``y = x * scale
+    + shift``; then the running mean and variance moved by ``momentum`` toward the batch's (its
+    variance unbiased). ``weight`` and ``bias`` are both None without affine."""
     affine = weight is not None
     params = [weight, bias] if affine else []
-    inputs = [stats] + [v if v.dtype == stats.dtype else v.cast(stats.dtype)
-                        for v in params + [running_mean, running_var]]
-    return Var.node("batch_norm_table", inputs, eps=float(eps), momentum=float(momentum), affine=affine)
+    inputs = [moments] + [v if v.dtype == dtype else v.cast(dtype) for v in params + [running_mean, running_var]]
+    return Var.node("batch_norm_table", inputs, eps=float(eps), momentum=float(momentum), affine=affine,
+                    pooled=bool(pooled), dtype=dtype)
 
 
 # --- batch_norm_grad_sums -----------------------------------------------------------------------
 def _grad_sums_infer(inputs, a):
-    d, x, stats = inputs
+    d, x, table = inputs
     _check("batch_norm_grad_sums", d.shape == x.shape and d.dtype == x.dtype and x.ndim >= 2,
            f"d and x must be (N, C, ...) of one shape and dtype, got {d.shape} {d.dtype} and {x.shape} {x.dtype}")
-    _table_shape("batch_norm_grad_sums", "stats", stats, 3, x.shape[1], x.dtype)
+    _table_shape("batch_norm_grad_sums", "table", table, TABLE_ROWS, x.shape[1], x.dtype)
     return (2, x.shape[1]), x.dtype
 
 
 def _grad_sums_run(arrays, a):
     (d, x), ints = _channel_layout(*arrays[:2])
-    stats = np.ascontiguousarray(arrays[2])
+    table = np.ascontiguousarray(arrays[2])
     out = np.empty((2, x.shape[1]), x.dtype)
-    cpu.call_on_fastest_threads(_kernel("grad_sums", x.dtype.name), [d, x, stats, out], ints, [], x.size)
+    cpu.call_on_fastest_threads(_kernel("grad_sums", x.dtype.name), [d, x, table, out], ints, [], x.size)
     return out
 
 
 def _grad_sums_grad(g, out, inputs, a):
-    d, x, stats = inputs
-    mean = per_channel(stats, 1, x.shape)
+    d, x, table = inputs
+    mean = per_channel(table, 1, x.shape)
     d_d = per_channel(g, 0, x.shape) + (x - mean) * per_channel(g, 1, x.shape)
     d_x = d * per_channel(g, 1, x.shape)
-    d_stats = _rows(stats, [None, -row(out, 0) * row(g, 1), None])
-    return [d_d, d_x, d_stats]
+    d_table = _rows(table, [None, -row(out, 0) * row(g, 1)] + [None] * (TABLE_ROWS - 2))
+    return [d_d, d_x, d_table]
 
 
 register(OpSpec("batch_norm_grad_sums", "library", infer=_grad_sums_infer, run=_grad_sums_run,
                 grad=_grad_sums_grad, reads_view=_inner_contiguous))
 
 
-def batch_norm_grad_sums(d, x, stats):
-    """(2, C) per channel: ``sum(d)`` and ``sum(d * (x - mean))``, with the mean of ``stats``."""
-    return Var.node("batch_norm_grad_sums", [d, x, stats])
+def batch_norm_grad_sums(d, x, table):
+    """(2, C) per channel: ``sum(d)`` and ``sum(d * (x - mean))``, with the mean of ``table``
+    (``batch_norm_table``)."""
+    return Var.node("batch_norm_grad_sums", [d, x, table])
 
 
 # --- batch_norm_grad_table ----------------------------------------------------------------------
 def _grad_table_infer(inputs, a):
-    local, global_, stats, table = inputs
-    c, dtype = stats.shape[-1], stats.dtype
-    for name, v, rows in (("sums", local, 2), ("global_sums", global_, 2), ("stats", stats, 3), ("table", table, 4)):
+    local, global_, table = inputs
+    c, dtype = table.shape[-1], table.dtype
+    for name, v, rows in (("sums", local, 2), ("global_sums", global_, 2), ("table", table, TABLE_ROWS)):
         _table_shape("batch_norm_grad_table", name, v, rows, c, dtype)
     return (5, c), dtype
 
@@ -294,8 +313,8 @@ def _grad_table_run(arrays, a):
 def _grad_table_grad(g, out, inputs, a):
     """a = scale, b = -scale invstd^2 S_c / n, c = -scale S_d / n, d_weight = s_c invstd,
     d_bias = s_d, with (S_d, S_c) every rank's sums and (s_d, s_c) this rank's."""
-    local, global_, stats, table = inputs
-    count, var, scale = row(stats, 0).maximum(1), row(stats, 2), row(table, 0)
+    local, global_, table = inputs
+    count, var, scale = row(table, 0).maximum(1), row(table, 2), row(table, 3)
     g_a, g_b, g_c, g_weight, g_bias = (row(g, r) for r in range(5))
     centred, centred_local = row(global_, 1), row(local, 1)
     inv_var = 1 / (var + a["eps"])
@@ -303,17 +322,16 @@ def _grad_table_grad(g, out, inputs, a):
     d_var = g_b * scale * centred / count * inv_var * inv_var - g_weight * centred_local * inv_var * inv_var.sqrt() * 0.5
     return [_rows(local, [g_bias, g_weight * inv_var.sqrt()]),
             _rows(global_, [-g_c * scale / count, -g_b * scale * inv_var / count]),
-            _rows(stats, [None, None, d_var]),
-            _rows(table, [d_scale, None, None, None])]
+            _rows(table, [None, None, d_var, d_scale] + [None] * (TABLE_ROWS - 4))]
 
 
 register(OpSpec("batch_norm_grad_table", "library", infer=_grad_table_infer, run=_grad_table_run,
                 grad=_grad_table_grad))
 
 
-def batch_norm_grad_table(sums, global_sums, stats, table, eps):
+def batch_norm_grad_table(sums, global_sums, table, eps):
     """(5, C): ``a``, ``b``, ``c`` of ``d_x = d * a + (x - mean) * b + c``, then ``d_weight`` and
     ``d_bias``. ``global_sums`` are ``sums`` (``batch_norm_grad_sums``) added over every rank, or
     ``sums`` itself outside MPI; the batch's statistics mix every rank's samples, so ``d_x`` needs
     the global sums, while each rank's ``d_weight`` and ``d_bias`` are its own share."""
-    return Var.node("batch_norm_grad_table", [sums, global_sums, stats, table], eps=float(eps))
+    return Var.node("batch_norm_grad_table", [sums, global_sums, table], eps=float(eps))
