@@ -18,8 +18,9 @@ residual add and the layout the next matrix product wants all fuse into them; un
 statistics' sums and the gradient sums are all-reduced between the kernels (``nn.BatchNorm``).
 
 Why hand-written: built from generic ops, a layer was 55 graph nodes a step (34 forward, 21
-backward: two reductions and a dozen per-channel ops each way, each with its broadcast); here it
-is 25. Every node costs Python each step (building, ``grad``, the graph signature, replay), and
+backward: two reductions and a dozen per-channel ops each way, each with its broadcast), and
+about 35 more under MPI to build the sums to all-reduce and turn them back; here it is 25, and 27
+under MPI. Every node costs Python each step (building, ``grad``, the graph signature, replay), and
 BatchNorm had been half of a ResNet-18 step's nodes: a 2-thread step takes 4-5 ms less Python,
 and 2-4% less time in all (steps alternating between the two in one process). The statistics
 take one kernel instead of two; the kernels' time is about what the generated reductions took.
