@@ -344,8 +344,8 @@ class Adam(Optimizer):
             if decay and self.decoupled:
                 p_start = p * (1 - lr * decay)
             else:
-                p_start, g = p, (g + p * decay if decay else g)
-            m_new, v_new = m * b1 + g * (1 - b1), v * b2 + g * g * (1 - b2)
+                p_start, g = p, (axpby(1, g, decay, p) if decay else g)
+            m_new, v_new = axpby(b1, m, 1 - b1, g), axpby(b2, v, 1 - b2, g * g)
             denom = v_new.sqrt() / root_c2 + eps
             out += [(m, m_new), (v, v_new), (p, p_start - m_new / denom * step_size)]
         return out

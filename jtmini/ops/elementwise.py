@@ -234,8 +234,8 @@ register(OpSpec("axpby", "elementwise", infer=lambda inputs, a: (inputs[1].shape
 def axpby(alpha, x, beta, y):
     """``alpha * x + beta * y`` for numbers ``alpha``, ``beta`` and float Vars ``x``, ``y`` of one
     shape and dtype: one node where the operators build three. An optimizer builds a few per
-    parameter every step (SGD: six nodes a parameter become three); any other operands go through
-    the operators.
+    parameter every step (SGD's update: six nodes a parameter become three; Adam's moments); any
+    other operands go through the operators.
 
     >>> axpby(0.9, v, 1.0, g)           # SGD's momentum buffer
     """
