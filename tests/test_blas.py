@@ -75,3 +75,16 @@ def test_other_dtypes_are_numpys_product():
     assert np.array_equal(blas.matmul(a, b, 2), a @ b)
     mixed = blas.matmul(a.astype("float32"), b.astype("float64"), 2)
     assert mixed.dtype == "float64" and np.allclose(mixed, a @ b)
+
+
+def test_a_remembered_plan_serves_only_operands_laid_out_alike():
+    """The task table is built once per shapes, strides and thread count: new values in the same
+    layout reuse it, and the same shapes in another layout (transposed, or copied first) do not."""
+    rng = np.random.default_rng(4)
+    b = rng.standard_normal((500, 200)).astype("float32")
+    for _ in range(2):
+        a = rng.standard_normal((300, 500)).astype("float32")
+        for what, x in [("row-major", a), ("transposed", np.asfortranarray(a)), ("reversed rows (copied)", a[::-1])]:
+            np.testing.assert_allclose(blas.matmul(x, b, 2), np.matmul(x.astype("float64"), b),
+                                       rtol=1e-4, atol=1e-3, err_msg=what)
+    assert blas._team_plan.cache_info().hits >= 3

@@ -21,6 +21,7 @@ Without a CBLAS entry point (a BLAS we do not recognise) a product is one single
 import ctypes
 import functools
 import math
+from typing import NamedTuple
 
 import numpy as np
 
@@ -85,47 +86,86 @@ class _Gemm:
 def _on_team(gemm, a, b, batch, threads):
     """The product as a table of CBLAS calls run by ``threads`` OpenMP threads (one
     ``np.matmul`` when a size does not fit the BLAS's integers)."""
-    (a, (trans_a, lda)), (b, (trans_b, ldb)) = _operand(a), _operand(b)
-    m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
-    if max(m, n, k, lda, ldb) > _INT_MAX[gemm.int_type]:
+    plan = _team_plan(a.shape, a.strides, b.shape, b.strides, batch, threads, a.itemsize, gemm.int_type)
+    if plan is None:
         return np.matmul(a, b)
-    out = np.empty(batch + (m, n), a.dtype)
-    size, count = out.itemsize, math.prod(batch)
-    a_at, b_at = _batch_offsets(a, batch), _batch_offsets(b, batch)
-    c_at = np.arange(count, dtype=np.int64) * (m * n * size)
-    if count >= threads:            # whole matrices: each thread takes a share of the batch
-        tasks = [np.broadcast_arrays(a_at, b_at, c_at, m, n)]
-    elif m >= n:                    # blocks of rows of A and C
-        row_step = size if trans_a else lda * size
-        tasks = [np.broadcast_arrays(a_at + lo * row_step, b_at, c_at + lo * n * size, hi - lo, n)
-                 for lo, hi in _blocks(m, threads)]
-    else:                           # blocks of columns of B and C
-        col_step = ldb * size if trans_b else size
-        tasks = [np.broadcast_arrays(a_at, b_at + lo * col_step, c_at + lo * size, m, hi - lo)
-                 for lo, hi in _blocks(n, threads)]
-    # one row per call, matrix by matrix; each thread runs a contiguous share of the rows
-    table = np.ascontiguousarray(np.stack([np.stack(fields, axis=-1) for fields in tasks], axis=1), np.int64)
-    gemm.runner(gemm.cblas, trans_a, trans_b, k, address(a), lda, address(b), ldb, address(out), n,
-                address(table), table.shape[0] * table.shape[1], threads)
+    if plan.copy_a:
+        a = np.ascontiguousarray(a)
+    if plan.copy_b:
+        b = np.ascontiguousarray(b)
+    out = np.empty(plan.out_shape, a.dtype)
+    gemm.runner(gemm.cblas, plan.trans_a, plan.trans_b, plan.k, address(a), plan.lda, address(b), plan.ldb,
+                address(out), plan.n, address(plan.table), len(plan.table), threads)
     return out
 
 
-def _operand(x):
-    """``(x, its _layout)``, ``x`` copied C-contiguous first when BLAS cannot read its matrices
-    as they are."""
-    layout = _layout(x)
-    if layout is None:
-        x = np.ascontiguousarray(x)
-        layout = _layout(x)
-    return x, layout
+class _TeamPlan(NamedTuple):
+    """How ``_on_team`` calls BLAS for operands of given shapes and strides: whether each must be
+    copied C-contiguous first, the CBLAS arguments, and the task table (one row of byte offsets
+    and sizes per call, each thread's rows contiguous)."""
+    copy_a: bool
+    copy_b: bool
+    trans_a: int
+    lda: int
+    trans_b: int
+    ldb: int
+    k: int
+    n: int
+    out_shape: tuple
+    table: np.ndarray
 
 
-def _layout(x):
-    """``matrix_layout`` of the matrices of ``x`` (its last two axes), from its byte strides."""
-    size = x.itemsize
-    if any(step % size for step in x.strides[-2:]):
+@functools.lru_cache(maxsize=512)
+def _team_plan(a_shape, a_strides, b_shape, b_strides, batch, threads, itemsize, int_type):
+    """The ``_TeamPlan`` for these operands, or None when a size does not fit BLAS's integers.
+    A training step makes the same few dozen products every step, and building the table with
+    numpy cost ~50 us a product, a third of a small product's time: so it is built once."""
+    layout_a, layout_b = _layout(a_shape, a_strides, itemsize), _layout(b_shape, b_strides, itemsize)
+    copy_a, copy_b = layout_a is None, layout_b is None
+    if copy_a:
+        a_strides = _contiguous_strides(a_shape, itemsize)
+        layout_a = _layout(a_shape, a_strides, itemsize)
+    if copy_b:
+        b_strides = _contiguous_strides(b_shape, itemsize)
+        layout_b = _layout(b_shape, b_strides, itemsize)
+    (trans_a, lda), (trans_b, ldb) = layout_a, layout_b
+    m, k, n = a_shape[-2], a_shape[-1], b_shape[-1]
+    if max(m, n, k, lda, ldb) > _INT_MAX[int_type]:
         return None
-    return matrix_layout(x.shape[-2:], [step // size for step in x.strides[-2:]])
+    count = math.prod(batch)
+    a_at, b_at = _batch_offsets(a_shape, a_strides, batch), _batch_offsets(b_shape, b_strides, batch)
+    c_at = np.arange(count, dtype=np.int64) * (m * n * itemsize)
+    if count >= threads:            # whole matrices: each thread takes a share of the batch
+        tasks = [np.broadcast_arrays(a_at, b_at, c_at, m, n)]
+    elif m >= n:                    # blocks of rows of A and C
+        row_step = itemsize if trans_a else lda * itemsize
+        tasks = [np.broadcast_arrays(a_at + lo * row_step, b_at, c_at + lo * n * itemsize, hi - lo, n)
+                 for lo, hi in _blocks(m, threads)]
+    else:                           # blocks of columns of B and C
+        col_step = ldb * itemsize if trans_b else itemsize
+        tasks = [np.broadcast_arrays(a_at, b_at + lo * col_step, c_at + lo * itemsize, m, hi - lo)
+                 for lo, hi in _blocks(n, threads)]
+    # one row per call, matrix by matrix; each thread runs a contiguous share of the rows
+    table = np.ascontiguousarray(np.stack([np.stack(fields, axis=-1) for fields in tasks], axis=1), np.int64)
+    table = table.reshape(-1, table.shape[-1])
+    table.flags.writeable = False
+    return _TeamPlan(copy_a, copy_b, trans_a, lda, trans_b, ldb, k, n, batch + (m, n), table)
+
+
+def _contiguous_strides(shape, itemsize):
+    strides, step = [], itemsize
+    for length in reversed(shape):
+        strides.append(step)
+        step *= max(length, 1)
+    return tuple(reversed(strides))
+
+
+def _layout(shape, strides, itemsize):
+    """``matrix_layout`` of the matrices (the last two axes) of an array of ``shape`` with these
+    byte ``strides``."""
+    if any(step % itemsize for step in strides[-2:]):
+        return None
+    return matrix_layout(shape[-2:], [step // itemsize for step in strides[-2:]])
 
 
 def matrix_layout(shape, strides):
@@ -146,15 +186,16 @@ def matrix_layout(shape, strides):
     return None
 
 
-def _batch_offsets(x, batch):
-    """Byte offset of each matrix of ``x`` from its first, over the broadcast ``batch`` in C order.
+def _batch_offsets(shape, strides, batch):
+    """Byte offset of each matrix of an array of ``shape`` and byte ``strides`` from its first,
+    over the broadcast ``batch`` in C order.
 
-    >>> _batch_offsets(np.zeros((3, 1, 2, 2), "float32"), (3, 4)).tolist()
+    >>> _batch_offsets((3, 1, 2, 2), (16, 16, 8, 4), (3, 4)).tolist()
     [0, 0, 0, 0, 16, 16, 16, 16, 32, 32, 32, 32]
     """
-    lead = x.shape[:-2]
+    lead = shape[:-2]
     offsets = np.zeros(lead, np.int64)
-    for axis, (length, step) in enumerate(zip(lead, x.strides[:-2])):
+    for axis, (length, step) in enumerate(zip(lead, strides[:-2])):
         offsets = offsets + (np.arange(length, dtype=np.int64) * step).reshape((length,) + (1,) * (len(lead) - axis - 1))
     return np.broadcast_to(offsets, batch).ravel()
 
