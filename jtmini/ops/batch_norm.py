@@ -29,6 +29,8 @@ Every op has a gradient rule written with other ops, so BatchNorm's own gradient
 last two) can be differentiated again. They run as library ops, on whole buffers; on the GPU
 runtime they are staged through the host, as max pooling is.
 """
+import math
+
 import numpy as np
 
 from .. import codegen, compiler, dtypes
@@ -71,7 +73,7 @@ def _channel_layout(*arrays):
     array's rows are contiguous ((N, C) after a Linear, a gradient in NCHW), else across the runs.
     """
     n, c = arrays[0].shape[:2]
-    inner = int(np.prod(arrays[0].shape[2:]))
+    inner = math.prod(arrays[0].shape[2:])
     arrays = [arr.reshape(n, c, inner) for arr in arrays]        # a copy only if inner is not a run
     arrays = [arr if inner == 1 or arr.strides[2] == arr.itemsize else np.ascontiguousarray(arr)
               for arr in arrays]

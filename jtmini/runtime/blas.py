@@ -62,7 +62,7 @@ def matmul(a, b, threads):
     may differ from one call in the last bit; they repeat exactly at a given thread count."""
     _single_threaded_blas()
     m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
-    batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) if a.ndim > 2 or b.ndim > 2 else ()
     if threads <= 1 or math.prod(batch) * m * n * k < MIN_SPLIT_MACS or max(math.prod(batch), m, n) < 2 * _ALIGN:
         return np.matmul(a, b)
     dtype = np.result_type(a, b)
