@@ -22,10 +22,13 @@ that made them.
 The examples below run on 2 ranks with ``x = jt.array([1., 2.]) + 2 * jt.rank``:
 rank 0 holds ``[1, 2]``, rank 1 holds ``[3, 4]``.
 """
+import math
+
 from .. import dtypes, world
 from ..runtime import mpi as runtime_mpi
 from ..var import Var
 from .registry import OpSpec, export, register
+from .reindex import slice_var
 
 SUPPORTED = ("float32", "float64", "int32", "int64")
 REDUCE_OPS = {"add": "add", "sum": "add", "mean": "mean", "max": "max", "min": "min"}
@@ -280,22 +283,35 @@ def _packed_infer(name):
             raise TypeError(f"{name}: one bucket holds one dtype, got {sorted({x.dtype for x in inputs})} {_where()}")
         if "root" in a:
             _check_root(name, a["root"])
-        return (sum(x.numel() for x in inputs),), inputs[0].dtype
+        return (sum(math.prod(shape) for shape in _packed_shapes(inputs, a)),), inputs[0].dtype
     return infer
 
 
-def _unpack(flat, like):
-    """Views of the 1-D ``flat`` shaped like each Var of ``like``, in order."""
+def _packed_shapes(inputs, a):
+    """The shape each input of a packed collective stands for: its own, or for an input sent
+    without the zeros around it (``placements``), the shape with them."""
+    placements = a.get("placements") or [None] * len(inputs)
+    return [x.shape if p is None else p[0] for x, p in zip(inputs, placements)]
+
+
+def _unpack(flat, shapes):
+    """Views of the 1-D ``flat`` with each of ``shapes``, in order."""
     views, start = [], 0
-    for x in like:
-        views.append(flat[start:start + x.numel()].reshape(x.shape))
-        start += x.numel()
+    for shape in shapes:
+        size = math.prod(shape)
+        views.append(flat[start:start + size].reshape(shape))
+        start += size
     return views
 
 
 def _packed_grad(adjoint):
     def grad(d, out, xs, a):
-        return _unpack(adjoint(d, a), xs) if dtypes.is_float(out.dtype) else [None] * len(xs)
+        if not dtypes.is_float(out.dtype):
+            return [None] * len(xs)
+        placements = a.get("placements") or [None] * len(xs)
+        views = _unpack(adjoint(d, a), _packed_shapes(xs, a))
+        return [view if p is None else slice_var(view, [before for before, _ in p[1]], [1] * x.ndim, x.shape)
+                for view, x, p in zip(views, xs, placements)]
     return grad
 
 
@@ -303,6 +319,15 @@ register(OpSpec("mpi_all_reduce_packed", "collective", infer=_packed_infer("mpi_
                 grad=_packed_grad(lambda d, a: mpi_all_reduce(d, a["op"]))))
 register(OpSpec("mpi_broadcast_packed", "collective", infer=_packed_infer("mpi_broadcast_many"),
                 grad=_packed_grad(lambda d, a: mpi_reduce(d, "add", a["root"]))))
+
+
+def _without_zeros(x):
+    """``(core, placement)``: what to send of ``x`` when it is computed as zeros around a smaller
+    Var (the gradient of a window, such as a 3x3 conv weight's center tap on 1x1 maps), that Var
+    and ``(shape, pads)`` to put it back; else ``(x, None)``."""
+    if x._data is None and x.op == "pad" and x.attrs["value"] == 0:
+        return x.inputs[0], (x.shape, x.attrs["pads"])
+    return x, None
 
 
 def _buckets(xs, bucket_bytes):
@@ -328,7 +353,7 @@ def _bucketed(xs, bucket_bytes, collective):
     out = [None] * len(xs)
     for bucket in _buckets(xs, bucket_bytes):
         flat = collective([xs[k] for k in bucket])
-        for k, view in zip(bucket, _unpack(flat, [xs[k] for k in bucket])):
+        for k, view in zip(bucket, _unpack(flat, [xs[k].shape for k in bucket])):
             out[k] = view
     return out
 
@@ -340,13 +365,25 @@ def mpi_all_reduce_many(xs, op="mean", bucket_bytes=BUCKET_BYTES):
         >>> g0, g1 = jt.mpi.mpi_all_reduce_many([x, 10 * x], "mean")
         >>> # rank 0: g0 = [2, 3], g1 = [20, 30]    rank 1: the same (one MPI call in all)
 
+    In a bucket of 1 MB or more, an input computed as zeros around a window (``jt.pad`` of a
+    Var, the gradient of a slice) is sent as the window alone when every rank has that window;
+    the ranks check it with one small all-reduce first, and where they differ (ranks whose inputs
+    differed in size) the full tensors are summed instead. Either way the outputs are the same.
+
     Gradient: each output's gradient all-reduced with ``op``, as for mpi_all_reduce.
     """
     op = _reduce_op("mpi_all_reduce_many", op, allowed=("add", "sum", "mean"))
     xs = [_check_dtype("mpi_all_reduce_many", _floats_for_mean(x, op)) for x in xs]
     if not world.in_mpi:
         return xs
-    return _bucketed(xs, bucket_bytes, lambda bucket: _node("mpi_all_reduce_packed", bucket, op=op))
+
+    def all_reduce(bucket):
+        cores, placements = zip(*map(_without_zeros, bucket))
+        full_bytes = sum(x.numel() for x in bucket) * dtypes.SIZES[bucket[0].dtype]
+        if not any(placements) or full_bytes < runtime_mpi.WINDOWS_FROM_BYTES:
+            return _node("mpi_all_reduce_packed", bucket, op=op)
+        return _node("mpi_all_reduce_packed", list(cores), op=op, placements=placements)
+    return _bucketed(xs, bucket_bytes, all_reduce)
 
 
 def mpi_broadcast_many(xs, root=0, bucket_bytes=BUCKET_BYTES):

@@ -251,6 +251,9 @@ def normalize_dim(dim, ndim):
 
 # --- slice, flip, pad --------------------------------------------------------------------------
 def _slice_grad(d, out, x, a):
+    if all(step == 1 for step in a["steps"]):       # a window: zeros around d (mpi_all_reduce_many sends d alone)
+        pads = tuple((start, full - start - n) for start, full, n in zip(a["starts"], x[0].shape, a["shape"]))
+        return [Var.node("pad", [d], pads=pads, value=0)]
     exprs, conds = [], []
     for k, (start, step) in enumerate(zip(a["starts"], a["steps"])):
         exprs.append(f"(i{k}-({start}))/({step})")

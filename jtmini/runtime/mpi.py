@@ -59,6 +59,12 @@ _RECYCLE_BYTES = 1 << 20      # outputs from this size up come from _recycled
 _RECYCLE_SHAPES = 16          # (shape, dtype) keys kept, two buffers each
 _recycled = {}
 
+# A packed all-reduce of at least this many bytes (output, the same on every rank) may carry
+# windows sent without their zeros (see ``jt_all_reduce_packed``), and checks its layout with one
+# more, small all-reduce; a smaller one (a BatchNorm's statistics) is sent whole, unchecked.
+WINDOWS_FROM_BYTES = 1 << 20
+_NO_LAYOUT = np.zeros(0, np.int64)
+_summed = np.zeros(1, np.int64)     # values the last packed all-reduce summed (windows or whole)
 _pending = collections.deque()      # collective Vars created and not yet issued, oldest first
 _comm = None
 _issued = 0                         # collectives this rank has issued: the same sequence on every rank
@@ -130,7 +136,8 @@ def _issue_and_keep(v, buffers):
 
 def describe(v):
     """``mpi_reduce(op='add', root=1) float32 (4, 3)``: what debug checks and the watchdog print."""
-    attrs = ", ".join(f"{k}={val!r}" for k, val in sorted(v.attrs.items()))
+    # which inputs are sent without their zeros may differ between ranks: not part of the call
+    attrs = ", ".join(f"{k}={val!r}" for k, val in sorted(v.attrs.items()) if k != "placements")
     if v.op in _PACKED:
         return f"{v.op}({attrs}) {v.dtype} {len(v.inputs)} Vars packed into {v.shape}"
     return f"{v.op}({attrs}) {v.inputs[0].dtype} {v.inputs[0].shape}"
@@ -146,6 +153,8 @@ def issue(v, arrays):
     if err != 0:
         raise RuntimeError(f"{describe(v)} failed on rank {world.rank}: MPI error code {err}")
     counters.bump("mpi_calls")
+    if v.op == "mpi_all_reduce_packed":
+        counters.bump("mpi_values_summed", int(_summed[0]))
     return out
 
 
@@ -185,12 +194,34 @@ def _arguments(v, arrays, out):
         pointers = (ctypes.c_void_p * len(arrays))(*[address(a) for a in arrays])
         counts = (ctypes.c_int64 * len(arrays))(*[a.size for a in arrays])
         args = (pointers, counts, len(arrays), address(out), *codes)
+        if v.op == "mpi_all_reduce_packed":
+            layout = _layout(tuple(x.shape for x in v.inputs), v.attrs.get("placements")) \
+                if out.nbytes >= WINDOWS_FROM_BYTES else _NO_LAYOUT
+            args += (address(layout), layout.size, address(_summed))
     else:
         count = _ENTRIES[v.op][1](arrays[0].size, out.size, world.world_size)
         args = (address(arrays[0]), address(out), count, *codes)
     if count > _INT_MAX:
         raise ValueError(f"{describe(v)}: {count} elements per rank exceed MPI's int count limit")
     return args
+
+
+@functools.lru_cache(maxsize=256)
+def _layout(shapes, placements):
+    """The layout of a packed all-reduce's inputs (see ``jt_all_reduce_packed``): per input, its
+    full shape's ndim, whether it is a window sent without the zeros around it, then (full,
+    before, inside) per dim. Its length depends only on the full shapes, the same on every rank."""
+    layout = []
+    for shape, placement in zip(shapes, placements or [None] * len(shapes)):
+        if placement is None:
+            layout += [len(shape), 0] + [n for size in shape for n in (size, 0, size)]
+        else:
+            full, pads = placement
+            layout += [len(full), 1] + [n for size, (before, _), inside in zip(full, pads, shape)
+                                        for n in (size, before, inside)]
+    layout = np.array(layout, dtype=np.int64)
+    layout.flags.writeable = False
+    return layout
 
 
 @functools.lru_cache(maxsize=None)
@@ -201,8 +232,9 @@ def _kernels():
     codes = [ctypes.c_int] * 3      # type, op, root
     single = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, *codes]
     packed = [ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_int64), ctypes.c_int, ctypes.c_void_p, *codes]
+    with_layout = packed + [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p]
     entries = [(op, entry, single) for op, (entry, _) in _ENTRIES.items()]
-    entries += [(op, entry, packed) for op, entry in _PACKED.items()]
+    entries += [(op, entry, with_layout if op == "mpi_all_reduce_packed" else packed) for op, entry in _PACKED.items()]
     kernels = {}
     for op, entry, argtypes in entries:
         fn = getattr(lib, entry)

@@ -184,6 +184,62 @@ def bucketed():
     passed("bucketed")
 
 
+def windows_without_zeros():
+    """Gradients that are zeros around a window (a slice's gradient, as of a 3x3 conv weight's
+    center tap on 1x1 maps) are summed as windows and put back in their zeros: same values and
+    gradients as dense tensors, one MPI call per bucket as before. Only buckets of 1 MB or more
+    do it (a dense 1 MB filler ends each here). In the third bucket, rank 0's (6, 7) input is a
+    window while the others' is dense (ranks whose inputs differed in size): the ranks notice and
+    sum full tensors, with the same result. The last bucket is small: sent whole."""
+    filler = ((1 << 18,), None, None, False)
+    cases = [  # shape, window, jt.pad's padding (last dim first), dense on ranks other than 0
+        ((10,), (slice(3, 7),), (3, 3), False),
+        ((4, 5, 3, 3), (slice(None), slice(None), slice(1, 2), slice(1, 2)), (1, 1, 1, 1), False),
+        filler,
+        ((5, 6, 4), (slice(1, 4), slice(None), slice(1, 3)), (1, 1, 0, 0, 1, 1), False),
+        filler,
+        ((6, 7), (slice(2, 5), slice(None)), (0, 0, 2, 1), True),
+        ((2, 3), None, None, False),
+        filler,
+        ((8, 8), (slice(2, 4), slice(2, 4)), (2, 4, 2, 4), False),
+    ]
+    rng = [np.random.default_rng(100 + r) for r in range(N)]
+    full = [[_zero_outside(g.standard_normal(shape).astype("float32"), window)
+             for shape, window, _, _ in cases] for g in rng]
+    leaves, xs = [], []
+    for k, (shape, window, padding, dense_elsewhere) in enumerate(cases):
+        if padding is None or (dense_elsewhere and RANK != 0):
+            leaves.append(jt.array(full[RANK][k]))
+            xs.append(leaves[-1] * 1.0)
+        else:
+            leaves.append(jt.array(full[RANK][k][window]))
+            xs.append(jt.pad(leaves[-1], padding))
+    before = jt.stats()
+    sums = jt.mpi.mpi_all_reduce_many(xs, "add", bucket_bytes=1 << 20)
+    jt.sync(sums)
+    after = jt.stats()
+    assert after["mpi_calls"] - before["mpi_calls"] == 4
+    summed = after["mpi_values_summed"] - before.get("mpi_values_summed", 0)
+    want = (4 + 4 * 5) + 3 * 6 * 2 + (6 * 7 + 2 * 3) + 8 * 8 + 3 * (1 << 18)
+    assert summed == want, f"{summed} values summed, not {want}"
+    for k in range(len(cases)):
+        np.testing.assert_allclose(sums[k].numpy(), np.sum([f[k] for f in full], 0), rtol=1e-5, atol=1e-5)
+    weights = [np.full(shape, RANK + 1.0, dtype="float32") for shape, _, _, _ in cases]
+    loss = sum((total * jt.array(w)).sum() for total, w in zip(sums, weights))
+    spread = np.sum(np.arange(1.0, N + 1))               # each rank's weight, summed over ranks
+    for leaf, g in zip(leaves, jt.grad(loss, leaves)):
+        np.testing.assert_allclose(g.numpy(), np.full(leaf.shape, spread), rtol=1e-6)
+    passed("windows_without_zeros")
+
+
+def _zero_outside(a, window):
+    if window is None:
+        return a
+    out = np.zeros_like(a)
+    out[window] = a[window]
+    return out
+
+
 @jt.single_process_scope()
 def alone():
     x = jt.array([1.0, 2.0])
@@ -204,7 +260,8 @@ def main():
     assert "mpi4py.MPI" not in sys.modules, "import jtmini must not start MPI"
     assert jt.mpi is not None and jt.mpi.world_size() == N and jt.mpi.world_rank() == RANK
     for check in (fetch_order_differs_by_rank, gradients_fetched_in_reverse, fetched_on_one_rank_only,
-                  rebound_before_it_ran, numpy_integer_roots, constant_input, bucketed, large_outputs_are_never_overwritten, point_to_point,
+                  rebound_before_it_ran, numpy_integer_roots, constant_input, bucketed, windows_without_zeros,
+                  large_outputs_are_never_overwritten, point_to_point,
                   jittor_docs_val, jittor_docs_sync_bn_stats, single_process_scope):
         check()
     unused = jt.array([1.0]).mpi_all_reduce()      # never fetched on any rank: issued at exit
