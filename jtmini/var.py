@@ -180,16 +180,17 @@ class Var:
             value = value.broadcast_to(self.shape)
         if value.dtype != self.dtype:
             value = value.cast(self.dtype)
-        if value._data is not None:
-            self._rebind(Var(None, (), {}, self.shape, self.dtype, value._data))
+        if value._data is not None:       # an optimizer's new value: computed already
+            self._rebind(None, value._data)
         else:
             self._rebind(Var.node("detach", [value]))
         return self
 
     update = assign
 
-    def _rebind(self, source):
-        """Make this handle the node ``source`` while every existing consumer keeps the old node.
+    def _rebind(self, source, data=None):
+        """Make this handle the node ``source`` (``None``: a leaf holding ``data``, one Var fewer
+        for a value already computed) while every existing consumer keeps the old node.
         ``source`` may itself consume this handle (``x[0] = v`` builds ``where(mask, v, x)``): it is
         retargeted with the others BEFORE its inputs are copied, so the handle reads the old node
         and the graph has no cycle."""
@@ -203,8 +204,12 @@ class Var:
             if consumer is not None:
                 consumer.inputs = tuple(old if x is self else x for x in consumer.inputs)
                 old._consumers.append(ref)
-        self.op, self.inputs, self.attrs, self._data = source.op, source.inputs, source.attrs, source._data
-        self._backward, self._consumers = source._backward, []
+        if source is None:
+            self.op, self.inputs, self.attrs, self._data, self._backward = None, (), {}, data, None
+        else:
+            self.op, self.inputs, self.attrs, self._data = source.op, source.inputs, source.attrs, source._data
+            self._backward = source._backward
+        self._consumers = []
         for inp in self.inputs:
             inp._add_consumer(self)
         if self._data is None:
