@@ -25,7 +25,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .. import compiler
+from .. import compiler, numpy_views
 from .pointers import address
 
 MIN_SPLIT_MACS = 1 << 20        # below ~1M multiply-adds (tens of microseconds) one call is faster
@@ -123,10 +123,10 @@ def _team_plan(a_shape, a_strides, b_shape, b_strides, batch, threads, itemsize,
     layout_a, layout_b = _layout(a_shape, a_strides, itemsize), _layout(b_shape, b_strides, itemsize)
     copy_a, copy_b = layout_a is None, layout_b is None
     if copy_a:
-        a_strides = _contiguous_strides(a_shape, itemsize)
+        a_strides = tuple(step * itemsize for step in numpy_views.contiguous_strides(a_shape))
         layout_a = _layout(a_shape, a_strides, itemsize)
     if copy_b:
-        b_strides = _contiguous_strides(b_shape, itemsize)
+        b_strides = tuple(step * itemsize for step in numpy_views.contiguous_strides(b_shape))
         layout_b = _layout(b_shape, b_strides, itemsize)
     (trans_a, lda), (trans_b, ldb) = layout_a, layout_b
     m, k, n = a_shape[-2], a_shape[-1], b_shape[-1]
@@ -150,14 +150,6 @@ def _team_plan(a_shape, a_strides, b_shape, b_strides, batch, threads, itemsize,
     table = table.reshape(-1, table.shape[-1])
     table.flags.writeable = False
     return _TeamPlan(copy_a, copy_b, trans_a, lda, trans_b, ldb, k, n, batch + (m, n), table)
-
-
-def _contiguous_strides(shape, itemsize):
-    strides, step = [], itemsize
-    for length in reversed(shape):
-        strides.append(step)
-        step *= max(length, 1)
-    return tuple(reversed(strides))
 
 
 def _layout(shape, strides, itemsize):
