@@ -12,8 +12,9 @@ and the MPI call. Target: ratio (mpi4py time / jtmini time) >= 0.9 from 1 MB up.
 
 Training: the test_resnet recipe (ResNet-18, MNIST, global batch 100, SGD momentum) for a few
 steps after a warm-up, as one plain process with one thread against ``mpirun -np 2`` with one
-thread per rank; images per second of the global batch, MPI calls per optimizer step and the
-wall time per step spent inside MPI calls (waiting for the slower rank included). Target:
+thread per rank; images per second of the global batch, MPI calls and megabytes all-reduced per
+optimizer step, and the wall time per step spent inside MPI calls (waiting for the slower rank
+included). Target:
 speed-up >= 1.8x on a machine with two free cores.
 """
 import argparse
@@ -99,15 +100,18 @@ def measure_training():
     for step in range(TRAIN_WARMUP + TRAIN_STEPS):
         if step == TRAIN_WARMUP:          # compiled, caches and buffers warm: start the clock
             jt.mpi and jt.mpi.barrier()
-            start, cpu, calls, in_mpi = (time.perf_counter(), time.process_time(), jt.stats().get("mpi_calls", 0),
-                                         mpi_seconds())
+            start, cpu, in_mpi, before = time.perf_counter(), time.process_time(), mpi_seconds(), jt.stats()
         images, labels = next(batches)
         optimizer.step(nn.cross_entropy_loss(model(images), labels))
     seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu
     if jt.rank == 0:
-        per_step_ms = 1e3 / TRAIN_STEPS
+        per_step_ms, after = 1e3 / TRAIN_STEPS, jt.stats()
+
+        def per_step(counter):
+            return (after.get(counter, 0) - before.get(counter, 0)) / TRAIN_STEPS
         print(json.dumps({"ranks": jt.world_size, "img_s": TRAIN_STEPS * TRAIN_BATCH / seconds,
-                          "calls_per_step": (jt.stats().get("mpi_calls", 0) - calls) / TRAIN_STEPS,
+                          "calls_per_step": per_step("mpi_calls"),
+                          "mb_summed_per_step": per_step("mpi_values_summed") * 4 / 1e6,
                           "mpi_ms_per_step": (mpi_seconds() - in_mpi) * per_step_ms,
                           "cpu_ms_per_step": cpu_seconds * per_step_ms}), flush=True)
 
@@ -141,12 +145,14 @@ def all_reduce_table(ranks_list):
 def training_table():
     rows = launch_alone("--measure-training") + launch(2, "--measure-training")
     print(f"\ntest_resnet model, global batch {TRAIN_BATCH}, 1 thread per process, {TRAIN_STEPS} steps")
-    print(f"{'ranks':>5} {'img/s':>8} {'speed-up':>8} {'MPI calls/step':>15} {'ms in MPI/step':>15} "
-          f"{'CPU ms/step':>12}")
+    print(f"{'ranks':>5} {'img/s':>8} {'speed-up':>8} {'MPI calls/step':>15} {'MB summed/step':>15} "
+          f"{'ms in MPI/step':>15} {'CPU ms/step':>12}")
     for row in rows:
         print(f"{row['ranks']:>5} {row['img_s']:>8.1f} {row['img_s'] / rows[0]['img_s']:>7.2f}x "
-              f"{row['calls_per_step']:>15.1f} {row['mpi_ms_per_step']:>15.1f} {row['cpu_ms_per_step']:>12.0f}")
-    print("(ms in MPI: wall time inside collectives, waiting for the slower rank included; CPU ms: rank 0's\n"
+              f"{row['calls_per_step']:>15.1f} {row['mb_summed_per_step']:>15.1f} {row['mpi_ms_per_step']:>15.1f} "
+              f"{row['cpu_ms_per_step']:>12.0f}")
+    print("(MB summed: float32 values all-reduced, gradients sent without the zeros around a window;\n"
+          " ms in MPI: wall time inside collectives, waiting for the slower rank included; CPU ms: rank 0's\n"
           " process time, which other programs on the machine do not inflate)")
 
 
