@@ -9,7 +9,8 @@ import numpy as np
 
 C_TYPES = {"bool": "bool", "int32": "int32_t", "int64": "int64_t",
            "float32": "float", "float64": "double"}
-SIZES = {name: np.dtype(name).itemsize for name in C_TYPES}     # bytes per element
+NUMPY = {name: np.dtype(name) for name in C_TYPES}     # numpy reads a dtype object faster than a name
+SIZES = {name: dtype.itemsize for name, dtype in NUMPY.items()}     # bytes per element
 _ORDER = ["bool", "int32", "int64", "float32", "float64"]
 _ALIASES = {"float": "float32", "int": "int32", "bool_": "bool", "double": "float64", "long": "int64"}
 DEFAULT_FLOAT = "float32"
@@ -34,9 +35,21 @@ def canonical(dtype):
     return name
 
 
+_NUMPY_NAMES = {}        # numpy dtype -> its name
+
+
+def numpy_name(np_dtype):
+    """``np.dtype(np_dtype).name``, remembered: numpy computes a dtype's name in Python (~3 us),
+    and every library call on a buffer asks for it."""
+    name = _NUMPY_NAMES.get(np_dtype)
+    if name is None:
+        name = _NUMPY_NAMES[np_dtype] = np.dtype(np_dtype).name
+    return name
+
+
 def from_numpy(np_dtype):
     """Map a numpy array's dtype to ours: float16 and friends are rejected, uint8 widens to int32."""
-    name = np.dtype(np_dtype).name
+    name = numpy_name(np_dtype)
     if name in ("uint8", "int8", "int16", "uint16"):
         return "int32"
     return canonical(name)

@@ -46,17 +46,19 @@ MODES = ("stats", "table", "grad_sums", "grad_table")
 def _kernel(mode, dtype, affine=True, pooled=False):
     """The loaded kernel. The first call for a dtype (and kind of layer) builds all four at once,
     in parallel: a training step needs every one."""
-    def key(m):      # only the table has a form without affine, the statistics and table pooled ones
-        return m, dtype, affine or m != "table", pooled and m in ("stats", "table")
-
-    fn = _kernels.get(key(mode))
+    fn = _kernels.get(_key(mode, dtype, affine, pooled))
     if fn is None:
-        keys = [key(m) for m in MODES]
+        keys = [_key(m, dtype, affine, pooled) for m in MODES]
         sources = [(codegen.batch_norm_source(m, dtypes.C_TYPES[d], a, p), False) for m, d, a, p in keys]
         for k, path in zip(keys, compiler.build_many(sources)):
             _kernels.setdefault(k, cpu.load(path))
-        fn = _kernels[key(mode)]
+        fn = _kernels[_key(mode, dtype, affine, pooled)]
     return fn
+
+
+def _key(mode, dtype, affine, pooled):
+    """Only the table has a form without affine, the statistics and table pooled ones."""
+    return mode, dtype, affine or mode != "table", pooled and mode in ("stats", "table")
 
 
 SHORT_RUN = 16                       # values: a shorter run is no vector loop of its own
@@ -164,7 +166,7 @@ def _stats_infer(inputs, a):
 def _stats_run(arrays, a):
     (x,), ints = _channel_layout(arrays[0])
     out = np.empty((3, x.shape[1]), np.float64 if a["pooled"] else x.dtype)
-    cpu.call_on_fastest_threads(_kernel("stats", x.dtype.name, pooled=a["pooled"]), [x, out], ints, [], x.size)
+    cpu.call_on_fastest_threads(_kernel("stats", dtypes.numpy_name(x.dtype), pooled=a["pooled"]), [x, out], ints, [], x.size)
     return out
 
 
@@ -216,7 +218,7 @@ def _table_infer(inputs, a):
 def _table_run(arrays, a):
     arrays = [np.ascontiguousarray(arr) for arr in arrays]
     c = arrays[0].shape[1]
-    out = np.empty((TABLE_ROWS, c), a["dtype"])
+    out = np.empty((TABLE_ROWS, c), dtypes.NUMPY[a["dtype"]])
     fn = _kernel("table", a["dtype"], affine=a["affine"], pooled=a["pooled"])
     cpu.call(fn, arrays + [out], [c], [a["eps"], a["momentum"]], 1)
     return out
@@ -274,7 +276,7 @@ def _grad_sums_run(arrays, a):
     (d, x), ints = _channel_layout(*arrays[:2])
     table = np.ascontiguousarray(arrays[2])
     out = np.empty((2, x.shape[1]), x.dtype)
-    cpu.call_on_fastest_threads(_kernel("grad_sums", x.dtype.name), [d, x, table, out], ints, [], x.size)
+    cpu.call_on_fastest_threads(_kernel("grad_sums", dtypes.numpy_name(x.dtype)), [d, x, table, out], ints, [], x.size)
     return out
 
 
@@ -309,7 +311,7 @@ def _grad_table_infer(inputs, a):
 def _grad_table_run(arrays, a):
     arrays = [np.ascontiguousarray(arr) for arr in arrays]
     out = np.empty((5, arrays[0].shape[1]), arrays[0].dtype)
-    cpu.call(_kernel("grad_table", out.dtype.name), arrays + [out], [out.shape[1]], [a["eps"]], 1)
+    cpu.call(_kernel("grad_table", dtypes.numpy_name(out.dtype)), arrays + [out], [out.shape[1]], [a["eps"]], 1)
     return out
 
 

@@ -74,7 +74,7 @@ def _run(mode):
         x, src = (np.ascontiguousarray(arr) for arr in arrays)
         n, c = x.shape[:2]
         out = np.empty((n, c) + (x.shape[2:] if mode == "route" else tuple(a["out_hw"])), x.dtype)
-        fn = _kernel(mode, x.dtype.name, a, x.shape[2:])
+        fn = _kernel(mode, dtypes.numpy_name(x.dtype), a, x.shape[2:])
         cpu.call(fn, [x, src, out], [n * c], [], cpu.thread_count())
         return out
     return run

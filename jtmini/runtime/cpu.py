@@ -17,7 +17,7 @@ import time
 
 import numpy as np
 
-from .. import codegen, compiler, counters
+from .. import codegen, compiler, counters, dtypes
 from ..flags import flags
 from ..ops.registry import OPS
 from .pointers import address
@@ -61,7 +61,7 @@ def run_kernel(kernel, compiled, read):
     """Run a ``schedule.Kernel`` built by ``build``; ``read(var)`` gives an input's buffer.
     Returns the buffers of ``kernel.roots``."""
     code, fn = compiled
-    outs = [np.empty(v.shape, dtype=v.dtype) for v in kernel.roots]
+    outs = [np.empty(v.shape, dtypes.NUMPY[v.dtype]) for v in kernel.roots]
     out = outs[-1]
     ints, floats = code.arguments(kernel)
     arrays = [read(v) for v in kernel.inputs] + outs
@@ -133,7 +133,7 @@ def run_library(step, read):
     root = step.root
     out = OPS[root.op].run(source_arrays(step, read), root.attrs)
     counters.bump("library_calls")
-    return np.ascontiguousarray(out, dtype=root.dtype).reshape(root.shape)
+    return np.ascontiguousarray(out, dtype=dtypes.NUMPY[root.dtype]).reshape(root.shape)
 
 
 def run_collective(step, read):
