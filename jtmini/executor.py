@@ -14,7 +14,7 @@ kernel, did not pay either: ResNet-18's ~370 kernels took 51.4 ms a step that wa
 (steps alternating in one process). A small kernel costs ~20 us in a step against ~10 us in a
 tight loop, and most of the difference is cache misses in the kernel itself, not the call.
 """
-from . import replay, schedule
+from . import counters, replay, schedule
 from .flags import flags
 from .gc_pause import paused
 from .runtime import cpu
@@ -51,7 +51,7 @@ def _last_uses(steps):
 
 
 def _run(steps, compiled, target_ids, runtime):
-    buffers, last = {}, _last_uses(steps)
+    buffers, last, kernels, library_calls = {}, _last_uses(steps), 0, 0
 
     def read(v):
         return v._data if v._data is not None else buffers[id(v)]
@@ -59,8 +59,10 @@ def _run(steps, compiled, target_ids, runtime):
     for n, (step, built) in enumerate(zip(steps, compiled)):
         if isinstance(step, schedule.Kernel):
             roots, outs = step.roots, runtime.run_kernel(step, built, read)
+            kernels += 1
         elif isinstance(step, schedule.LibraryCall):
             roots, outs = [step.root], [runtime.run_library(step, read)]
+            library_calls += 1
         else:
             roots, outs = [step.root], [runtime.run_collective(step, read)]
         for root, out in zip(roots, outs):
@@ -71,3 +73,5 @@ def _run(steps, compiled, target_ids, runtime):
         for src in schedule.reads(step):
             if last.get(id(src)) == n:
                 buffers.pop(id(src), None)
+    counters.bump("kernels_run", kernels)         # once a schedule: a counter takes a lock
+    counters.bump("library_calls", library_calls)

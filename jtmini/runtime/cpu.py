@@ -17,7 +17,7 @@ import time
 
 import numpy as np
 
-from .. import codegen, compiler, counters, dtypes
+from .. import codegen, compiler, dtypes
 from ..flags import flags
 from ..ops.registry import OPS
 from .pointers import address
@@ -69,7 +69,6 @@ def run_kernel(kernel, compiled, read):
         call_on_fastest_threads(fn, arrays, ints, floats, out.size)
     else:
         call(fn, arrays, ints, floats, thread_count())
-    counters.bump("kernels_run")
     return outs
 
 
@@ -77,10 +76,12 @@ def call_on_fastest_threads(fn, arrays, ints, floats, size):
     """``call`` on one thread or on all, whichever ran this kernel faster at this ``size`` (the
     first launches at each try both); for kernels whose values do not depend on the thread count."""
     threads = thread_count()
-    if threads == 1:
-        call(fn, arrays, ints, floats, 1)
+    key = (id(fn), size, threads)
+    chosen = 1 if threads == 1 else _thread_trials.get(key)
+    if isinstance(chosen, int):          # settled: the common case, without a closure
+        call(fn, arrays, ints, floats, chosen)
     else:
-        _threads_for((id(fn), size, threads), lambda n: call(fn, arrays, ints, floats, n))
+        _threads_for(key, lambda n: call(fn, arrays, ints, floats, n))
 
 
 # Waking a sleeping OpenMP worker and joining it costs ~35 us on these VMs, as long as a
@@ -131,9 +132,10 @@ def run_library(step, read):
     """Run a ``schedule.LibraryCall`` (BLAS matmul, split over the kernels' thread count by
     ``runtime/blas.py``)."""
     root = step.root
-    out = OPS[root.op].run(source_arrays(step, read), root.attrs)
-    counters.bump("library_calls")
-    return np.ascontiguousarray(out, dtype=dtypes.NUMPY[root.dtype]).reshape(root.shape)
+    out, dtype = OPS[root.op].run(source_arrays(step, read), root.attrs), dtypes.NUMPY[root.dtype]
+    if out.dtype != dtype or out.shape != root.shape or not out.flags.c_contiguous:
+        out = np.ascontiguousarray(out, dtype=dtype).reshape(root.shape)
+    return out
 
 
 def run_collective(step, read):

@@ -140,7 +140,6 @@ def run_kernel(kernel, compiled, read):
     elif n_out:
         block = _reduce_block(root.inputs[0].numel() // n_out)
         _function(path, "jt_kernel")((min(-(-n_out // block[1]), _max_blocks()),), block, args)
-    counters.bump("kernels_run")
     return outs
 
 
@@ -181,7 +180,6 @@ def run_library(step, read):
         out = cupy.matmul(*arrays)
     else:
         out = to_device(OPS[root.op].run([to_host(a) for a in arrays], root.attrs))
-    counters.bump("library_calls")
     return cupy.ascontiguousarray(out, dtype=root.dtype).reshape(root.shape)
 
 
