@@ -195,7 +195,9 @@ def _arguments(v, arrays, out):
         counts = (ctypes.c_int64 * len(arrays))(*[a.size for a in arrays])
         args = (pointers, counts, len(arrays), address(out), *codes)
         if v.op == "mpi_all_reduce_packed":
-            layout = _layout(tuple(x.shape for x in v.inputs), v.attrs.get("placements")) \
+            placements = v.attrs.get("placements")
+            assert not placements or out.nbytes >= WINDOWS_FROM_BYTES, "windows in a bucket that checks no layout"
+            layout = _layout(tuple(x.shape for x in v.inputs), placements) \
                 if out.nbytes >= WINDOWS_FROM_BYTES else _NO_LAYOUT
             args += (address(layout), layout.size, address(_summed))
     else:
