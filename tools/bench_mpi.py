@@ -14,8 +14,9 @@ Training: the test_resnet recipe (ResNet-18, MNIST, global batch 100, SGD moment
 steps after a warm-up, as one plain process with one thread against ``mpirun -np 2`` with one
 thread per rank; images per second of the global batch, MPI calls and megabytes all-reduced per
 optimizer step, and the wall time per step spent inside MPI calls (waiting for the slower rank
-included). Target:
-speed-up >= 1.8x on a machine with two free cores.
+included). Target: speed-up >= 1.8x on a machine with two free cores. A third row runs two plain
+processes at once on half the batch each, with no MPI at all: the ceiling this machine sets when
+both cores work (they share caches and memory bandwidth).
 """
 import argparse
 import json
@@ -86,8 +87,9 @@ def _time_mpi_calls():
     return lambda: spent[0]
 
 
-def measure_training():
-    """On each rank (or the one process): train the test_resnet model; rank 0 prints one JSON line."""
+def measure_training(batch):
+    """On each rank (or the one process): train the test_resnet model on batches of ``batch``
+    (the global batch under mpirun); rank 0 prints one JSON line."""
     import jtmini as jt
     from jtmini import nn
     from jtmini.dataset import MNIST
@@ -96,7 +98,7 @@ def measure_training():
     jt.seed(1)
     model = Resnet18(num_classes=10, in_channels=1)
     optimizer = nn.SGD(model.parameters(), 0.1, 0.9, 1e-4)
-    batches = iter(MNIST(train=True).set_attrs(batch_size=TRAIN_BATCH, shuffle=True, drop_last=True, prefetch=True))
+    batches = iter(MNIST(train=True).set_attrs(batch_size=batch, shuffle=True, drop_last=True, prefetch=True))
     for step in range(TRAIN_WARMUP + TRAIN_STEPS):
         if step == TRAIN_WARMUP:          # compiled, caches and buffers warm: start the clock
             jt.mpi and jt.mpi.barrier()
@@ -109,7 +111,7 @@ def measure_training():
 
         def per_step(counter):
             return (after.get(counter, 0) - before.get(counter, 0)) / TRAIN_STEPS
-        print(json.dumps({"ranks": jt.world_size, "img_s": TRAIN_STEPS * TRAIN_BATCH / seconds,
+        print(json.dumps({"ranks": jt.world_size, "img_s": TRAIN_STEPS * batch / seconds,
                           "calls_per_step": per_step("mpi_calls"),
                           "mb_summed_per_step": per_step("mpi_values_summed") * 4 / 1e6,
                           "mpi_ms_per_step": (mpi_seconds() - in_mpi) * per_step_ms,
@@ -128,10 +130,26 @@ def launch(ranks, mode="--measure"):
     return _json_lines(argv, dict(os.environ, **MPI_ENV), f"mpirun -np {ranks}")
 
 
-def launch_alone(mode):
+def launch_alone(mode, *args):
     """One plain process (no mpirun), one thread."""
-    argv = [sys.executable, os.path.abspath(__file__), mode]
+    argv = [sys.executable, os.path.abspath(__file__), mode, *args]
     return _json_lines(argv, dict(os.environ, JTMINI_NUM_THREADS="1"), "the single process")
+
+
+def launch_side_by_side(copies, mode, *args):
+    """``copies`` plain processes of one thread each at once, with no MPI between them: what the
+    machine gives ranks that never wait for each other."""
+    argv = [sys.executable, os.path.abspath(__file__), mode, *args]
+    env = dict(os.environ, JTMINI_NUM_THREADS="1")
+    jobs = [subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for _ in range(copies)]
+    rows = []
+    for job in jobs:
+        stdout, stderr = job.communicate(timeout=600)
+        if job.returncode != 0:
+            sys.exit(f"a side-by-side process failed:\n{stderr}")
+        rows += [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
+    return rows
 
 
 def all_reduce_table(ranks_list):
@@ -143,17 +161,22 @@ def all_reduce_table(ranks_list):
 
 
 def training_table():
-    rows = launch_alone("--measure-training") + launch(2, "--measure-training")
+    alone = launch_alone("--measure-training")[0]
+    ranks = launch(2, "--measure-training")[0]
+    halves = launch_side_by_side(2, "--measure-training", "--batch", str(TRAIN_BATCH // 2))
+    side_by_side = dict(halves[0], img_s=sum(row["img_s"] for row in halves))
     print(f"\ntest_resnet model, global batch {TRAIN_BATCH}, 1 thread per process, {TRAIN_STEPS} steps")
-    print(f"{'ranks':>5} {'img/s':>8} {'speed-up':>8} {'MPI calls/step':>15} {'MB summed/step':>15} "
+    print(f"{'':>16} {'img/s':>8} {'speed-up':>8} {'MPI calls/step':>15} {'MB summed/step':>15} "
           f"{'ms in MPI/step':>15} {'CPU ms/step':>12}")
-    for row in rows:
-        print(f"{row['ranks']:>5} {row['img_s']:>8.1f} {row['img_s'] / rows[0]['img_s']:>7.2f}x "
+    for name, row in [("one process", alone), ("mpirun -np 2", ranks), ("2 x half, no MPI", side_by_side)]:
+        print(f"{name:>16} {row['img_s']:>8.1f} {row['img_s'] / alone['img_s']:>7.2f}x "
               f"{row['calls_per_step']:>15.1f} {row['mb_summed_per_step']:>15.1f} {row['mpi_ms_per_step']:>15.1f} "
               f"{row['cpu_ms_per_step']:>12.0f}")
     print("(MB summed: float32 values all-reduced, gradients sent without the zeros around a window;\n"
           " ms in MPI: wall time inside collectives, waiting for the slower rank included; CPU ms: rank 0's\n"
-          " process time, which other programs on the machine do not inflate)")
+          " process time, which other programs on the machine do not inflate; 2 x half: two plain\n"
+          " processes at once on half the batch each, never waiting for each other: the most two ranks\n"
+          " could reach on this machine, img/s summed)")
 
 
 def main():
@@ -162,11 +185,12 @@ def main():
     parser.add_argument("--no-train", action="store_true", help="skip the training table")
     parser.add_argument("--measure", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--measure-training", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--batch", type=int, default=TRAIN_BATCH, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.measure:
         return measure()
     if args.measure_training:
-        return measure_training()
+        return measure_training(args.batch)
     all_reduce_table(args.ranks)
     if not args.no_train:
         training_table()
