@@ -76,10 +76,7 @@ def as_var(value, like=None, dtype=None):
 def _shape(shape):
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
         shape = tuple(shape[0])
-    bad = [s for s in shape if not dtypes.is_int(s)]
-    if bad:
-        raise TypeError(f"shape {shape}: dims must be ints, got {bad[0]!r}")
-    shape = tuple(int(s) for s in shape)
+    shape = tuple(dtypes.int_dims(shape, "shape"))
     if any(s < 0 for s in shape):
         raise ValueError(f"negative dimension in shape {shape}")
     return shape

@@ -65,6 +65,19 @@ def is_int(value):
     return type(value) is int or isinstance(value, numbers.Integral)
 
 
+def int_dims(dims, what):
+    """``dims`` as a list of Python ints; TypeError naming ``what`` and the first dim that is not
+    an integer (numpy integers are fine).
+
+    >>> int_dims((2, np.int64(3)), "shape (2, 3)")
+    [2, 3]
+    """
+    bad = [d for d in dims if not is_int(d)]
+    if bad:
+        raise TypeError(f"{what}: dims must be ints, got {bad[0]!r} in {tuple(dims)}")
+    return [int(d) for d in dims]
+
+
 def promote(a, b):
     return a if _ORDER.index(a) >= _ORDER.index(b) else b
 

@@ -169,10 +169,7 @@ def reshape(x, *shape):
     """``x`` with a new shape of the same size; one dim may be -1."""
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
         shape = shape[0]
-    bad = [s for s in shape if not dtypes.is_int(s)]
-    if bad:
-        raise TypeError(f"reshape of {x.shape}: dims must be ints, got {bad[0]!r} in {tuple(shape)}")
-    shape = [int(s) for s in shape]
+    shape = dtypes.int_dims(shape, f"reshape of {x.shape}")
     known = math.prod(s for s in shape if s != -1)
     if shape.count(-1) > 1 or any(s < -1 for s in shape):
         raise ValueError(f"bad reshape target {tuple(shape)} for shape {x.shape}")
