@@ -224,6 +224,9 @@ def windows_without_zeros():
     assert summed == want, f"{summed} values summed, not {want}"
     for k in range(len(cases)):
         np.testing.assert_allclose(sums[k].numpy(), np.sum([f[k] for f in full], 0), rtol=1e-5, atol=1e-5)
+    means = jt.mpi.mpi_all_reduce_many(xs, "mean", bucket_bytes=1 << 20)
+    for k in range(len(cases)):
+        np.testing.assert_allclose(means[k].numpy(), np.mean([f[k] for f in full], 0), rtol=1e-5, atol=1e-5)
     weights = [np.full(shape, RANK + 1.0, dtype="float32") for shape, _, _, _ in cases]
     loss = sum((total * jt.array(w)).sum() for total, w in zip(sums, weights))
     spread = np.sum(np.arange(1.0, N + 1))               # each rank's weight, summed over ranks
