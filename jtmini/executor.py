@@ -63,6 +63,8 @@ def _run(steps, compiled, target_ids, runtime):
         elif isinstance(step, schedule.LibraryCall):
             roots, outs = [step.root], [runtime.run_library(step, read)]
             library_calls += 1
+        elif isinstance(step, schedule.View):
+            roots, outs = [step.root], runtime.source_arrays(step, read)
         else:
             roots, outs = [step.root], [runtime.run_collective(step, read)]
         for root, out in zip(roots, outs):

@@ -28,17 +28,19 @@ def contiguous_strides(shape):
 
 
 def view_strides(shape, chain):
-    """The strides of the view that ``chain`` (``(op, attrs)`` pairs: reshape, transpose, slice)
-    takes of a C-contiguous buffer of ``shape``, or None when numpy would have to copy."""
+    """The strides of the view that ``chain`` (``(op, attrs)`` pairs: reshape, transpose, slice,
+    per_channel, detach) takes of a C-contiguous buffer of ``shape``, or None when numpy would
+    have to copy."""
     view = _walk(shape, [(op, attrs, None) for op, attrs in chain], copy_allowed=False)
     return None if view is None else view[1]
 
 
 def copy_walk(shape, chain):
     """``(dims, strides, offset)``: how to write the result of ``chain`` (``(op, attrs, out_shape)``
-    triples: reshape, transpose, slice, broadcast_to) on a C-contiguous buffer of ``shape`` in C
-    order, reading element ``offset + sum(i_k * strides[k])`` for each index ``i`` of ``dims``, in
-    as few dims as possible. None when the chain has a copying reshape before its last op.
+    triples: reshape, transpose, slice, broadcast_to, per_channel, detach) on a C-contiguous
+    buffer of ``shape`` in C order, reading element ``offset + sum(i_k * strides[k])`` for each
+    index ``i`` of ``dims``, in as few dims as possible. None when the chain has a copying
+    reshape before its last op.
 
         >>> copy_walk((4, 6), [("transpose", {"perm": (1, 0)}, (6, 4)), ("reshape", {}, (24,))])
         ((6, 4), (1, 6), 0)
@@ -68,6 +70,13 @@ def _walk(shape, chain, copy_allowed):
             if new_strides is None:
                 return (shape, strides, offset) if copy_allowed and n == len(chain) - 1 else None
             shape, strides = out_shape, new_strides
+        elif op == "per_channel":         # row ``row`` of a (rows, C) table, along dim 1 (0 if 1-D)
+            channel = 1 if len(out_shape) > 1 else 0
+            offset += attrs["row"] * strides[0]
+            strides = tuple(strides[1] if k == channel else 0 for k in range(len(out_shape)))
+            shape = out_shape
+        elif op == "detach":              # the same values, without gradient history
+            pass
         elif op == "broadcast_to":        # new leading dims and stretched dims of size 1 repeat
             lead = len(out_shape) - len(shape)
             strides = (0,) * lead + tuple(0 if stretched else s for s, stretched in zip(strides, attrs["stretched"]))

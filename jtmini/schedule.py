@@ -6,11 +6,13 @@ would otherwise recompute it, when a library op or collective needs it as a whol
 an expanding reindex (a broadcast, im2col windows) would re-evaluate a computed expression many
 times. Everything else is inlined into the kernel of the materialized Var that consumes it, so
 ``relu(a * b + c).sum()`` is one reduce kernel. Last, a map kernel that reads another map
-kernel's result at its own index takes that kernel in and stores both (``_merge_maps``).
+kernel's result at its own index takes that kernel in and stores both (``_merge_maps``). A
+materialized Var that is a C-contiguous numpy view of a buffer (a reshape, a row of a table, a
+detached value) is a ``View``: its value is that view, with no kernel.
 """
 from dataclasses import dataclass, field
 
-from . import numpy_views
+from . import dtypes, numpy_views
 from .ops.registry import OPS
 
 FUSIBLE = ("elementwise", "const", "reindex")
@@ -46,6 +48,16 @@ class LibraryCall:
 
 
 @dataclass
+class View:
+    """A Var that is a C-contiguous numpy view of a buffer (a row of a table, a reshape, a
+    detached value): its value is that view, with no kernel. ``sources`` and ``views`` as for a
+    LibraryCall (one source)."""
+    root: object
+    sources: list
+    views: list = field(default_factory=list)
+
+
+@dataclass
 class Collective:
     """An MPI collective on whole C-contiguous buffers; ``views`` as for a LibraryCall (reshapes,
     which are free on a contiguous buffer)."""
@@ -55,7 +67,7 @@ class Collective:
 
 
 def reads(step):
-    """The buffers a step reads: a Kernel's inputs, a LibraryCall's or Collective's sources."""
+    """The buffers a step reads: a Kernel's inputs, a LibraryCall's, View's or Collective's sources."""
     return step.inputs if isinstance(step, Kernel) else step.sources
 
 
@@ -260,9 +272,36 @@ def _step(v, is_buffer):
         chains = [_view_chain(i, is_buffer) for i in v.inputs]
         step = LibraryCall if kind == "library" else Collective
         return step(v, [c[0] for c in chains], [c[1] for c in chains])
+    view = _free_view(v, is_buffer)
+    if view is not None:
+        return View(v, [view[0]], [view[1]])
     nodes, inputs, seen = [], [], set()
     _collect(v, is_buffer, nodes, inputs, seen, root=True)
     return Kernel(ROOT_KINDS[kind], v, nodes, inputs)
+
+
+VIEW_PINS_BYTES = 1 << 16     # a view may keep a buffer this large alive beyond its own size
+
+
+def _free_view(v, is_buffer):
+    """``(buffer, chain)`` when ``v`` is a C-contiguous numpy view of a buffer through ``chain``
+    (its movement ops, ``v`` last), and the view does not keep much more memory alive than it
+    shows (a row of a 7-row BatchNorm table does; a small slice of a large tensor is copied);
+    else None."""
+    if OPS[v.op].numpy_view is None or not v.inputs or not v.shape:    # numpy indexes a 0-d array to a scalar
+        return None
+    found = _view_chain(v.inputs[0], is_buffer)
+    if found is None:
+        return None
+    source, chain = found[0], found[1] + [v]
+    pinned = (source.numel() - v.numel()) * dtypes.SIZES[source.dtype]
+    if source.numel() > 2 * v.numel() and pinned > VIEW_PINS_BYTES:
+        return None
+    strides = numpy_views.view_strides(source.shape, [(u.op, u.attrs) for u in chain])
+    contiguous = numpy_views.contiguous_strides(v.shape)
+    if strides is None or any(n > 1 and s != c for n, s, c in zip(v.shape, strides, contiguous)):
+        return None
+    return source, chain
 
 
 def _collect(v, is_buffer, nodes, inputs, seen, root=False):

@@ -5,6 +5,7 @@ import pytest
 
 import jtmini as jt
 from jtmini import codegen, numpy_views, schedule
+from jtmini.ops import batch_norm as bn
 from jtmini.runtime import cpu
 
 
@@ -109,7 +110,7 @@ CHAINS = [
      lambda a: a[::2, ::-3, 1]),
     ("broadcast", (1, 5, 1), lambda x: x.broadcast_to((3, 4, 5, 2)),
      lambda a: np.broadcast_to(a, (3, 4, 5, 2))),
-    ("plain reshape", (4, 6), lambda x: x.reshape(3, 8), lambda a: a.reshape(3, 8)),
+    ("reshape of a slice", (4, 6), lambda x: x[:, 1:5].reshape(2, 8), lambda a: a[:, 1:5].reshape(2, 8)),
 ]
 
 
@@ -123,6 +124,30 @@ def test_view_only_kernels_are_strided_copies(name, shape, jt_chain, np_chain, d
     assert isinstance(codegen.generate(kernel), codegen.CopyCode)
     with jt.flag_scope(num_threads=threads):
         np.testing.assert_array_equal(y.numpy(), np_chain(data))
+
+
+def test_a_contiguous_view_of_a_buffer_is_no_kernel():
+    """A Var that numpy can give as a C-contiguous view of a buffer (a reshape, a row of a table,
+    a detached value) gets that view as its value: no kernel, no copy."""
+    data = np.arange(24.0, dtype="float32").reshape(4, 6)
+    table = jt.array(np.arange(14.0, dtype="float32").reshape(7, 2))
+    for name, y, want in [("reshape", jt.array(data).reshape(3, 8), data.reshape(3, 8)),
+                          ("row of a table", bn.row(table, 5).detach(), np.array([10.0, 11.0], "float32")),
+                          ("contiguous slice", jt.array(data)[1:3], data[1:3])]:
+        (step,) = schedule.plan([y])
+        assert isinstance(step, schedule.View), name
+        before = jt.stats()["kernels_run"]
+        np.testing.assert_array_equal(y.numpy(), want, err_msg=name)
+        assert jt.stats()["kernels_run"] == before, name
+        assert not y.data.flags.writeable, name
+
+
+def test_a_small_view_of_a_large_buffer_is_copied():
+    """A view would keep the whole buffer alive: a kernel copies the few values instead."""
+    big = jt.array(np.zeros((512, 512), "float32"))
+    (step,) = schedule.plan([big[:2]])
+    assert isinstance(step, schedule.Kernel)
+    np.testing.assert_array_equal(big[:2].numpy(), np.zeros((2, 512), "float32"))
 
 
 def test_large_copy_splits_over_threads_with_equal_values():

@@ -139,8 +139,19 @@ def _per_channel_grad(d, out, inputs, a):
                      pads=((a["row"], table.shape[0] - 1 - a["row"]), (0, 0)), value=0)]
 
 
+def _per_channel_view(table, a):
+    """The numpy view: row ``row`` of the table, spread over the other dims without a copy."""
+    shape, line = a["shape"], table[a["row"]]
+    if math.prod(shape) == line.shape[0]:       # one value per channel: the row itself
+        return line.reshape(shape)
+    kept = [1] * len(shape)
+    kept[1] = line.shape[0]
+    return np.broadcast_to(line.reshape(kept), shape)
+
+
 register(OpSpec("per_channel", "reindex", infer=_per_channel_infer, grad=_per_channel_grad,
-                index=lambda a, nin, nout: IndexMap((str(a["row"]), f"i{_channel_dim(nout)}"))))
+                index=lambda a, nin, nout: IndexMap((str(a["row"]), f"i{_channel_dim(nout)}")),
+                numpy_view=_per_channel_view))
 
 
 def per_channel(table, row, shape):

@@ -26,7 +26,8 @@ register(OpSpec("const", "const", infer=lambda inputs, a: (a["shape"], a["dtype"
 register(OpSpec("cast", "elementwise", infer=lambda inputs, a: (inputs[0].shape, a["dtype"]),
                 c_expr="(({T})({0}))",
                 grad=lambda d, out, x, a: [d.cast(x[0].dtype) if dtypes.is_float(x[0].dtype) else None]))
-register(OpSpec("detach", "elementwise", infer=_same, c_expr="{0}", grad=lambda d, out, x, a: [None]))
+register(OpSpec("detach", "elementwise", infer=_same, c_expr="{0}", grad=lambda d, out, x, a: [None],
+                numpy_view=lambda arr, a: arr))
 
 
 @export("cast", "astype")

@@ -1,6 +1,6 @@
 """The host runtime: compile kernels to shared libraries, call them on numpy buffers, run library
 ops through numpy/BLAS and collectives through MPI. ``runtime/cuda.py`` has the same entry points
-(``build``, ``run_kernel``, ``run_library``, ``run_collective``); the executor picks one.
+(``build``, ``run_kernel``, ``run_library``, ``source_arrays``, ``run_collective``); the executor picks one.
 
 Every kernel has the signature ``void jt_kernel(void** bufs, const int64_t* ip, const double* fp,
 int nt)``: buffer pointers (inputs then output), integer arguments (dims, integer constants),
@@ -117,8 +117,8 @@ def _threads_for(key, launch):
 
 
 def source_arrays(step, read):
-    """The arrays a ``schedule.LibraryCall`` or ``Collective`` reads: each source buffer through
-    its zero-copy views."""
+    """The arrays a ``schedule.LibraryCall``, ``View`` or ``Collective`` reads: each source
+    buffer through its zero-copy views (a View's value is its one array)."""
     arrays = []
     for src, chain in zip(step.sources, step.views):
         arr = read(src)

@@ -171,11 +171,16 @@ def _reduce_block(n_red):
     return x, codegen_cuda.BLOCK // x
 
 
+def source_arrays(step, read):
+    """The device arrays a library call or ``schedule.View`` reads (see ``cpu.source_arrays``)."""
+    return cpu.source_arrays(step, lambda v: _on_device(v, read))
+
+
 def run_library(step, read):
     """Matmul through cuBLAS (cupy); any other library op runs on the host, staged both ways."""
     import cupy
     root = step.root
-    arrays = cpu.source_arrays(step, lambda v: _on_device(v, read))
+    arrays = source_arrays(step, read)
     if root.op == "matmul":
         out = cupy.matmul(*arrays)
     else:
