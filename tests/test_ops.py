@@ -429,6 +429,28 @@ def test_axpby_takes_other_operands_through_the_operators():
     assert_var(axpby(np.float32(2), x, 1, x), np.full((2, 3), 3, np.float32))     # a numpy scalar
 
 
+# --- add_n (a convolution's input gradient: one gather per tap) ----------------------------------
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_add_n(dtype, rng):
+    from jtmini.ops.elementwise import add_n
+    values = [rng.standard_normal(SHAPE).astype(dtype) for _ in range(4)]
+    layouts = ["contig", "transposed", "sliced", "contig"]
+    xs = [make_input(v, layout)[0] for v, layout in zip(values, layouts)]
+    got = add_n(xs)
+    assert got.op == "add_n" and got.dtype == dtype
+    assert np.array_equal(got.numpy(), ((values[0] + values[1]) + values[2]) + values[3])   # left to right
+    check_grad(lambda *xs: add_n(xs) * 3, lambda *xs: sum(xs) * 3, values, layouts, dtype=dtype, rng=rng)
+    assert add_n(xs[:1]) is xs[0]
+
+
+def test_add_n_refuses_mixed_shapes_and_dtypes():
+    from jtmini.ops.elementwise import add_n
+    a, b = jt.ones((2, 3)), jt.ones((3, 2))
+    for bad in ([a, b], [a, a.float64()], []):
+        with pytest.raises(ValueError, match="add_n needs Vars of one shape and dtype"):
+            add_n(bad)
+
+
 # --- movement: reshape, broadcast, transpose, concat, stack, flip, pad ---------------------------
 RESHAPES = [((2, 3, 4), (6, -1), "transposed"), ((2, 3, 4), (-1,), "sliced"), ((2, 3, 4), (4, 3, 2), "contig"),
             ((2, 3, 4), (4, 3, 2), "transposed"), ((3, 4), (2, 1, -1, 3), "sliced"), ((6,), (1, 6, 1), "contig"),

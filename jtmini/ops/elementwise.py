@@ -248,6 +248,25 @@ def axpby(alpha, x, beta, y):
                               _shared_const(x.shape, x.dtype, float(beta)), y])
 
 
+# --- a sum of many ------------------------------------------------------------------------------
+register(OpSpec("add_n", "elementwise", infer=_same,
+                c_expr=lambda in_dtypes, dtype, a: "(" + " + ".join(f"{{{k}}}" for k in range(len(in_dtypes))) + ")",
+                grad=lambda d, out, x, a: [d] * len(x)))
+
+
+def add_n(xs):
+    """``xs[0] + xs[1] + ...``, added left to right (as the operators would), for Vars of one
+    shape and dtype: one node where the operators build ``len(xs) - 1``. A convolution's input
+    gradient is a sum of one gather per kernel tap.
+
+    >>> add_n([a, b, c])                # (a + b) + c
+    """
+    xs = list(xs)
+    if not xs or any(x.shape != xs[0].shape or x.dtype != xs[0].dtype for x in xs):
+        raise ValueError(f"add_n needs Vars of one shape and dtype, got {[(x.shape, x.dtype) for x in xs]}")
+    return xs[0] if len(xs) == 1 else Var.node("add_n", xs)
+
+
 # --- ternary -----------------------------------------------------------------------------------
 def _where_grad(d, out, x, a):
     if not dtypes.is_float(out.dtype):

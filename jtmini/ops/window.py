@@ -22,6 +22,7 @@ tap's entries, one per output pixel, summed), not a scatter onto the taps.
 import itertools
 
 from ..var import Var
+from .elementwise import add_n
 from .registry import IndexMap, OpSpec, register
 
 GEOMETRY = ("stride", "padding", "dilation", "first")     # (h, w) pairs, compiled into kernels
@@ -79,12 +80,8 @@ def _tap_gather(dcols, shape, a, tap):
 
 
 def _grad(dcols, out, inputs, a):
-    total = None
-    for tap_h in range(out.shape[1]):
-        for tap_w in range(out.shape[2]):
-            gathered = _tap_gather(dcols, inputs[0].shape, a, (tap_h, tap_w))
-            total = gathered if total is None else total + gathered
-    return [total]
+    taps = itertools.product(range(out.shape[1]), range(out.shape[2]))
+    return [add_n([_tap_gather(dcols, inputs[0].shape, a, tap) for tap in taps])]
 
 
 register(OpSpec("conv_windows", "reindex", infer=_infer, index=_index, grad=_grad))
@@ -125,15 +122,14 @@ def _spread_grad(dspread, out, inputs, a):
     dense path runs on maps of a few pixels). Built in (c, kh, kw, o) order, which reads
     ``dspread`` (c, h, w, o, ho, wo) nearly in its own order, then permuted: a view."""
     o, c, kh, kw = inputs[0].shape
-    total = None
+    taps = []
     for pixel in itertools.product(*(range(n) for n in out.shape[4:])):
         # input row (col) that tap i1 (i2) reads for this output pixel: pixel*s - p + tap*d
         rows = [_affine((d, f"i{1 + k}"), (s * at - p, ""))
                 for k, ((s, p, d, _), at) in enumerate(zip(_axes(a), pixel))]
-        tap = Var.node("reindex", [dspread], shape=(c, kh, kw, o), overflow_value=0, conditions=(),
-                       exprs=("i0", *rows, "i3", *map(str, pixel)))
-        total = tap if total is None else total + tap
-    return [total.permute(3, 0, 1, 2)]
+        taps.append(Var.node("reindex", [dspread], shape=(c, kh, kw, o), overflow_value=0, conditions=(),
+                             exprs=("i0", *rows, "i3", *map(str, pixel))))
+    return [add_n(taps).permute(3, 0, 1, 2)]
 
 
 register(OpSpec("conv_spread", "reindex", infer=_spread_infer, index=_spread_index, grad=_spread_grad))
