@@ -429,6 +429,24 @@ def test_axpby_takes_other_operands_through_the_operators():
     assert_var(axpby(np.float32(2), x, 1, x), np.full((2, 3), 3, np.float32))     # a numpy scalar
 
 
+# --- relu's gradient ------------------------------------------------------------------------------
+def test_relu_gradient_is_a_mask_as_in_pytorch():
+    """0 where x <= 0 whatever d is (inf included), d elsewhere (a NaN x passes d on, as PyTorch's
+    threshold_backward); its own gradient wrt d is the same mask."""
+    x_np = np.array([-1.0, 0.0, 2.0, np.nan, 3.0], np.float32)
+    d_np = np.array([np.inf, 5.0, 3.0, 7.0, np.nan], np.float32)
+    x, d = jt.array(x_np), jt.array(d_np)
+    (got,) = jt.grad((x.relu() * d).sum(), [x])
+    assert got.op == "relu_grad"
+    np.testing.assert_array_equal(got.numpy(), [0.0, 0.0, 3.0, 7.0, np.nan])
+    xt = torch.tensor(x_np, requires_grad=True)
+    torch.relu(xt).backward(torch.tensor(d_np))
+    np.testing.assert_array_equal(got.numpy(), xt.grad.numpy())
+    w = jt.array(np.ones(5, np.float32))
+    (mask,) = jt.grad((jt.grad((x.relu() * w).sum(), [x])[0] * 2).sum(), [w])
+    np.testing.assert_array_equal(mask.numpy(), [0.0, 0.0, 2.0, 2.0, 2.0])
+
+
 # --- add_n (a convolution's input gradient: one gather per tap) ----------------------------------
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_add_n(dtype, rng):

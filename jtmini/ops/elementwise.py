@@ -59,7 +59,7 @@ UNARY = {
     "cos": ("std::cos({0})", lambda d, out, x: -d * x.sin(), True),
     "tanh": ("std::tanh({0})", lambda d, out, x: d * (1 - out * out), True),
     "sigmoid": ("(({T})1 / (({T})1 + std::exp(-{0})))", lambda d, out, x: d * out * (1 - out), True),
-    "relu": ("({0} < ({T})0 ? ({T})0 : {0})", lambda d, out, x: d * (x > 0), False),   # NaN stays NaN
+    "relu": ("({0} < ({T})0 ? ({T})0 : {0})", lambda d, out, x: Var.node("relu_grad", [d, x]), False),  # NaN stays NaN
     "floor": ("std::floor({0})", None, False),
     "ceil": ("std::ceil({0})", None, False),
     "round": ("std::nearbyint({0})", None, False),       # half to even, as numpy
@@ -97,6 +97,13 @@ for _name, (_expr, _rule, _float_only) in UNARY.items():
     register(OpSpec(_name, "elementwise", infer=_to_bool if _name == "logical_not" else _same,
                     c_expr=_expr, grad=_unary_grad(_rule)))
     export(_name)(_unary_front(_name, _float_only))
+
+
+# relu's gradient as one node (the operators built four: d * (x > 0)): 0 where x <= 0 even where d
+# is inf or NaN, else d (a NaN x passes d on), as PyTorch's threshold_backward. Its own gradient
+# wrt d is the same mask.
+register(OpSpec("relu_grad", "elementwise", infer=_same, c_expr="({1} <= ({T})0 ? ({T})0 : {0})",
+                grad=lambda dd, out, x, a: [Var.node("relu_grad", [dd, x[1]]), None]))
 
 
 # --- binary ------------------------------------------------------------------------------------
