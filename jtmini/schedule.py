@@ -285,9 +285,8 @@ VIEW_PINS_BYTES = 1 << 16     # a view may keep a buffer this large alive beyond
 
 def _free_view(v, is_buffer):
     """``(buffer, chain)`` when ``v`` is a C-contiguous numpy view of a buffer through ``chain``
-    (its movement ops, ``v`` last), and the view does not keep much more memory alive than it
-    shows (a row of a 7-row BatchNorm table does; a small slice of a large tensor is copied);
-    else None."""
+    (its movement ops, ``v`` last) that keeps little memory alive beyond what it shows (a row of
+    a 7-row BatchNorm table is one; a small slice of a large tensor is copied instead); else None."""
     if OPS[v.op].numpy_view is None or not v.inputs or not v.shape:    # numpy indexes a 0-d array to a scalar
         return None
     found = _view_chain(v.inputs[0], is_buffer)
