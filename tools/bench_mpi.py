@@ -118,11 +118,23 @@ def measure_training(batch):
                           "cpu_ms_per_step": cpu_seconds * per_step_ms}), flush=True)
 
 
-def _json_lines(argv, env, what):
-    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)
-    if done.returncode != 0:
-        sys.exit(f"{what} failed:\n{done.stderr}")
-    return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+def _json_lines(argv, env, what, copies=1):
+    """Run ``copies`` of ``argv`` at once (killed past 10 minutes); the JSON lines they print, in
+    order. A copy that fails ends the benchmark with its stderr."""
+    jobs = [subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for _ in range(copies)]
+    rows = []
+    try:
+        for job in jobs:
+            stdout, stderr = job.communicate(timeout=600)
+            if job.returncode != 0:
+                sys.exit(f"{what} failed:\n{stderr}")
+            rows += [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
+    finally:
+        for job in jobs:
+            if job.poll() is None:
+                job.kill()
+    return rows
 
 
 def launch(ranks, mode="--measure"):
@@ -130,26 +142,11 @@ def launch(ranks, mode="--measure"):
     return _json_lines(argv, dict(os.environ, **MPI_ENV), f"mpirun -np {ranks}")
 
 
-def launch_alone(mode, *args):
-    """One plain process (no mpirun), one thread."""
+def launch_alone(mode, *args, copies=1):
+    """Plain processes (no mpirun) of one thread each, ``copies`` of them at once with no MPI
+    between them: with two, what the machine gives ranks that never wait for each other."""
     argv = [sys.executable, os.path.abspath(__file__), mode, *args]
-    return _json_lines(argv, dict(os.environ, JTMINI_NUM_THREADS="1"), "the single process")
-
-
-def launch_side_by_side(copies, mode, *args):
-    """``copies`` plain processes of one thread each at once, with no MPI between them: what the
-    machine gives ranks that never wait for each other."""
-    argv = [sys.executable, os.path.abspath(__file__), mode, *args]
-    env = dict(os.environ, JTMINI_NUM_THREADS="1")
-    jobs = [subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-            for _ in range(copies)]
-    rows = []
-    for job in jobs:
-        stdout, stderr = job.communicate(timeout=600)
-        if job.returncode != 0:
-            sys.exit(f"a side-by-side process failed:\n{stderr}")
-        rows += [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
-    return rows
+    return _json_lines(argv, dict(os.environ, JTMINI_NUM_THREADS="1"), "a plain process", copies)
 
 
 def all_reduce_table(ranks_list):
@@ -163,7 +160,7 @@ def all_reduce_table(ranks_list):
 def training_table():
     alone = launch_alone("--measure-training")[0]
     ranks = launch(2, "--measure-training")[0]
-    halves = launch_side_by_side(2, "--measure-training", "--batch", str(TRAIN_BATCH // 2))
+    halves = launch_alone("--measure-training", "--batch", str(TRAIN_BATCH // 2), copies=2)
     side_by_side = dict(halves[0], img_s=sum(row["img_s"] for row in halves))
     print(f"\ntest_resnet model, global batch {TRAIN_BATCH}, 1 thread per process, {TRAIN_STEPS} steps")
     print(f"{'':>16} {'img/s':>8} {'speed-up':>8} {'MPI calls/step':>15} {'MB summed/step':>15} "
