@@ -9,6 +9,7 @@ the argument, rather than as an odd error (or a wrong number) deep inside the fi
     ValueError: Linear: in_features must be an int >= 1, got 4.5
 """
 import numbers
+from collections.abc import Iterable
 
 from .. import dtypes
 
@@ -16,6 +17,12 @@ from .. import dtypes
 def is_count(value):
     """Whether ``value`` is an integer, numpy's included; ``True`` is not one here."""
     return dtypes.is_int(value) and not isinstance(value, bool)
+
+
+def items(value):
+    """The items of a sequence argument as a tuple (a tuple, a list, a numpy array: what PyTorch
+    takes for a pair); ``()`` for anything else, a string included."""
+    return tuple(value) if isinstance(value, Iterable) and not isinstance(value, str) else ()
 
 
 def count(who, name, value, least=1):

@@ -17,12 +17,11 @@ pixel, output pixel) pair (``conv_spread``): no windows to gather, and 4/9 of th
 """
 import functools
 import math
-from collections.abc import Iterable
 from dataclasses import dataclass
 
 from .. import init
 from ..ops.window import conv_spread, conv_windows
-from .arguments import count, is_count
+from .arguments import count, is_count, items
 from .module import Module
 
 
@@ -32,10 +31,7 @@ def pair(value):
     >>> pair(3), pair((np.int64(1), 2))
     ((3, 3), (1, 2))
     """
-    if is_count(value):
-        values = (value, value)
-    else:       # any sequence, as PyTorch's: a tuple, a list, a numpy array
-        values = tuple(value) if isinstance(value, Iterable) and not isinstance(value, str) else ()
+    values = (value, value) if is_count(value) else items(value)
     if len(values) != 2 or not all(is_count(v) for v in values):
         raise ValueError(f"expected an int or an (h, w) pair of ints, got {value!r}")
     return int(values[0]), int(values[1])

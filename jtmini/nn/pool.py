@@ -10,11 +10,10 @@ scatter-add: no atomics, and no (N, C, Ho, Wo, kh, kw) window tensor in memory.
 """
 import functools
 import operator
-from collections.abc import Iterable
 
 from ..creation import ones
 from ..ops.pooling import check_padding, max_pool
-from .arguments import is_count
+from .arguments import is_count, items
 from .conv import check_geometry, out_size, pair
 from .module import Module
 
@@ -97,12 +96,7 @@ def _adaptive_bounds(size, out):
 def _adaptive_size(output_size):
     """``output_size`` as an (h, w) pair of ints >= 1 or None (None keeps that dim); the pair may
     be any sequence, as ``conv.pair``'s."""
-    if output_size is None or is_count(output_size):
-        size = (output_size, output_size)
-    elif isinstance(output_size, Iterable) and not isinstance(output_size, str):
-        size = tuple(output_size)
-    else:
-        size = ()
+    size = (output_size, output_size) if output_size is None or is_count(output_size) else items(output_size)
     if len(size) != 2 or any(s is not None and not (is_count(s) and s >= 1) for s in size):
         raise ValueError(f"adaptive_avg_pool2d: output_size must be an int >= 1 or an (h, w) pair "
                          f"of them (None keeps a dim), got {output_size!r}")
