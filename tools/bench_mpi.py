@@ -16,11 +16,14 @@ thread per rank; images per second of the global batch, MPI calls and megabytes 
 optimizer step, and the wall time per step spent inside MPI calls (waiting for the slower rank
 included). Target: speed-up >= 1.8x on a machine with two free cores. A third row runs two plain
 processes at once on half the batch each, with no MPI at all: the ceiling this machine sets when
-both cores work (they share caches and memory bandwidth).
+both cores work (they share caches and memory bandwidth). When PyTorch is installed, the same
+model trained by PyTorch as one process and as DistributedDataParallel (gloo) at np 2 follows:
+the scaling and throughput a torch.distributed user would get on the same machine.
 """
 import argparse
 import json
 import os
+import socket
 import statistics
 import subprocess
 import sys
@@ -118,6 +121,45 @@ def measure_training(batch):
                           "cpu_ms_per_step": cpu_seconds * per_step_ms}), flush=True)
 
 
+def measure_torch_training(batch):
+    """The same recipe in PyTorch (``bench_resnet.torch_resnet18``, SGD momentum, one thread) on
+    random MNIST-shaped batches: one process, or under mpirun DistributedDataParallel over gloo
+    (PyTorch's CPU backend), each rank on its share of the global batch. PyTorch has no CPU
+    SyncBatchNorm, so its ranks normalise over their own samples. Rank 0 prints one JSON line."""
+    import numpy as np
+    import torch
+    import torch.distributed as dist
+    from bench_resnet import torch_resnet18
+
+    from jtmini import world           # rank and size from the launcher's environment, no MPI call
+    torch.set_num_threads(1)
+    torch.manual_seed(1)
+    model = torch_resnet18()
+    if world.in_mpi:
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{os.environ['BENCH_TORCH_PORT']}",
+                                rank=world.rank, world_size=world.world_size)
+        model = torch.nn.parallel.DistributedDataParallel(model)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4)
+    rng = np.random.default_rng(world.rank)
+    share = batch // world.world_size
+    images = torch.from_numpy(rng.standard_normal((share, 1, 28, 28)).astype(np.float32))
+    labels = torch.from_numpy(rng.integers(0, 10, share))
+    for step in range(TRAIN_WARMUP + TRAIN_STEPS):
+        if step == TRAIN_WARMUP:
+            world.in_mpi and dist.barrier()
+            start, cpu = time.perf_counter(), time.process_time()
+        optimizer.zero_grad()
+        torch.nn.functional.cross_entropy(model(images), labels).backward()     # DDP all-reduces in here
+        optimizer.step()
+    seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu
+    if world.rank == 0:
+        gradient_mb = 4e-6 * sum(p.numel() for p in model.parameters()) if world.in_mpi else 0
+        print(json.dumps({"ranks": world.world_size, "img_s": TRAIN_STEPS * batch / seconds,
+                          "mb_summed_per_step": gradient_mb, "cpu_ms_per_step": cpu_seconds * 1e3 / TRAIN_STEPS}),
+              flush=True)
+        world.in_mpi and dist.destroy_process_group()
+
+
 def _json_lines(argv, env, what, copies=1):
     """Run ``copies`` of ``argv`` at once (killed past 10 minutes); the JSON lines they print, in
     order. A copy that fails ends the benchmark with its stderr."""
@@ -139,7 +181,14 @@ def _json_lines(argv, env, what, copies=1):
 
 def launch(ranks, mode="--measure"):
     argv = ["mpirun", "-np", str(ranks), sys.executable, os.path.abspath(__file__), mode]
-    return _json_lines(argv, dict(os.environ, **MPI_ENV), f"mpirun -np {ranks}")
+    return _json_lines(argv, dict(os.environ, **MPI_ENV, BENCH_TORCH_PORT=str(_free_port())), f"mpirun -np {ranks}")
+
+
+def _free_port():
+    """A TCP port nobody listens on now, for gloo's rendezvous."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def launch_alone(mode, *args, copies=1):
@@ -158,6 +207,7 @@ def all_reduce_table(ranks_list):
 
 
 def training_table():
+    """jtmini's rows; returns the np 2 row."""
     alone = launch_alone("--measure-training")[0]
     ranks = launch(2, "--measure-training")[0]
     halves = launch_alone("--measure-training", "--batch", str(TRAIN_BATCH // 2), copies=2)
@@ -174,6 +224,26 @@ def training_table():
           " process time, which other programs on the machine do not inflate; 2 x half: two plain\n"
           " processes at once on half the batch each, never waiting for each other: the most two ranks\n"
           " could reach on this machine, img/s summed)")
+    return ranks
+
+
+def torch_training_table(ranks_row):
+    """PyTorch on the same recipe, one process and DDP at np 2: the reference a torch.distributed
+    user compares jtmini's scaling and throughput with."""
+    try:
+        import torch
+    except ImportError:
+        print("\nPyTorch is not installed: no PyTorch rows (pip install torch)")
+        return
+    alone = launch_alone("--measure-torch")[0]
+    ranks = launch(2, "--measure-torch")[0]
+    print(f"\nPyTorch {torch.__version__}, the same model and batch, 1 thread per process, random batches")
+    print(f"{'':>16} {'img/s':>8} {'speed-up':>8} {'MB summed/step':>15} {'CPU ms/step':>12}")
+    for name, row in [("one process", alone), ("DDP np 2 (gloo)", ranks)]:
+        print(f"{name:>16} {row['img_s']:>8.1f} {row['img_s'] / alone['img_s']:>7.2f}x "
+              f"{row['mb_summed_per_step']:>15.1f} {row['cpu_ms_per_step']:>12.0f}")
+    print(f"(jtmini at np 2 trains {ranks_row['img_s'] / ranks['img_s']:.2f}x as many img/s as PyTorch DDP at np 2;\n"
+          " PyTorch's ranks normalise each over their own samples: it has no SyncBatchNorm on the CPU)")
 
 
 def main():
@@ -182,15 +252,18 @@ def main():
     parser.add_argument("--no-train", action="store_true", help="skip the training table")
     parser.add_argument("--measure", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--measure-training", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--measure-torch", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--batch", type=int, default=TRAIN_BATCH, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.measure:
         return measure()
     if args.measure_training:
         return measure_training(args.batch)
+    if args.measure_torch:
+        return measure_torch_training(args.batch)
     all_reduce_table(args.ranks)
     if not args.no_train:
-        training_table()
+        torch_training_table(training_table())
 
 
 if __name__ == "__main__":
