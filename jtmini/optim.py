@@ -135,6 +135,10 @@ class Optimizer:
         if self._grads is None:
             raise RuntimeError("step() without a loss needs backward(loss) first")
         grads, pairs = self._sync_gradients(self._grads), []
+        # Let go of this rank's gradients before the schedule: one sent to MPI without its zeros
+        # (see _sync_gradients) is read by no node, so while held it would be a pending root and
+        # computed for nothing (6 ms of a ResNet-18 step at np 2).
+        self._grads = None
         for group in self.param_groups:
             count = len(self.trainable(group))
             pairs += self.updates(group, grads[:count])

@@ -235,6 +235,27 @@ def windows_without_zeros():
     passed("windows_without_zeros")
 
 
+def optimizer_step_pads_no_window():
+    """In an optimizer step, a gradient sent as a window (a 3x3 conv weight on 1x1 maps gets only
+    its center tap) is never also computed with its zeros: the padded local gradient is read by no
+    node, and the optimizer lets go of it before the step's schedule."""
+    from jtmini import nn
+    from jtmini.runtime import cpu
+    conv = nn.Conv2d(128, 256, 3, padding=1, bias=False)       # 1.2 MB of weights: windows are sent
+    optimizer = nn.SGD(conv.parameters(), 0.1)
+    x = jt.array(np.random.default_rng(RANK).standard_normal((2, 128, 1, 1)).astype("float32"))
+    roots, run_kernel = [], cpu.run_kernel
+    cpu.run_kernel = lambda kernel, *args: (roots.extend(v.op for v in kernel.roots), run_kernel(kernel, *args))[1]
+    try:
+        before = jt.stats().get("mpi_values_summed", 0)
+        optimizer.step(conv(x).sum())
+    finally:
+        cpu.run_kernel = run_kernel
+    assert jt.stats()["mpi_values_summed"] - before == 256 * 128, "the center taps alone are summed"
+    assert "pad" not in roots, f"a padded gradient was computed: kernels of the step make {roots}"
+    passed("optimizer_step_pads_no_window")
+
+
 def _zero_outside(a, window):
     if window is None:
         return a
@@ -264,7 +285,7 @@ def main():
     assert jt.mpi is not None and jt.mpi.world_size() == N and jt.mpi.world_rank() == RANK
     for check in (fetch_order_differs_by_rank, gradients_fetched_in_reverse, fetched_on_one_rank_only,
                   rebound_before_it_ran, numpy_integer_roots, constant_input, bucketed, windows_without_zeros,
-                  large_outputs_are_never_overwritten, point_to_point,
+                  optimizer_step_pads_no_window, large_outputs_are_never_overwritten, point_to_point,
                   jittor_docs_val, jittor_docs_sync_bn_stats, single_process_scope):
         check()
     unused = jt.array([1.0]).mpi_all_reduce()      # never fetched on any rank: issued at exit
