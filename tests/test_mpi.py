@@ -41,8 +41,9 @@ def test_order_p2p_and_jittor_doc_code(ranks):
         assert report["ok"] == ["fetch_order_differs_by_rank", "gradients_fetched_in_reverse",
                                 "fetched_on_one_rank_only", "rebound_before_it_ran", "numpy_integer_roots",
                                 "constant_input", "bucketed", "windows_without_zeros",
-                                "optimizer_step_pads_no_window", "large_outputs_are_never_overwritten", "point_to_point",
-                                "jittor_docs_val", "jittor_docs_sync_bn_stats", "single_process_scope"]
+                                "optimizer_step_pads_no_window", "large_outputs_are_never_overwritten",
+                                "point_to_point", "jittor_docs_val", "jittor_docs_sync_bn_stats",
+                                "single_process_scope"]
 
 
 # --- one rank's mistake ends the job, with an error naming the rank -----------------------------

@@ -160,7 +160,8 @@ def measure_torch_training(batch):
         print(json.dumps({"ranks": world.world_size, "img_s": TRAIN_STEPS * batch / seconds,
                           "mb_summed_per_step": gradient_mb, "cpu_ms_per_step": cpu_seconds * 1e3 / TRAIN_STEPS}),
               flush=True)
-        world.in_mpi and dist.destroy_process_group()
+    if world.in_mpi:
+        dist.destroy_process_group()
 
 
 def _json_lines(argv, env, what, copies=1):
@@ -269,7 +270,7 @@ def training_tables(rounds):
         print(f"{name:>16} {row['img_s']:>8.1f} {row['img_s'] / torch_alone['img_s']:>7.2f}x "
               f"{row['mb_summed_per_step']:>15.1f} {row['cpu_ms_per_step']:>12.0f}")
     print(f"(jtmini at np 2 trains {best['mpirun -np 2']['img_s'] / ddp['img_s']:.2f}x as many img/s as PyTorch DDP "
-          "at np 2;\n PyTorch's ranks normalise each over their own samples: it has no SyncBatchNorm on the CPU)")
+          "at np 2;\n each PyTorch rank normalises over its own samples: PyTorch has no SyncBatchNorm on the CPU)")
 
 
 def main():
