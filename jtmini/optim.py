@@ -135,10 +135,10 @@ class Optimizer:
         if self._grads is None:
             raise RuntimeError("step() without a loss needs backward(loss) first")
         grads, pairs = self._sync_gradients(self._grads), []
-        # Let go of this rank's gradients before the schedule: one sent to MPI without its zeros
-        # (see _sync_gradients) is read by no node, so while held it would be a pending root and
+        # Zeroed before the schedule, not after: a gradient sent to MPI without its zeros (see
+        # _sync_gradients) is read by no node, so while held it would be a pending root and
         # computed for nothing (6 ms of a ResNet-18 step at np 2).
-        self._grads = None
+        self.zero_grad()
         for group in self.param_groups:
             count = len(self.trainable(group))
             pairs += self.updates(group, grads[:count])
@@ -149,7 +149,6 @@ class Optimizer:
         for group in self.param_groups:
             group["steps"] = [n + (not p.is_stop_grad()) for n, p in zip(group["steps"], group["params"])]
         self.n_step += 1
-        self.zero_grad()
 
     @staticmethod
     def _sync_gradients(grads):
