@@ -24,6 +24,7 @@ the scaling and throughput a torch.distributed user would get on the same machin
 its best of ``--rounds`` runs, all rows taking turns.
 """
 import argparse
+import importlib.metadata
 import json
 import os
 import socket
@@ -217,11 +218,11 @@ def _side_by_side(batch, mode):
 
 
 def _torch_version():
+    """PyTorch's installed version, or None; read from its metadata: this process never runs it."""
     try:
-        import torch
-    except ImportError:
+        return importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
         return None
-    return torch.__version__
 
 
 def best_of_turns(runs, rounds):
