@@ -101,6 +101,12 @@ def batch_norm_source(mode, ctype, affine, pooled):
                                                             grain=GRAIN)
 
 
+def library_source(template, **context):
+    """A hand-written kernel file of ``templates/`` rendered with ``context`` (the GPU's library
+    ops: ``runtime/cuda_library.py``)."""
+    return _env.get_template(template).render(**context)
+
+
 def max_pool_source(mode, ctype, geometry, in_hw, out_hw):
     """The C++ of max pooling's hand-written kernel (``templates/cpu/max_pool.cc.j2``): ``mode``
     "pick" or "route" (see ``ops/pooling.py``); ``geometry`` the (h, w) pairs kernel, stride,

@@ -137,8 +137,9 @@ class _JittorStyle(logging.Formatter):
         return f"[{record.levelname[0].lower()} jtmini] {record.getMessage()}"
 
 
-def _log(message):
-    """Print ``[i jtmini] message`` to stderr, through the "jtmini" logger so users can silence it."""
+def _log(message, every_rank=False):
+    """Print ``[i jtmini] message`` to stderr, through the "jtmini" logger so users can silence it.
+    Under mpirun only rank 0's lines show, unless ``every_rank`` (what differs by rank: its GPU)."""
     logger = logging.getLogger("jtmini")
     if not logger.handlers:
         handler = logging.StreamHandler(sys.stderr)
@@ -148,7 +149,10 @@ def _log(message):
         from . import world
         logger.setLevel(logging.INFO if world.rank == 0 else logging.WARNING)
         logger.propagate = False  # a configured root logger would print the line a second time
-    logger.info(message)
+    if every_rank and not logger.disabled:      # past the level that quiets ranks other than 0
+        logger.handle(logger.makeRecord(logger.name, logging.INFO, __file__, 0, message, (), None))
+    else:
+        logger.info(message)
 
 
 def _argv(tc, src, out):

@@ -119,6 +119,7 @@ class Var:
         """The value as a read-only numpy array. As in Jittor, a 0-d Var gives a 1-element array,
         so ``correct.sum().data[0]`` works."""
         value = _host(self.sync()._data)
+        value.flags.writeable = False       # a GPU value's host copy too: read-only as a host value
         return value.reshape(1) if value.ndim == 0 else value
 
     def item(self):

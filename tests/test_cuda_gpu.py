@@ -133,3 +133,69 @@ def test_transfers_are_counted_and_leaves_uploaded_once(rng):
     jt.reset_stats()
     (x + 1).sum().item()
     assert jt.stats().get("h2d", 0) == 0 and jt.stats().get("d2h") == 1
+
+
+# --- the library ops' device kernels (runtime/cuda_library.py) against the CPU's ---------------------
+def _cpu_and_gpu(build):
+    """``build()`` (numpy arrays out) computed by the CPU runtime, then by the GPU's."""
+    with jt.flag_scope(use_cuda=False):
+        on_cpu = build()
+    return on_cpu, build()
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("layout", ["contig", "channels_last"])
+def test_batch_norm_kernels_match_the_cpu(dtype, layout, rng):
+    from jtmini.ops import batch_norm as bn
+    x_np = (rng.standard_normal((4, 6, 5, 3)) * 3 + 1).astype(dtype)
+    d_np = rng.standard_normal((4, 6, 5, 3)).astype(dtype)
+    w, b, rm, rv = (rng.standard_normal(6).astype(dtype) for _ in range(4))
+
+    def build():
+        x, d = jt.array(x_np), jt.array(d_np)
+        if layout == "channels_last":       # an (N, H, W, C) buffer read as NCHW
+            x = jt.array(np.ascontiguousarray(x_np.transpose(0, 2, 3, 1))).permute(0, 3, 1, 2)
+        params = [jt.array(p) for p in (w, b, rm, abs(rv))]
+        stats, pooled = bn.batch_norm_stats(x), bn.batch_norm_stats(x, pooled=True)
+        table = bn.batch_norm_table(stats, *params, 1e-5, 0.1, dtype)
+        from_pooled = bn.batch_norm_table(pooled, *params, 1e-5, 0.1, dtype, pooled=True)
+        plain = bn.batch_norm_table(stats, None, None, *params[2:], 1e-5, 0.1, dtype)
+        sums = bn.batch_norm_grad_sums(d, x, table)
+        grad_table = bn.batch_norm_grad_table(sums, sums * 2, table, 1e-5)
+        return [v.numpy() for v in (stats, pooled, table, from_pooled, plain, sums, grad_table)]
+    tol = dict(rtol=1e-5, atol=1e-5) if dtype == "float32" else dict(rtol=1e-12, atol=1e-12)
+    for cpu_value, gpu_value in zip(*_cpu_and_gpu(build)):
+        np.testing.assert_allclose(gpu_value, cpu_value, **tol)
+
+
+@pytest.mark.parametrize("geometry", [(3, 2, 1, 1, False), (2, 2, 0, 1, False), (3, 2, 0, 2, True)])
+def test_max_pool_and_its_gradient_match_torch(geometry, rng):
+    import torch
+    kernel, stride, padding, dilation, ceil = geometry
+    value = rng.standard_normal((2, 3, 9, 8)).astype("float32")
+    value[0, 0, :3, :3] = 1.0                       # ties: the first largest wins
+    value[1, 2, 4, 4] = np.nan
+    weights = rng.standard_normal(torch.nn.functional.max_pool2d(
+        torch.from_numpy(value), kernel, stride, padding, dilation, ceil_mode=ceil).shape).astype("float32")
+    x = jt.array(value)
+    y = jt.nn.max_pool2d(x, kernel, stride, padding, dilation, ceil_mode=ceil)
+    (grad,) = jt.grad((y * jt.array(weights)).sum(), [x])
+    xt = torch.from_numpy(value).requires_grad_()
+    yt = torch.nn.functional.max_pool2d(xt, kernel, stride, padding, dilation, ceil_mode=ceil)
+    (yt * torch.from_numpy(weights)).sum().backward()
+    assert_var(y, yt.detach().numpy())
+    assert_var(grad, xt.grad.numpy(), rtol=1e-6)
+
+
+def test_batch_norm_layer_trains_like_torch(rng):
+    import torch
+    value, d = rng.standard_normal((8, 4, 5, 5)).astype("float32") * 2 + 3, rng.standard_normal((8, 4, 5, 5))
+    layer, ref = jt.nn.BatchNorm2d(4), torch.nn.BatchNorm2d(4)
+    x, xt = jt.array(value), torch.from_numpy(value).requires_grad_()
+    y, yt = layer(x), ref(xt)
+    (dx,) = jt.grad((y * jt.array(d.astype("float32"))).sum(), [x])
+    (yt * torch.from_numpy(d.astype("float32"))).sum().backward()
+    assert_var(y, yt.detach().numpy(), rtol=1e-4, atol=1e-5)
+    assert_var(dx, xt.grad.numpy(), rtol=1e-4, atol=1e-4)
+    assert_var(layer.running_mean, ref.running_mean.numpy(), rtol=1e-5)
+    assert_var(layer.running_var, ref.running_var.numpy(), rtol=1e-5)

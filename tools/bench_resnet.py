@@ -1,4 +1,4 @@
-"""ResNet-18 training throughput: jtmini vs PyTorch CPU, at 1 and 2 threads.
+"""ResNet-18 training throughput: jtmini vs PyTorch CPU, at 1 and 2 threads (``--device cuda``: on the GPU).
 
 Trains the same model (ImageNet stem, 1x28x28 input, 10 classes, SGD lr 0.1 momentum 0.9
 weight decay 1e-4) on random MNIST-shaped batches of 100. Each (framework, threads) pair runs in
@@ -12,6 +12,7 @@ only ever slows a run down, and one that fell on a single run of one side swung 
 10-15% either way.
 
     python tools/bench_resnet.py [--iters 20] [--warmup 3] [--rounds 2] [--threads 1 2] [--profile]
+    python tools/bench_resnet.py --device cuda --threads 1      # both sides on the GPU (cupy / torch.cuda)
 
 ``BENCH_BATCH=50`` changes the batch (e.g. to see one data-parallel rank's share of the work).
 """
@@ -78,11 +79,12 @@ def _batches(n):
 
 
 # --- one side per subprocess ---------------------------------------------------------------------
-def run_jtmini(threads, iters, warmup, profile):
+def run_jtmini(threads, iters, warmup, profile, device):
     import jtmini as jt
     from jtmini import nn
     from jtmini.models import Resnet18
     jt.flags.num_threads = threads
+    jt.flags.use_cuda = device == "cuda"
     jt.seed(0)
     model = Resnet18(num_classes=10, in_channels=1)
     opt = nn.SGD(model.parameters(), 0.1, momentum=0.9, weight_decay=1e-4)
@@ -93,14 +95,17 @@ def run_jtmini(threads, iters, warmup, profile):
         times.append(time.perf_counter() - start)
     result = {"first_iter_s": times[0], "img_s": BATCH * iters / sum(times[warmup:])}
     if profile:
-        result["profile"] = _profile_step(jt, model, opt, _batches(3))
+        result["profile"] = _profile_step(jt, model, opt, _batches(3), device)
     return result
 
 
-def _profile_step(jt, model, opt, batches):
-    """Seconds per kernel group over the last of ``batches`` (wrapping the CPU runtime's calls)."""
+def _profile_step(jt, model, opt, batches, device):
+    """Seconds per kernel group over the last of ``batches`` (wrapping the runtime's calls; on the
+    GPU a launch returns before its kernel ends, so there this is host time per launch)."""
     from jtmini import nn
     from jtmini.runtime import cpu
+    if device == "cuda":
+        from jtmini.runtime import cuda as cpu
     totals, run_kernel, run_library = {}, cpu.run_kernel, cpu.run_library
 
     def timed(key, fn, *args):
@@ -126,17 +131,18 @@ def _profile_step(jt, model, opt, batches):
     return {"total_s": total, "groups": sorted(totals.items(), key=lambda kv: -kv[1])[:25]}
 
 
-def run_torch(threads, iters, warmup):
+def run_torch(threads, iters, warmup, device):
     import torch
     torch.set_num_threads(threads)
     torch.manual_seed(0)
-    model = torch_resnet18()
+    model = torch_resnet18().to(device)
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4)
     times = []
     for x, y in _batches(warmup + iters):
-        start = time.perf_counter()
+        start = time.perf_counter()      # the batch's upload is timed, as jtmini's is
         opt.zero_grad()
-        loss = torch.nn.functional.cross_entropy(model(torch.from_numpy(x)), torch.from_numpy(y).long())
+        x, y = torch.from_numpy(x).to(device), torch.from_numpy(y).long().to(device)
+        loss = torch.nn.functional.cross_entropy(model(x), y)
         loss.backward()
         opt.step()
         loss.item()
@@ -146,9 +152,9 @@ def run_torch(threads, iters, warmup):
 
 def child(args):
     if args.child == "torch":
-        result = run_torch(args.child_threads, args.iters, args.warmup)
+        result = run_torch(args.child_threads, args.iters, args.warmup, args.device)
     else:
-        result = run_jtmini(args.child_threads, args.iters, args.warmup, args.profile)
+        result = run_jtmini(args.child_threads, args.iters, args.warmup, args.profile, args.device)
     result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print("RESULT " + json.dumps(result))
 
@@ -156,7 +162,8 @@ def child(args):
 def spawn(side, threads, args, env=None, iters=None, warmup=None):
     argv = [sys.executable, os.path.abspath(__file__), "--child", side, "--child-threads", str(threads),
             "--iters", str(args.iters if iters is None else iters),
-            "--warmup", str(args.warmup if warmup is None else warmup)] + (["--profile"] if args.profile else [])
+            "--warmup", str(args.warmup if warmup is None else warmup), "--device", args.device]
+    argv += ["--profile"] if args.profile else []
     done = subprocess.run(argv, capture_output=True, text=True, env=env or dict(os.environ))
     lines = [ln for ln in done.stdout.splitlines() if ln.startswith("RESULT ")]
     if done.returncode or not lines:
@@ -194,12 +201,13 @@ def main():
     parser.add_argument("--rounds", type=int, default=2, help="runs of each side, in turns; the best counts")
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--profile", action="store_true", help="print jtmini's time per kernel group")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="where both sides train")
     parser.add_argument("--child", choices=["jtmini", "torch"], help=argparse.SUPPRESS)
     parser.add_argument("--child-threads", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         return child(args)
-    print(f"ResNet-18, batch {BATCH} x 1x28x28, SGD; {args.iters} timed iterations after {args.warmup}, "
+    print(f"ResNet-18 on {args.device}, batch {BATCH} x 1x28x28, SGD; {args.iters} timed iterations after {args.warmup}, "
           f"best of {args.rounds} runs per side, taken in turns")
     print(f"{'threads':>7} {'jtmini img/s':>13} {'torch img/s':>12} {'ratio':>6} "
           f"{'jtmini RSS MB':>14} {'torch RSS MB':>13}")

@@ -21,7 +21,7 @@ import numpy as np
 
 from .. import codegen, codegen_cuda, compiler, counters, world
 from ..ops.registry import OPS
-from . import cpu, nvrtc
+from . import cpu, cuda_library, mpi, nccl, nvrtc
 
 _MAX_BLOCKS_PER_SM = 32      # grid-stride kernels: enough blocks to fill the GPU, no more
 
@@ -61,14 +61,14 @@ def device():
     dev.use()
     name = cupy.cuda.runtime.getDeviceProperties(ordinal)["name"].decode()
     compiler._log(f"rank {world.rank} (local rank {world.local_rank}) uses GPU {physical} ({name}), "
-                  f"device {ordinal} of {count} visible")
+                  f"device {ordinal} of {count} visible", every_rank=True)
     if world.local_size > count:
         compiler._log(f"{world.local_size} ranks share {count} GPU(s) on this node")
     return dev
 
 
 @functools.lru_cache(maxsize=None)
-def _max_blocks():
+def max_blocks():
     return device().attributes["MultiProcessorCount"] * _MAX_BLOCKS_PER_SM
 
 
@@ -139,7 +139,7 @@ def run_kernel(kernel, compiled, read):
         _grid_stride(_function(path, "jt_kernel"), root.inputs[0].numel(), args)
     elif n_out:
         block = _reduce_block(root.inputs[0].numel() // n_out)
-        _function(path, "jt_kernel")((min(-(-n_out // block[1]), _max_blocks()),), block, args)
+        _function(path, "jt_kernel")((min(-(-n_out // block[1]), max_blocks()),), block, args)
     return outs
 
 
@@ -159,7 +159,7 @@ def _args_dtype(n_ip, n_fp):
 def _grid_stride(fn, n, args):
     if n:
         block = codegen_cuda.BLOCK
-        fn((min(-(-n // block), _max_blocks()),), (block,), args)
+        fn((min(-(-n // block), max_blocks()),), (block,), args)
 
 
 def _reduce_block(n_red):
@@ -177,17 +177,21 @@ def source_arrays(step, read):
 
 
 def run_library(step, read):
-    """Matmul through cuBLAS (cupy); any other library op runs on the host, staged both ways."""
+    """Matmul through cuBLAS (cupy), BatchNorm's and max pooling's kernels on the device
+    (``runtime/cuda_library.py``); any other library op runs on the host, staged both ways."""
     import cupy
     root = step.root
     arrays = source_arrays(step, read)
     if root.op == "matmul":
         out = cupy.matmul(*arrays)
+    elif root.op in cuda_library.RUN:
+        out = cuda_library.RUN[root.op](arrays, root.attrs)
     else:
         out = to_device(OPS[root.op].run([to_host(a) for a in arrays], root.attrs))
     return cupy.ascontiguousarray(out, dtype=root.dtype).reshape(root.shape)
 
 
 def run_collective(step, read):
-    """Collectives stage through the host (MPI on numpy buffers); readers upload the result."""
-    return cpu.run_collective(step, lambda v: to_host(read(v)))
+    """Through NCCL on the device when every rank has a GPU of its own; else through the host (MPI
+    on numpy buffers), and readers upload the result (``runtime/nccl.py``)."""
+    return mpi.run_collective(step.root, source_arrays(step, read), nccl.transport)

@@ -30,6 +30,7 @@ import sys
 import numpy as np
 
 from .. import compiler, counters, dtypes, world
+from ..flags import flags
 from ..var import _host
 from . import mpi_guard
 from .pointers import address
@@ -88,8 +89,11 @@ def enqueue(v):
     issued at the latest at exit anyway, and an eager ``x.mpi_all_reduce().numpy()`` then skips
     the scheduler (a quarter of a 1 MB all-reduce's time)."""
     if not _pending and all(x._data is not None for x in v.inputs):
-        # a GPU buffer is staged through the host, as in runtime/cuda
-        _issue_and_keep(v, [_host(x._data) for x in v.inputs])
+        if flags.use_cuda:          # through runtime/cuda, which picks NCCL or the host alike on every rank
+            _pending.append(v)
+            flush()
+        else:
+            _issue_and_keep(v, [x._data for x in v.inputs])
     else:
         _pending.append(v)
 
@@ -115,21 +119,23 @@ def flush(before=None):
         realize([v])      # reaches run_collective(v), which dequeues it
 
 
-def run_collective(v, arrays):
+def run_collective(v, arrays, device_transport=None):
     """Issue the collective node ``v`` (a ``schedule.Collective`` step) on ``arrays``, its inputs'
-    values; returns the output array."""
+    values; returns the output array. ``device_transport()`` (GPU buffers: ``nccl.transport``)
+    gives the function that issues it on the device, or None for MPI through the host; it is asked
+    only once the older collectives went, so every rank asks it at the same point."""
     if v._data is not None:      # issued by an earlier flush: never issue a collective twice
         return v._data
     flush(before=v)
     if _pending and _pending[0] is v:
         _pending.popleft()
-    return _issue_and_keep(v, arrays)
+    return _issue_and_keep(v, arrays, device_transport and device_transport())
 
 
-def _issue_and_keep(v, buffers):
+def _issue_and_keep(v, buffers, issue_on_device=None):
     """Issue ``v`` on its input buffers and keep the output as its value: recomputing it would
     issue the collective again."""
-    out = issue(v, [np.ascontiguousarray(b) for b in buffers])
+    out = (issue_on_device or issue)(v, buffers)
     v._set_value(out)
     return out
 
@@ -144,7 +150,9 @@ def describe(v):
 
 
 def issue(v, arrays):
-    """Run the collective of node ``v`` on this rank's input buffers; returns the output."""
+    """Run the collective of node ``v`` on this rank's input buffers (a GPU buffer is copied to the
+    host); returns the output."""
+    arrays = [np.ascontiguousarray(_host(a)) for a in arrays]
     out = _output(v.shape, v.dtype)
     args = _arguments(v, arrays, out)
     mpi_guard.check_same(comm(), lambda: describe(v))
