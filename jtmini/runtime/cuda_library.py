@@ -31,7 +31,9 @@ def _module(dtype, arch):
     return cupy.RawModule(path=nvrtc.build(source(dtype), arch))
 
 
+@functools.lru_cache(maxsize=None)
 def _kernel(dtype, name):
+    """The kernel ``name`` of ``dtype``'s module (cupy makes a new Function object per lookup)."""
     from . import cuda
     return _module(dtype, cuda.device().compute_capability).get_function(name)
 

@@ -1,9 +1,9 @@
 """Train ResNet-18 on MNIST and check that it learned: ``python -m jtmini.test.test_resnet``.
 
 Trains ``Resnet18(in_channels=1, num_classes=10)`` (ImageNet stem) on 28x28 MNIST with SGD (lr
-0.1, momentum 0.9, weight decay 1e-4), seeded, re-estimates BatchNorm's running statistics for
-the final weights (30 forward passes over training batches, no update), then evaluates on the 10k
-held-out test images.
+rising to 0.1 over the first 100 iterations, momentum 0.9, weight decay 1e-4), seeded,
+re-estimates BatchNorm's running statistics for the final weights (30 forward passes over
+training batches, no update), then evaluates on the 10k held-out test images.
 Fails unless test accuracy >= 0.95 and the mean training loss of the last 50 iterations is below
 ``LOSS_LIMIT``. Prints throughput and peak memory. The same command runs data-parallel under
 ``mpirun -np N`` with no code change (batch size is global):
@@ -35,12 +35,16 @@ from jtmini import nn, world
 from jtmini.dataset import MNIST
 from jtmini.models import Resnet18
 
-# Calibrated on this recipe: after 600 iterations (one epoch) the last-50 mean loss was 0.098 and
-# test accuracy 0.973 (jtmini); PyTorch with three seeds gave 0.090-0.127 and 0.967-0.977. Before
-# one epoch accuracy still swings (0.85-0.97 between 300 and 500 iterations), hence the default.
-# Rounding alone moves the end point: later jtmini builds gave 0.934-0.973 at 600 iterations when
-# evaluated with the running statistics training left; see refresh_batchnorm_statistics.
+# Calibrated at a constant lr 0.1: after 600 iterations (one epoch) the last-50 mean loss was 0.098
+# and test accuracy 0.973 (jtmini); PyTorch with three seeds gave 0.090-0.127 and 0.967-0.977.
+# Before one epoch accuracy still swings (0.85-0.97 between 300 and 500 iterations), hence the
+# default. See refresh_batchnorm_statistics for the statistics accuracy is read with.
 LOSS_LIMIT = float(os.environ.get("TEST_LOSS_LIMIT", 0.25))
+# The learning rate rises linearly to 0.1 over the first WARMUP iterations. At 0.1 from the start
+# the first steps blew the loss up to ~6, and where training landed then hung on rounding: one
+# seed ended at 0.9735 on the CPU and 0.9418 on an H100, whose sums add in other orders (their
+# losses agreed to 5e-5 at step 10 and to 6e-2 at step 20). With the warmup: 0.9832 and 0.9816.
+WARMUP = 100
 ACCURACY_FLOOR = float(os.environ.get("TEST_ACCURACY_FLOOR", 0.95))
 
 
@@ -99,6 +103,7 @@ class TestResnet(unittest.TestCase):
         model.train()
         while done < self.iterations:
             for images, labels in self.train_loader:
+                optimizer.lr = self.learning_rate * min(1.0, (done + 1) / WARMUP)
                 output = model(images)
                 loss = nn.cross_entropy_loss(output, labels)
                 correct = accuracy_counts(output, labels)
