@@ -9,8 +9,11 @@ result is ordinary Vars, so backward is fused, compiled and cached exactly like 
 A Var built by many ops can carry its own gradient rule (``custom_grad``): backward then goes
 straight from it to the inputs it names, skipping the ops in between.
 """
+import functools
+
 from . import dtypes
 from .creation import zeros_like
+from .flags import flags
 from .gc_pause import paused
 from .ops.registry import OPS
 from .var import Var
@@ -92,3 +95,44 @@ def grad(loss, targets, retain_graph=True):
             grads[id(inp)] = g if id(inp) not in grads else grads[id(inp)] + g
     result = [grads.get(id(t)) if grads.get(id(t)) is not None else zeros_like(t) for t in targets]
     return result[0] if single else result
+
+
+class no_grad:
+    """Vars built inside record no backward, as in Jittor and PyTorch: ``jt.grad`` does not go
+    through them, and each lets go of its inputs once computed (evaluation keeps no graph alive).
+    A context manager or a decorator (``@jt.no_grad()`` or ``@jt.no_grad``); sets ``flags.no_grad``.
+
+        >>> with jt.no_grad():
+        ...     prediction = model(x)          # prediction.requires_grad is False
+    """
+    _value = True
+
+    def __new__(cls, func=None):
+        self = super().__new__(cls)
+        self._saved = []
+        return self(func) if callable(func) else self
+
+    def __enter__(self):
+        self._saved.append(flags.no_grad)
+        flags.no_grad = self._value
+        return self
+
+    def __exit__(self, *exc):
+        flags.no_grad = self._saved.pop()
+
+    def __call__(self, func):
+        @functools.wraps(func)
+        def scoped(*args, **kwargs):
+            with type(self)():
+                return func(*args, **kwargs)
+        return scoped
+
+
+class enable_grad(no_grad):
+    """Undo ``no_grad`` inside a block or a function: Vars built there record their backward.
+
+        >>> with jt.no_grad():
+        ...     with jt.enable_grad():
+        ...         y = x * 2                  # differentiable
+    """
+    _value = False

@@ -16,9 +16,10 @@ from .var import Var
 _rng = np.random.default_rng()
 
 
-@export("seed", method=False)
+@export("seed", "set_seed", "set_global_seed", method=False)
 def seed(n):
-    """Seed jtmini's random numbers (rand, randn, randint, init, dropout)."""
+    """Seed jtmini's random numbers (rand, randn, randint, random, init, dropout); Jittor's
+    ``jt.set_seed`` and ``jt.set_global_seed`` are this too."""
     global _rng
     _rng = np.random.default_rng(n)
 
@@ -83,10 +84,10 @@ def _shape(shape):
 
 
 def _shape_and_dtype(args, dtype):
-    """``(shape, dtype)`` from ``zeros``-style arguments: ``(2, 3)``, ``((2, 3),)`` or
-    ``((2, 3), "int32")`` (Jittor's positional dtype)."""
-    if len(args) == 2 and isinstance(args[0], (tuple, list)) and not isinstance(args[1], numbers.Integral):
-        args, dtype = args[:1], args[1]
+    """``(shape, dtype)`` from ``zeros``-style arguments: ``(2, 3)``, ``((2, 3),)``,
+    ``((2, 3), "int32")`` or ``(3, jt.int32)`` (Jittor's positional dtype: a dtype after the dims)."""
+    if len(args) >= 2 and isinstance(args[-1], (str, type, np.dtype)):
+        args, dtype = args[:-1], args[-1]
     return _shape(args), dtype
 
 
@@ -144,6 +145,20 @@ def rand(*shape, dtype="float32"):
 def randn(*shape, dtype="float32"):
     """Standard normal."""
     return array(_rng.standard_normal(_shape(shape)), dtypes.canonical(dtype))
+
+
+@export("random", method=False)
+def random(shape, dtype="float32", type="uniform"):
+    """Jittor's ``jt.random``: uniform on [0, 1) (``type="uniform"``) or standard normal
+    (``type="normal"``) numbers of ``shape``.
+
+    >>> jt.random((2, 3), "float32", "normal").shape
+    (2, 3)
+    """
+    draw = {"uniform": _rng.random, "normal": _rng.standard_normal}.get(type)
+    if draw is None:
+        raise ValueError(f"jt.random: type must be 'uniform' or 'normal', got {type!r}")
+    return array(draw(_shape((shape,))), dtypes.canonical(dtype))
 
 
 @export("randint", method=False)

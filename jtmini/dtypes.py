@@ -13,7 +13,33 @@ NUMPY = {name: np.dtype(name) for name in C_TYPES}     # numpy reads a dtype obj
 SIZES = {name: dtype.itemsize for name, dtype in NUMPY.items()}     # bytes per element
 _ORDER = ["bool", "int32", "int64", "float32", "float64"]
 _ALIASES = {"float": "float32", "int": "int32", "bool_": "bool", "double": "float64", "long": "int64"}
+# numpy's narrow integers are computed as int32, as jt.array does with such arrays
+_WIDENED = {"int8": "int32", "int16": "int32", "uint8": "int32", "uint16": "int32"}
 DEFAULT_FLOAT = "float32"
+
+
+class DType(str):
+    """A dtype as Jittor's front end has it (``jt.float32``): a string equal to the dtype's name,
+    so it goes wherever a dtype is taken, and a cast when called.
+
+        >>> jt.float32(np.arange(3))                     # a float32 Var
+        >>> jt.zeros((2,), jt.int64).dtype == jt.int64   # True: dtypes are their names
+    """
+    __slots__ = ()
+
+    def __call__(self, x):
+        from . import creation          # creation builds on this module
+        if self not in C_TYPES and self not in _WIDENED:
+            raise TypeError(f"jt.{self}: unsupported dtype; jtmini supports {', '.join(_ORDER)}")
+        from .var import Var
+        return x.cast(canonical(self)) if isinstance(x, Var) else creation.array(x, canonical(self))
+
+    def __repr__(self):
+        return f"jt.{str.__str__(self)}"
+
+
+PUBLIC = {name: DType(name) for name in ("float16", "float32", "float64", "int8", "int16", "int32", "int64",
+                                         "uint8", "bool")}
 
 
 def canonical(dtype):
@@ -25,11 +51,13 @@ def canonical(dtype):
     if dtype is bool:
         return "bool"
     name = _ALIASES.get(str(dtype), str(dtype))
+    name = _WIDENED.get(name, name)
     if name not in C_TYPES:
         try:
             name = np.dtype(dtype).name
         except TypeError:
             name = None
+    name = _WIDENED.get(name, name)
     if name not in C_TYPES:
         raise TypeError(f"unsupported dtype {dtype!r}; jtmini supports {', '.join(_ORDER)}")
     return name

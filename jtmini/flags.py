@@ -39,6 +39,7 @@ _SPECS = {
                   "where compiled kernels (and downloaded data sets) are kept"),
     "compile_jobs": (_cores, int, "compiler processes run at once for missing kernels"),
     "use_cuda": (False, _parse_bool, "run on the GPU (CUDA backend)"),
+    "no_grad": (False, _parse_bool, "Vars built now record no backward (jt.no_grad() sets it for a block)"),
     "nccl": (True, _parse_bool, "GPU collectives through NCCL when every rank has a GPU of its own (off: MPI via the host)"),
     "specialize_shapes": (True, _parse_bool,
                           "compile dims into kernels with index math (faster; each new shape compiles anew)"),

@@ -24,6 +24,7 @@ import weakref
 
 import numpy as np
 
+from .flags import flags
 from .ops.registry import OPS, METHODS
 
 _ids = itertools.count()
@@ -58,7 +59,11 @@ class Var:
     # not a numpy array computed then and there, off the graph (ufuncs still convert: np.exp(x))
     __array_priority__ = 1000
 
-    def __init__(self, op, inputs, attrs, shape, dtype, data=None):
+    def __init__(self, op, inputs=None, attrs=None, shape=None, dtype=None, data=None):
+        if shape is None:           # jt.Var(data[, dtype]): a leaf holding a copy, as jt.array
+            from .creation import array
+            leaf = array(op, inputs if inputs is not None else dtype)
+            op, inputs, attrs, shape, dtype, data = None, (), {}, leaf.shape, leaf.dtype, leaf._data
         self.op, self.inputs, self.attrs = op, tuple(inputs), attrs
         self.shape, self.dtype = tuple(shape), dtype
         self._data, self._stop_grad, self._consumers = data, False, []
@@ -74,7 +79,10 @@ class Var:
         """Build a node of the registered op ``op_name``; shape and dtype are inferred (and
         checked) now, the value later."""
         shape, dtype = OPS[op_name].infer(inputs, attrs)
-        return Var(op_name, inputs, attrs, shape, dtype)
+        v = Var(op_name, inputs, attrs, shape, dtype)
+        if flags.no_grad:           # built under jt.no_grad(): no backward through it
+            v._stop_grad = True
+        return v
 
     def _add_consumer(self, consumer):
         consumers = self._consumers
