@@ -47,6 +47,9 @@ def __getattr__(name):
     if name == "Module":
         from .nn import Module
         return Module
+    if name in ("save", "load"):        # checkpoints: Vars saved as arrays, loaded without running code
+        from .nn import persist
+        return getattr(persist, name)
     if name == "has_cuda":              # probing the GPU loads cupy: only when asked
         from .runtime.cuda import has_cuda
         return has_cuda()

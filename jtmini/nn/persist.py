@@ -1,4 +1,5 @@
-"""Saving and loading checkpoints: pickles of numpy arrays, written atomically.
+"""Saving and loading checkpoints: pickles of numpy arrays, written atomically, read back
+without running code from the file.
 
 ``save`` writes a temporary file in the target's directory, flushes it to disk, then renames it
 over the target (``os.replace`` is atomic on POSIX): a reader, or a crash at any moment, sees
@@ -6,20 +7,58 @@ either the old file or the new one, never a torn mix. The file ends up with the 
 ``open(path, "wb")`` would give it: an existing file keeps its mode, a new one gets 0666 less
 the umask.
 
-    >>> from jtmini import nn
-    >>> nn.save({"w": np.ones(3)}, "/tmp/ckpt.pkl")
-    >>> nn.load("/tmp/ckpt.pkl")["w"]
-    array([1., 1., 1.])
+``load`` unpickles with a fixed list of what a checkpoint may hold (numpy arrays, dtypes and
+scalars, dicts, lists, tuples, sets, strings, numbers, None): a pickle can name any function to
+call while it is read, and a file that names another one is refused, not run. Files written by
+Jittor's ``jt.save`` (pickled numpy arrays) load.
+
+    >>> jt.save({"w": jt.ones(3), "step": 10}, "/tmp/ckpt.pkl")     # Vars are saved as arrays
+    >>> jt.load("/tmp/ckpt.pkl")["w"]
+    array([1., 1., 1.], dtype=float32)
 """
+import io
 import os
 import pickle
 import secrets
 import stat
 
+import numpy as np
+
+from ..var import Var
+
+# (module, name) a checkpoint's pickle may call: how numpy rebuilds arrays, dtypes and scalars
+# (numpy 1 and 2 spell the module differently), and the containers pickle cannot spell itself
+_ALLOWED = {("numpy", "ndarray"), ("numpy", "dtype"), ("collections", "OrderedDict"),
+            ("builtins", "set"), ("builtins", "frozenset"), ("builtins", "complex"),
+            ("builtins", "bytearray"), ("_codecs", "encode")}
+_ALLOWED |= {(module, name) for module in ("numpy.core.multiarray", "numpy._core.multiarray")
+             for name in ("_reconstruct", "scalar")}
+_ALLOWED |= {(module, "_frombuffer") for module in ("numpy.core.numeric", "numpy._core.numeric")}
+_ALLOWED |= {("numpy.dtypes", name) for name in dir(np.dtypes) if name.endswith("DType")}
+
+
+class CheckpointError(ValueError):
+    """A file that is not a checkpoint: it asks to run something a checkpoint never needs."""
+
+
+def _values(obj):
+    """``obj`` with every Var replaced by its value (a numpy array), through dicts, lists, tuples."""
+    if isinstance(obj, Var):
+        return obj.numpy()
+    if isinstance(obj, dict):
+        return type(obj)((k, _values(v)) for k, v in obj.items())
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_values(v) for v in obj)
+    return obj
+
 
 def save(obj, path):
-    """Pickle ``obj`` to ``path`` atomically; Vars inside should be converted first
-    (``Module.state_dict()`` and ``Optimizer.state_dict()`` hold numpy arrays)."""
+    """Pickle ``obj`` to ``path`` atomically; Vars inside (in dicts, lists, tuples) are saved as
+    their numpy values, as Jittor's ``jt.save`` does.
+
+        >>> jt.save(model.state_dict(), "model.pkl")
+    """
+    obj = _values(obj)
     path = os.fspath(path)
     fd, tmp = _create_temp(path)
     try:
@@ -58,7 +97,31 @@ def _create_temp(path):
     raise FileExistsError(f"cannot save to {path!r}: no free temporary name in {directory!r}")
 
 
+class _Unpickler(pickle.Unpickler):
+    def __init__(self, file, path):
+        super().__init__(file)
+        self.path = path
+
+    def find_class(self, module, name):
+        if (module, name) not in _ALLOWED:
+            raise CheckpointError(f"{self.path}: refusing to load {module}.{name}: a checkpoint holds only "
+                                  "numpy arrays, numbers, strings, None, lists, tuples, sets and dicts")
+        return super().find_class(module, name)
+
+
 def load(path):
-    """The object pickled at ``path``."""
+    """The object saved at ``path`` (Vars come back as numpy arrays). A file whose pickle asks to
+    call anything but numpy's array rebuilding raises ``CheckpointError`` (a ValueError) naming
+    the file and what it asked for, without running it.
+
+        >>> model.load_state_dict(jt.load("model.pkl"))
+    """
+    path = os.fspath(path)
     with open(path, "rb") as f:
-        return pickle.load(f)
+        data = f.read()
+    try:
+        return _Unpickler(io.BytesIO(data), path).load()
+    except CheckpointError:
+        raise
+    except Exception as e:              # a truncated or foreign file: pickle raises many kinds
+        raise CheckpointError(f"{path}: not a readable checkpoint ({type(e).__name__}: {e})") from None

@@ -1,0 +1,72 @@
+"""``jt.save`` / ``jt.load``: Vars saved as arrays through nested containers; loading reads only
+what a checkpoint holds and never runs code named by the file (a pickle can name any function)."""
+import collections
+import os
+import pickle
+
+import numpy as np
+import pytest
+
+import jtmini as jt
+from jtmini import nn
+
+
+def test_vars_in_nested_containers_come_back_as_arrays(tmp_path, rng):
+    value = rng.standard_normal((3, 4)).astype("float32")
+    state = {"w": jt.array(value), "layers": [jt.array([1, 2]), (jt.ones(2), 3.5)], "step": 7, "name": "x",
+             "none": None, "scalar": np.float32(2.0), "set": {1, 2}}
+    jt.save(state, tmp_path / "ckpt.pkl")
+    back = jt.load(tmp_path / "ckpt.pkl")
+    np.testing.assert_array_equal(back["w"], value)
+    assert back["w"].dtype == np.float32 and back["layers"][0].dtype == np.int64
+    assert isinstance(back["layers"][1], tuple) and back["layers"][1][1] == 3.5
+    assert (back["step"], back["name"], back["none"], back["scalar"], back["set"]) == (7, "x", None, 2.0, {1, 2})
+
+
+@pytest.mark.parametrize("protocol", range(pickle.HIGHEST_PROTOCOL + 1))
+def test_files_pickled_as_jittor_does_load(tmp_path, protocol):
+    saved = collections.OrderedDict(weight=np.arange(6.0).reshape(2, 3).T, bias=np.float64(1.5), n=np.int64(3))
+    with open(tmp_path / "jittor.pkl", "wb") as f:
+        pickle.dump(saved, f, protocol=protocol)
+    back = jt.load(tmp_path / "jittor.pkl")
+    np.testing.assert_array_equal(back["weight"], saved["weight"])
+    assert back["bias"] == 1.5 and back["n"] == 3 and list(back) == ["weight", "bias", "n"]
+
+
+class _RunsAShellCommand:
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return os.system, (f"touch {self.marker}",)
+
+
+def test_a_pickle_that_names_a_function_is_refused_and_not_run(tmp_path):
+    marker, path = tmp_path / "pwned", tmp_path / "evil.pkl"
+    with open(path, "wb") as f:
+        pickle.dump({"weight": np.ones(2), "x": _RunsAShellCommand(marker)}, f)
+    with pytest.raises(ValueError, match=f"{path}: refusing to load posix.system"):
+        jt.load(path)
+    model = nn.Linear(2, 2)
+    with pytest.raises(ValueError, match="refusing to load posix.system"):
+        model.load(str(path))
+    assert not marker.exists()
+
+
+def test_a_truncated_or_foreign_file_is_a_clear_error(tmp_path):
+    jt.save({"w": jt.ones(1000)}, tmp_path / "good.pkl")
+    data = (tmp_path / "good.pkl").read_bytes()
+    (tmp_path / "cut.pkl").write_bytes(data[: len(data) // 2])
+    (tmp_path / "text.pkl").write_text("not a pickle")
+    for name in ("cut.pkl", "text.pkl"):
+        with pytest.raises(ValueError, match=f"{tmp_path / name}: not a readable checkpoint"):
+            jt.load(tmp_path / name)
+
+
+def test_module_round_trip_through_a_file(tmp_path, rng):
+    model = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4))
+    model.save(str(tmp_path / "m.pkl"))
+    other = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4))
+    other.load(str(tmp_path / "m.pkl"))
+    for (name, a), (_, b) in zip(model.state_dict().items(), other.state_dict().items()):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=name)
