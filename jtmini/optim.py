@@ -7,6 +7,7 @@
     >>> loss = ((model(jt.randn(8, 4)) - 1) ** 2).mean()
     >>> opt.step(loss)             # or: opt.zero_grad(); opt.backward(loss); opt.step()
     >>> opt.lr = 0.01              # takes effect at the next step (no recompilation)
+    >>> opt.backward(loss); opt.clip_grad_norm(1.0); opt.step()   # clipped by the global norm
 
 How a step runs: the gradients of all parameters are built as one lazy graph (``jt.grad``), every
 new parameter and state value is built from them, and ``jt.sync`` realizes all of them (plus the
@@ -18,6 +19,7 @@ Under mpirun the optimizer is data-parallel with no code change: the constructor
 rank 0's parameters, and the update uses the gradient of the whole global batch, gathered from
 every rank (see ``backward`` for what it assumes of the loss).
 """
+import math
 import numbers
 from collections.abc import Iterable
 
@@ -32,6 +34,7 @@ from .nn import persist
 from .nn.module import broadcast_in_place
 from .ops.collective import mpi_all_reduce_many
 from .ops.elementwise import axpby
+from .ops.reindex import stack
 from .var import Var, pending_roots
 
 
@@ -57,6 +60,7 @@ class Optimizer:
         self.lr = lr
         self.n_step = 0
         self._grads = None      # accumulated gradients, one Var per trainable parameter, or None
+        self._summed = None     # the same summed over ranks, each a handle of the optimizer's own
         broadcast_in_place([p for group in self.param_groups for p in group["params"]], root=0)
         for group in self.param_groups:
             _check_hyper(self, group)
@@ -77,14 +81,15 @@ class Optimizer:
     # (Adam's bias correction, SGD's first momentum buffer), as in PyTorch.
     STATE_KEYS = ()
 
-    def state(self, group, key):
-        """``group[key]`` for the trainable parameters of ``group``, in order, made on first use."""
+    def state(self, group, key, fill=0):
+        """``group[key]`` for the trainable parameters of ``group``, in order, made on first use
+        (filled with ``fill``: Adagrad's ``initial_accumulator_value``)."""
         states = group[key]
         for k, p in enumerate(group["params"]):
             if states[k] is None and not p.is_stop_grad():
                 # a real buffer, not a lazy constant: the first step then builds the same graph
                 # as every later one, so its kernels are all the training loop ever compiles
-                states[k] = array(np.zeros(p.shape, p.dtype))
+                states[k] = array(np.full(p.shape, fill, p.dtype))
         return [states[k] for k, p in enumerate(group["params"]) if not p.is_stop_grad()]
 
     @staticmethod
@@ -98,8 +103,8 @@ class Optimizer:
         return group.get(name, getattr(self, name))
 
     def zero_grad(self):
-        """Forget gradients accumulated by ``backward``."""
-        self._grads = None
+        """Forget gradients accumulated by ``backward`` (and clipped or changed since)."""
+        self._grads = self._summed = None
 
     @staticmethod
     def trainable(group):
@@ -132,9 +137,7 @@ class Optimizer:
         without, use the gradients accumulated by ``backward``. Then zero the gradients."""
         if loss is not None:
             self.backward(loss)
-        if self._grads is None:
-            raise RuntimeError("step() without a loss needs backward(loss) first")
-        grads, pairs = self._sync_gradients(self._grads), []
+        grads, pairs = self._summed_grads("step() without a loss", own=False), []
         # Zeroed before the schedule, not after: a gradient sent to MPI without its zeros (see
         # _sync_gradients) is read by no node, so while held it would be a pending root and
         # computed for nothing (6 ms of a ResNet-18 step at np 2).
@@ -164,6 +167,77 @@ class Optimizer:
         ~17 at np 2.
         """
         return mpi_all_reduce_many(grads, "add") if world.in_mpi else grads
+
+    def _summed_grads(self, caller, own):
+        """The gradients ``step`` will use, one Var per trainable parameter: those accumulated by
+        ``backward`` summed over ranks (once: later calls reuse them, and gradients accumulated
+        since are summed and added in place). With ``own`` each is a handle only the optimizer
+        holds, so ``clip_grad_norm`` and the caller of ``opt_grad`` may rebind it in place."""
+        if self._grads is None and self._summed is None:
+            raise RuntimeError(f"{caller} needs backward(loss) first")
+        if self._grads is not None:
+            new, self._grads = self._sync_gradients(self._grads), None
+            if self._summed is not None:
+                for mine, g in zip(self._summed, new):
+                    mine += g
+            elif not own:
+                return new          # step() alone: no extra node per parameter
+            else:
+                # jt.grad may hand two parameters one Var (the gradients of a + b), and scaling
+                # or updating it in place must change one parameter's gradient only
+                self._summed = [g.detach() for g in new]
+        return self._summed
+
+    def clip_grad_norm(self, max_norm, norm_type=2):
+        """Scale the gradients accumulated by ``backward`` by ``min(1, max_norm / (norm + 1e-6))``,
+        where ``norm`` is the ``norm_type``-norm of all of them together (1, 2, any p > 0, or
+        ``float('inf')``), as PyTorch's ``clip_grad_norm_``. Returns that norm (a 0-d Var, computed
+        with the step). Under mpirun it is the norm of the gradients summed over ranks, so every
+        rank clips alike; the sum is made here once and ``step`` uses it.
+
+            >>> opt.backward(loss)
+            >>> norm = opt.clip_grad_norm(1.0)     # lazy: the step computes it
+            >>> opt.step()
+        """
+        p = _check_clip_args(max_norm, norm_type)
+        grads = self._summed_grads("clip_grad_norm()", own=True)
+        if not grads:
+            return array(np.zeros((), "float32"))
+        total = _total_norm(grads, p)
+        coef = (max_norm / (total + 1e-6)).minimum(1.0)
+        for g in grads:
+            g *= coef if coef.dtype == g.dtype else coef.cast(g.dtype)
+        return total
+
+    def opt_grad(self, v):
+        """The gradient of parameter ``v`` that ``step`` will use: accumulated by ``backward``,
+        summed over ranks under mpirun, and clipped if ``clip_grad_norm`` was called. The same
+        handle until the step (or ``zero_grad``), so rebinding it changes what the step applies;
+        Jittor's ``v.opt_grad(optimizer)`` is this method. Under mpirun, call it on every rank
+        (its value needs the ranks' sum).
+
+            >>> opt.backward(loss)
+            >>> g = opt.opt_grad(model.weight)
+            >>> g.update(g * 0.5)                  # step() now applies half the gradient
+            >>> opt.step()
+        """
+        k = self._grad_index(v)
+        return self._summed_grads("opt_grad()", own=True)[k]
+
+    def _grad_index(self, v):
+        """Position of ``v`` among the trainable parameters, in gradient order."""
+        if not isinstance(v, Var):
+            raise TypeError(f"opt_grad: expected a Var (a parameter), got {type(v).__name__}")
+        index = 0
+        for n, group in enumerate(self.param_groups):
+            for k, p in enumerate(group["params"]):
+                if p is v and p.is_stop_grad():
+                    raise ValueError(f"opt_grad: param {k} of group {n} (shape {p.shape}) is stop_grad: "
+                                     f"the optimizer does not train it, so it has no gradient")
+                if p is v:
+                    return index
+                index += not p.is_stop_grad()
+        raise ValueError(f"opt_grad: the Var of shape {v.shape} is not a parameter of this optimizer")
 
     def _realize(self, loss, new_values):
         """One schedule for the loss, the new values, pending non-trainable state in the groups
@@ -210,6 +284,40 @@ def _share_of_global_batch(shard):
     return rank_samples / global_samples
 
 
+def _check_clip_args(max_norm, norm_type):
+    """``norm_type`` as a float once both arguments are checked (PyTorch also takes ``'inf'``)."""
+    if isinstance(max_norm, bool) or not isinstance(max_norm, numbers.Real):
+        raise TypeError(f"clip_grad_norm: max_norm must be a number, got {type(max_norm).__name__}")
+    if not max_norm >= 0:
+        raise ValueError(f"clip_grad_norm: max_norm={max_norm!r} must be >= 0")
+    if norm_type == "inf":
+        norm_type = math.inf
+    if isinstance(norm_type, bool) or not isinstance(norm_type, numbers.Real):
+        raise TypeError(f"clip_grad_norm: norm_type must be a number or 'inf', got {type(norm_type).__name__}")
+    if not norm_type > 0:
+        raise ValueError(f"clip_grad_norm: norm_type={norm_type!r} must be > 0 (1, 2, float('inf'), ...)")
+    return float(norm_type)
+
+
+def _total_norm(grads, p):
+    """The ``p``-norm of all of ``grads`` together, as a 0-d Var (a norm of per-Var norms' parts)."""
+    if p == math.inf:
+        parts = [g.abs().max() for g in grads]
+    elif p == 2:
+        parts = [(g * g).sum() for g in grads]
+    elif p == 1:
+        parts = [g.abs().sum() for g in grads]
+    else:
+        parts = [(g.abs() ** p).sum() for g in grads]
+    dtype = "float64" if any(part.dtype == "float64" for part in parts) else "float32"
+    parts = stack([part.cast(dtype) for part in parts])
+    if p == math.inf:
+        return parts.max()
+    if p == 2:
+        return parts.sum().sqrt()
+    return parts.sum() if p == 1 else parts.sum() ** (1 / p)
+
+
 def _listed(params, what):
     """``params`` (an iterable) as a list; a single Var, whose iteration yields its rows, is an error."""
     if isinstance(params, Var) or not isinstance(params, Iterable):
@@ -240,7 +348,8 @@ def _check_hyper(optimizer, group):
         if not ok:
             raise ValueError(f"{type(optimizer).__name__}: {name}={value(name)!r} must be {rule}")
 
-    for name in ("lr", "momentum", "weight_decay", "dampening", "eps"):
+    for name in ("lr", "momentum", "weight_decay", "dampening", "eps", "alpha", "lr_decay",
+                 "initial_accumulator_value"):
         if hasattr(optimizer, name):
             need(isinstance(value(name), numbers.Real) and value(name) >= 0, name, "a number >= 0")
     if hasattr(optimizer, "betas"):
@@ -360,4 +469,72 @@ class AdamW(Adam):
         super().__init__(params, lr, eps, betas, weight_decay)
 
 
-__all__ = ["Optimizer", "SGD", "Adam", "AdamW"]
+class RMSprop(Optimizer):
+    """RMSprop (Hinton): divide the gradient by a running root mean square of past gradients,
+    with L2 ``weight_decay``, ``momentum`` and ``centered`` (subtract the running mean's square
+    first), as PyTorch's ``RMSprop``. Jittor's defaults are the same.
+
+    >>> opt = jt.optim.RMSprop(model.parameters(), lr=1e-2, alpha=0.99, momentum=0.9, centered=True)
+    """
+
+    # "values" is the running mean square (Jittor's name), "momentum_buffer" PyTorch's name: a
+    # group's "momentum" key is already its hyper-parameter
+    STATE_KEYS = ("values", "grad_avg", "momentum_buffer")
+
+    def __init__(self, params, lr=1e-2, alpha=0.99, eps=1e-8, weight_decay=0, momentum=0, centered=False):
+        self.alpha, self.eps, self.weight_decay = alpha, eps, weight_decay
+        self.momentum, self.centered = momentum, centered
+        super().__init__(params, lr)
+
+    def updates(self, group, grads):
+        lr, alpha, momentum = self.hyper(group, "lr"), self.hyper(group, "alpha"), self.hyper(group, "momentum")
+        decay, centered = self.hyper(group, "weight_decay"), self.hyper(group, "centered")
+        count, out = len(grads), []
+        averages = self.state(group, "grad_avg") if centered else [None] * count
+        buffers = self.state(group, "momentum_buffer") if momentum else [None] * count
+        params = zip(self.trainable(group), grads, self.state(group, "values"), averages, buffers)
+        for p, g, square, average, buf in params:
+            g = axpby(1, g, decay, p) if decay else g
+            square_new = axpby(alpha, square, 1 - alpha, g * g)
+            out.append((square, square_new))
+            if centered:
+                average_new = axpby(alpha, average, 1 - alpha, g)
+                out.append((average, average_new))
+                square_new = square_new - average_new * average_new
+            d = g / (square_new.sqrt() + self.hyper(group, "eps"))
+            if momentum:
+                d = axpby(momentum, buf, 1, d)
+                out.append((buf, d))
+            out.append((p, axpby(1, p, -lr, d)))
+        return out
+
+
+class Adagrad(Optimizer):
+    """Adagrad (Duchi et al.): divide the gradient by the root of the sum of all past squared
+    gradients, with ``lr_decay`` (step k uses ``lr / (1 + (k - 1) * lr_decay)``) and L2
+    ``weight_decay``, as PyTorch's ``Adagrad`` (Jittor has none).
+
+    >>> opt = jt.optim.Adagrad(model.parameters(), lr=1e-2, lr_decay=1e-3, initial_accumulator_value=0.1)
+    """
+
+    STATE_KEYS = ("sum",)
+
+    def __init__(self, params, lr=1e-2, lr_decay=0, weight_decay=0, initial_accumulator_value=0, eps=1e-10):
+        self.lr_decay, self.weight_decay, self.eps = lr_decay, weight_decay, eps
+        self.initial_accumulator_value = initial_accumulator_value
+        super().__init__(params, lr)
+
+    def updates(self, group, grads):
+        lr, lr_decay, decay = self.hyper(group, "lr"), self.hyper(group, "lr_decay"), self.hyper(group, "weight_decay")
+        eps, out = self.hyper(group, "eps"), []
+        sums = self.state(group, "sum", fill=self.hyper(group, "initial_accumulator_value"))
+        for p, g, total, steps in zip(self.trainable(group), grads, sums, self.steps_taken(group)):
+            g = axpby(1, g, decay, p) if decay else g
+            total_new = axpby(1, total, 1, g * g)
+            # each parameter's own step count, as PyTorch's per-parameter "step"
+            step_lr = lr / (1 + steps * lr_decay)
+            out += [(total, total_new), (p, axpby(1, p, -step_lr, g / (total_new.sqrt() + eps)))]
+        return out
+
+
+__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "RMSprop", "Adagrad"]

@@ -197,6 +197,15 @@ class Var:
 
     update = assign
 
+    def opt_grad(self, optimizer):
+        """This parameter's gradient in ``optimizer``'s step, between ``optimizer.backward(loss)``
+        and ``optimizer.step()`` (summed over ranks, clipped), as in Jittor; ``assign`` or ``update``
+        on it changes what the step applies (see ``Optimizer.opt_grad``).
+
+        >>> optimizer.backward(loss); w.opt_grad(optimizer).update(w.opt_grad(optimizer) * 0.5)
+        """
+        return optimizer.opt_grad(self)
+
     def _rebind(self, source, data=None):
         """Make this handle the node ``source`` (``None``: a leaf holding ``data``, one Var fewer
         for a value already computed) while every existing consumer keeps the old node.

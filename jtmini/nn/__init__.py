@@ -10,17 +10,27 @@
 
 The optimizers live in ``jtmini.optim`` and are re-exported here (``nn.SGD``), as in Jittor.
 """
+from .activation import (ELU, GELU, Hardtanh, LogSoftmax, PReLU, ReLU6, SiLU, Softmax, Softplus, elu, gelu,
+                         hardtanh, relu6, silu, softplus)
+from .containers import ModuleDict, ModuleList, ParameterList
 from .conv import Conv, Conv2d, conv2d
-from .functional import (cross_entropy_loss, dropout, flatten, l1_loss, leaky_relu, linear,
-                         log_softmax, mse_loss, nll_loss, one_hot, relu, sigmoid, softmax, tanh)
+from .sparse import Embedding, embedding
+from .functional import (bce_loss, binary_cross_entropy_with_logits, cross_entropy_loss, dropout, flatten,
+                         kl_div, l1_loss, leaky_relu, linear, log_softmax, mse_loss, nll_loss, one_hot, relu,
+                         sigmoid, smooth_l1_loss, softmax, tanh)
 from .layers import (BatchNorm, BatchNorm1d, BatchNorm2d, Dropout, Flatten, Identity, LeakyReLU,
                      Leaky_relu, Linear, ReLU, Relu, Sigmoid, Tanh)
+from .losses import (BCELoss, BCEWithLogitsLoss, CrossEntropyLoss, KLDivLoss, L1Loss, MSELoss, NLLLoss,
+                     SmoothL1Loss)
 from .module import Module, Sequential
+from .norm import GroupNorm, InstanceNorm2d, LayerNorm, group_norm, layer_norm
 from .persist import load, save
 from .pool import (AdaptiveAvgPool2d, AvgPool2d, MaxPool2d, adaptive_avg_pool2d, avg_pool2d,
                    max_pool2d)
+from .resample import (ConstantPad2d, Dropout2d, PixelShuffle, ReflectionPad2d, ReplicationPad2d, Resize,
+                       Upsample, ZeroPad2d, dropout2d, interpolate, pad, pixel_shuffle)
 
-_OPTIMIZERS = ("Optimizer", "SGD", "Adam", "AdamW")
+_OPTIMIZERS = ("Optimizer", "SGD", "Adam", "AdamW", "RMSprop", "Adagrad")
 
 
 def __getattr__(name):
@@ -31,9 +41,7 @@ def __getattr__(name):
     raise AttributeError(f"module 'jtmini.nn' has no attribute {name!r}")
 
 
-__all__ = ["AdaptiveAvgPool2d", "AvgPool2d", "BatchNorm", "BatchNorm1d", "BatchNorm2d", "Conv",
-           "Conv2d", "Dropout", "Flatten", "Identity", "LeakyReLU", "Leaky_relu", "Linear",
-           "MaxPool2d", "Module", "ReLU", "Relu", "Sequential", "Sigmoid", "Tanh",
-           "adaptive_avg_pool2d", "avg_pool2d", "conv2d", "cross_entropy_loss", "dropout", "flatten",
-           "l1_loss", "leaky_relu", "linear", "load", "log_softmax", "max_pool2d", "mse_loss",
-           "nll_loss", "one_hot", "relu", "save", "sigmoid", "softmax", "tanh", *_OPTIMIZERS]
+__all__ = sorted(name for name in dir() if not name.startswith("_")
+                 and name not in ("activation", "arguments", "containers", "conv", "functional",
+                                  "layers", "losses", "module", "norm", "persist", "pool", "resample", "sparse"))
+__all__ += list(_OPTIMIZERS)

@@ -8,11 +8,12 @@ All of them are compositions of jtmini ops, so they fuse and differentiate like 
     >>> nn.cross_entropy_loss(logits, labels).item()      # mean over the batch
 """
 import math
+import numbers
 
 import numpy as np
 
 from .. import creation, dtypes
-from ..ops.elementwise import where
+from ..ops.elementwise import broadcast_shapes, where
 
 
 def relu(x):
@@ -45,11 +46,134 @@ def softmax(x, dim=1):
     return e / e.sum(dims=dim, keepdims=True)
 
 
-def one_hot(labels, num_classes, dtype="float32"):
-    """(N,) integer labels -> (N, num_classes) rows with a 1 at each label, by comparing against
-    ``arange`` (one fused elementwise kernel, no gather)."""
+def one_hot(x, num_classes=-1, dtype="float32"):
+    """Class values ``x`` (bool or integer, any shape) -> ``x.shape + (num_classes,)`` with a 1 at
+    each value's index, by comparing against ``arange`` (one fused kernel, no gather). As in
+    Jittor, ``num_classes=-1`` takes ``max(x) + 1``. A value outside ``0..num_classes-1`` raises
+    ValueError naming it (Jittor gives an all-zero row); checking reads ``x``, computing it if lazy.
+
+    >>> nn.one_hot(jt.array([0, 2]), 3).numpy()
+    array([[1., 0., 0.],
+           [0., 0., 1.]], dtype=float32)
+    """
+    x = creation.as_var(x)
+    if x.dtype not in ("bool", "int32", "int64"):
+        raise ValueError(f"one_hot: x must hold class indices (bool, int32 or int64), got dtype {x.dtype}")
+    values = np.asarray(x.data, dtype=np.int64)
+    num_classes = _num_classes(num_classes, values)
+    bad = values[(values < 0) | (values >= num_classes)]
+    if bad.size:
+        raise ValueError(f"one_hot: class value {bad.flat[0]} is out of range for num_classes="
+                         f"{num_classes} (values must be in [0, {num_classes}))")
+    classes = creation.arange(num_classes).reshape((1,) * x.ndim + (num_classes,))
+    return (classes == x.reshape(x.shape + (1,))).cast(dtype)
+
+
+def _num_classes(num_classes, values):
+    if isinstance(num_classes, bool) or not isinstance(num_classes, numbers.Integral):
+        raise TypeError(f"one_hot: num_classes must be an int, got {type(num_classes).__name__}")
+    if num_classes == -1:
+        if values.size == 0:
+            raise ValueError("one_hot: num_classes=-1 cannot be inferred from an empty x; pass it")
+        return max(int(values.max()) + 1, 1)
+    if num_classes < 1:
+        raise ValueError(f"one_hot: num_classes must be a positive int or -1, got {num_classes}")
+    return int(num_classes)
+
+
+def _hits(labels, num_classes, dtype):
+    """(M,) labels -> (M, num_classes) one-hot rows, unchecked: the losses check labels themselves
+    (IndexError, and only when they hold their values) and let ``ignore_index`` through."""
     classes = creation.arange(num_classes).reshape(1, num_classes)
     return (classes == labels.reshape(-1, 1)).cast(dtype)
+
+
+# --- argument checks shared by the losses -------------------------------------------------------
+REDUCTIONS = ("mean", "sum", "none")
+
+
+def _check_reduction(reduction, who, allowed=REDUCTIONS):
+    """``reduction`` if it is one of ``allowed``; ValueError naming it otherwise."""
+    if not isinstance(reduction, str) or reduction not in allowed:
+        raise ValueError(f"{who}: reduction must be one of {', '.join(map(repr, allowed))}, "
+                         f"got {reduction!r}")
+    return reduction
+
+
+def _legacy_reduction(size_average, reduction, who):
+    """Jittor's ``size_average`` (True: mean, False: sum), unless ``reduction`` is given."""
+    if reduction is not None:
+        return _check_reduction(reduction, who)
+    if size_average is None:
+        return "mean"
+    if not isinstance(size_average, (bool, np.bool_)):
+        raise TypeError(f"{who}: size_average must be True or False, got {size_average!r}")
+    return "mean" if size_average else "sum"
+
+
+def _check_beta(beta, who):
+    if isinstance(beta, bool) or not isinstance(beta, numbers.Real) or not beta >= 0:
+        raise ValueError(f"{who}: beta must be a non-negative number, got {beta!r}")
+    return float(beta)
+
+
+def _check_flag(value, name, who):
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{who}: {name} must be True or False, got {value!r}")
+    return bool(value)
+
+
+def _check_ignore_index(ignore_index, who):
+    if ignore_index is not None and (isinstance(ignore_index, bool)
+                                     or not isinstance(ignore_index, numbers.Integral)):
+        raise TypeError(f"{who}: ignore_index must be an int or None, got {ignore_index!r}")
+    return ignore_index
+
+
+def _smoothing(label_smoothing, who):
+    if isinstance(label_smoothing, bool) or not isinstance(label_smoothing, numbers.Real) \
+            or not 0.0 <= label_smoothing <= 1.0:
+        raise ValueError(f"{who}: label_smoothing must be a number in [0, 1], got {label_smoothing!r}")
+    return float(label_smoothing)
+
+
+def _float_input(output, who):
+    output = creation.as_var(output)
+    if not dtypes.is_float(output.dtype):
+        raise ValueError(f"{who}: input must be float32 or float64, got dtype {output.dtype}")
+    return output
+
+
+def _loss_operands(output, target, who, same_shape=False):
+    """(input, target) as Vars of the input's float dtype; the target must have the input's shape
+    (``same_shape``, as PyTorch's binary cross entropies) or broadcast with it."""
+    output = _float_input(output, who)
+    target = creation.as_var(target, like=output)
+    if same_shape and target.shape != output.shape:
+        raise ValueError(f"{who}: target of shape {target.shape} must have the input's shape "
+                         f"{output.shape}")
+    if not same_shape and _broadcast_or_none(output.shape, target.shape) is None:
+        raise ValueError(f"{who}: target of shape {target.shape} does not broadcast with the "
+                         f"input's shape {output.shape}")
+    return output, target.cast(output.dtype)
+
+
+def _broadcast_or_none(*shapes):
+    try:
+        return broadcast_shapes(*shapes)
+    except ValueError:
+        return None
+
+
+def _elementwise_weight(weight, output, who, name="weight"):
+    """``weight`` as a Var of the input's dtype that broadcasts to the input's shape (or None)."""
+    if weight is None:
+        return None
+    weight = creation.as_var(weight, like=output)
+    if _broadcast_or_none(output.shape, weight.shape) != output.shape:
+        raise ValueError(f"{who}: {name} of shape {weight.shape} does not broadcast to the input's "
+                         f"shape {output.shape}")
+    return weight.cast(output.dtype)
 
 
 def _reduce(loss, reduction, weight_sum=None, shape=None):
@@ -63,9 +187,12 @@ def _reduce(loss, reduction, weight_sum=None, shape=None):
     raise ValueError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
 
 
+# --- class-index losses -------------------------------------------------------------------------
 def _sample_shape(x, who):
     """The sample dims of a (N, C, d1, ..., dk) input, (N, d1, ..., dk); a (C,) input is one
     sample, shape ()."""
+    if not dtypes.is_float(x.dtype):
+        raise ValueError(f"{who}: input must be float32 or float64, got dtype {x.dtype}")
     if x.ndim == 0:
         raise ValueError(f"{who}: input must have a class dim, (C,), (N, C) or (N, C, d1, ...), "
                          f"got a 0-d Var")
@@ -83,10 +210,20 @@ def _classes_last(x):
     return x.reshape(n, c, -1).permute(0, 2, 1).reshape(-1, c)
 
 
+def _class_target(target, who, hint=""):
+    """``target`` as a Var of integer class indices; a float or bool one is refused: compared
+    against class numbers it would silently match nothing."""
+    target = creation.as_var(target)
+    if target.dtype not in ("int32", "int64"):
+        raise ValueError(f"{who}: target must hold integer class indices (int32 or int64), got "
+                         f"dtype {target.dtype}{hint}")
+    return target
+
+
 def _check_labels(target, num_classes, ignore_index, who):
-    """Refuse labels outside ``0..num_classes-1`` (other than ``ignore_index``): one_hot would
-    give them an all-zero row, a silently wrong loss. Only a target that already holds its value
-    is checked; computing a lazy one here would split the training step's single schedule."""
+    """Refuse labels outside ``0..num_classes-1`` (other than ``ignore_index``): they would get
+    an all-zero row, a silently wrong loss. Only a target that already holds its value is
+    checked; computing a lazy one here would split the training step's single schedule."""
     if not target.is_realized():
         return
     labels = np.asarray(target.data)
@@ -99,76 +236,227 @@ def _check_labels(target, num_classes, ignore_index, who):
                          f"{'' if ignore_index is None else f' or ignore_index={ignore_index}'})")
 
 
-def _class_losses(log_probs, target, weight, ignore_index, who):
+def _class_losses(log_probs, target, weight, ignore_index, who, smoothing=0.0):
     """Per-sample loss (M,) of integer ``target`` under (M, C) ``log_probs``, and the divisor of
-    the mean (the kept samples' weight; None: the plain count)."""
+    the mean (the kept samples' weight; None: the plain count). With ``smoothing`` each row's
+    target spreads ``smoothing`` evenly over the classes, weighted and ignored as the label is."""
     m, c = log_probs.shape
     if math.prod(target.shape) != m:
         raise ValueError(f"{who}: target of shape {target.shape} does not hold one class label per "
                          f"sample of the input ({m} samples)")
+    _check_ignore_index(ignore_index, who)
     _check_labels(target, c, ignore_index, who)
-    hits = one_hot(target, c, log_probs.dtype)
-    if weight is not None:
-        hits = hits * _class_weight(weight, c, who)
-    if ignore_index is not None:
-        hits = hits * (target.reshape(-1, 1) != ignore_index).cast(log_probs.dtype)
-    weighted = weight is not None or ignore_index is not None
-    return -(log_probs * hits).sum(dims=1), (hits.sum() if weighted else None)
+    factors = [f for f in (None if weight is None else _class_weight(weight, c, who),
+                           None if ignore_index is None else
+                           (target.reshape(-1, 1) != ignore_index).cast(log_probs.dtype))
+               if f is not None]
+    hits = _hits(target, c, log_probs.dtype)
+    for factor in factors:
+        hits = hits * factor
+    weight_sum = hits.sum() if factors else None
+    if smoothing:
+        spread = smoothing / c
+        for factor in factors:
+            spread = factor * spread
+        hits = hits * (1.0 - smoothing) + spread
+    return -(log_probs * hits).sum(dims=1), weight_sum
 
 
 def _class_weight(weight, num_classes, who):
+    weight = creation.as_var(weight)
     if tuple(weight.shape) != (num_classes,):
         raise ValueError(f"{who}: weight must have shape ({num_classes},), one per class, "
                          f"got {tuple(weight.shape)}")
     return weight.reshape(1, num_classes)
 
 
-def nll_loss(log_probs, target, weight=None, ignore_index=None, reduction="mean"):
+def nll_loss(output, target, weight=None, ignore_index=-100, reduction="mean"):
     """Negative log likelihood of integer ``target`` under ``log_probs``: (N, C) with target (N,),
     or (N, C, d1, ...) with target (N, d1, ...), as in PyTorch. ``weight`` (C,) rescales classes;
-    ``ignore_index`` drops samples with that label; the mean is taken over the (weighted) samples
-    kept. A label outside ``0..C-1`` raises IndexError (checked when ``target`` holds its value).
+    samples labelled ``ignore_index`` (-100, as in Jittor and PyTorch) are dropped; the mean is
+    over the (weighted) samples kept. A float target raises ValueError; a label outside
+    ``0..C-1`` raises IndexError (checked when ``target`` holds its value).
 
     >>> nn.nll_loss(jt.array([[-0.1, -2.4], [-1.2, -0.4]]), jt.array([0, 1])).item()   # (0.1+0.4)/2
     0.25
     """
-    shape, target = _sample_shape(log_probs, "nll_loss"), creation.as_var(target)
-    loss, weight_sum = _class_losses(_classes_last(log_probs), target, weight, ignore_index, "nll_loss")
+    who = "nll_loss"
+    _check_reduction(reduction, who)
+    output = creation.as_var(output)
+    shape, target = _sample_shape(output, who), _class_target(target, who)
+    loss, weight_sum = _class_losses(_classes_last(output), target, weight, ignore_index, who)
     return _reduce(loss, reduction, weight_sum, shape)
 
 
-def cross_entropy_loss(output, target, weight=None, ignore_index=None, reduction="mean"):
+def cross_entropy_loss(output, target, weight=None, ignore_index=None, reduction="mean",
+                       label_smoothing=0.0):
     """Softmax cross entropy of logits ``output`` (N, C) against integer labels ``target`` (N,),
     or against class probabilities when ``target`` is a float Var of the shape of ``output``.
     As in PyTorch, ``output`` may be (N, C, d1, ...) with ``target`` (N, d1, ...), and
     ``reduction="none"`` gives one loss per sample, shaped like that target. ``weight`` (C,)
-    rescales classes in both forms; ``ignore_index`` applies to labels only.
+    rescales classes in both forms; ``ignore_index`` applies to labels only. ``label_smoothing``
+    mixes the target with the uniform distribution over classes, as PyTorch defines it.
 
     >>> nn.cross_entropy_loss(jt.array([[2.0, 0.0]]), jt.array([0])).item()   # -log(e^2/(e^2+1))
     0.1269...
     """
-    shape, target = _sample_shape(output, "cross_entropy_loss"), creation.as_var(target)
+    who = "cross_entropy_loss"
+    _check_reduction(reduction, who)
+    smoothing = _smoothing(label_smoothing, who)
+    output = creation.as_var(output)
+    shape, target = _sample_shape(output, who), creation.as_var(target)
     log_probs = log_softmax(_classes_last(output), dim=1)
     if target.shape == output.shape and dtypes.is_float(target.dtype):
-        if ignore_index is not None:
-            raise ValueError("cross_entropy_loss: ignore_index is not supported with probability "
-                             "targets (a float target shaped like the input)")
-        probs = _classes_last(target)
-        if weight is not None:
-            probs = probs * _class_weight(weight, log_probs.shape[1], "cross_entropy_loss")
-        return _reduce(-(log_probs * probs).sum(dims=1), reduction, shape=shape)
-    loss, weight_sum = _class_losses(log_probs, target, weight, ignore_index, "cross_entropy_loss")
+        loss = _soft_target_losses(log_probs, _classes_last(target), weight, ignore_index, smoothing)
+        return _reduce(loss, reduction, shape=shape)
+    target = _class_target(target, who, f" (a float target is read as class probabilities only "
+                                        f"when it has the input's shape {output.shape})")
+    loss, weight_sum = _class_losses(log_probs, target, weight, ignore_index, who, smoothing)
     return _reduce(loss, reduction, weight_sum, shape)
 
 
+def _soft_target_losses(log_probs, probs, weight, ignore_index, smoothing):
+    """Per-sample cross entropy (M,) of (M, C) class probabilities ``probs``."""
+    if ignore_index is not None:
+        raise ValueError("cross_entropy_loss: ignore_index is not supported with probability "
+                         "targets (a float target shaped like the input)")
+    c = log_probs.shape[1]
+    probs = probs.cast(log_probs.dtype)
+    if smoothing:
+        probs = probs * (1.0 - smoothing) + smoothing / c
+    if weight is not None:
+        probs = probs * _class_weight(weight, c, "cross_entropy_loss")
+    return -(log_probs * probs).sum(dims=1)
+
+
+# --- elementwise losses -------------------------------------------------------------------------
 def mse_loss(output, target, reduction="mean"):
-    """Squared error between ``output`` and ``target``, averaged over all elements by default."""
+    """Squared error between ``output`` and ``target`` (broadcast together), averaged over all
+    elements by default.
+
+    >>> nn.mse_loss(jt.array([1.0, 2.0]), jt.array([0.0, 0.0])).item()     # (1 + 4) / 2
+    2.5
+    """
+    _check_reduction(reduction, "mse_loss")
+    output, target = _loss_operands(output, target, "mse_loss")
     diff = output - target
     return _reduce(diff * diff, reduction)
 
 
 def l1_loss(output, target, reduction="mean"):
+    """Absolute error between ``output`` and ``target`` (broadcast together), averaged over all
+    elements by default.
+
+    >>> nn.l1_loss(jt.array([1.0, -2.0]), jt.array([0.0, 0.0])).item()     # (1 + 2) / 2
+    1.5
+    """
+    _check_reduction(reduction, "l1_loss")
+    output, target = _loss_operands(output, target, "l1_loss")
     return _reduce((output - target).abs(), reduction)
+
+
+def smooth_l1_loss(y_true, y_pred, reduction="mean", beta=1.0):
+    """Huber-like loss, PyTorch's definition: ``0.5 * d**2 / beta`` where ``d = |y_true - y_pred|``
+    is below ``beta``, else ``d - 0.5 * beta``; ``beta=0`` is the L1 loss. The arguments are in
+    Jittor's order; the loss is symmetric in them, so PyTorch's (input, target) works the same.
+
+    >>> nn.smooth_l1_loss(jt.array([0.0, 0.0]), jt.array([0.5, 3.0])).item()   # (0.125 + 2.5) / 2
+    1.3125
+    """
+    who = "smooth_l1_loss"
+    _check_reduction(reduction, who)
+    beta = _check_beta(beta, who)
+    y_true, y_pred = _loss_operands(y_true, y_pred, who)
+    diff = (y_true - y_pred).abs()
+    if beta == 0:          # the quadratic branch is empty, and 0.5 / beta would divide by zero
+        return _reduce(diff, reduction)
+    return _reduce(where(diff < beta, diff * diff * (0.5 / beta), diff - 0.5 * beta), reduction)
+
+
+def bce_loss(output, target, weight=None, size_average=True, reduction=None):
+    """Binary cross entropy of probabilities ``output`` against ``target`` (same shape), with
+    each log clamped at -100 as in PyTorch, so a probability of exactly 0 or 1 gives a finite
+    loss. ``weight`` broadcasts to the input's shape. Jittor's ``size_average`` (True: mean,
+    False: sum) applies unless ``reduction`` ('mean', 'sum', 'none') is given. Input values
+    outside [0, 1] raise ValueError (checked when ``output`` holds its value).
+
+    >>> nn.bce_loss(jt.array([0.8, 0.4]), jt.array([1.0, 0.0])).item()   # -(log 0.8 + log 0.6) / 2
+    0.3669...
+    """
+    who = "bce_loss"
+    reduction = _legacy_reduction(size_average, reduction, who)
+    output, target = _loss_operands(output, target, who, same_shape=True)
+    weight = _elementwise_weight(weight, output, who)
+    _check_probabilities(output, who)
+    loss = -(target * _clamped_log(output) + (1 - target) * _clamped_log(1 - output))
+    return _reduce(loss if weight is None else loss * weight, reduction)
+
+
+def _clamped_log(p):
+    """max(log(p), -100) with no infinite value on any path: log reads 1 where p <= 0, so the
+    gradient of an unselected entry is a finite 0."""
+    positive = p > 0
+    logs = where(positive, p, 1.0).log()
+    return where(positive & (logs > -100.0), logs, -100.0)
+
+
+def _check_probabilities(output, who):
+    """Refuse input values outside [0, 1] (NaN too), as PyTorch does; like the label check, only
+    for an input that already holds its value."""
+    if not output.is_realized():
+        return
+    values = np.asarray(output.data)
+    bad = values[~((values >= 0) & (values <= 1))]
+    if bad.size:
+        raise ValueError(f"{who}: input must hold probabilities in [0, 1], got {bad.flat[0]}")
+
+
+def binary_cross_entropy_with_logits(output, target, weight=None, pos_weight=None,
+                                     size_average=True, reduction=None):
+    """Sigmoid and binary cross entropy in one, as PyTorch's: ``(1 - t) * x + lw * softplus(-x)``
+    with ``lw = 1 + (pos_weight - 1) * t`` and ``softplus(-x) = max(-x, 0) + log(1 + exp(-|x|))``,
+    so no exp overflows even at |x| ~ 100. ``pos_weight`` weighs positives (one per class: it
+    broadcasts along the last dim); ``weight``, size_average and reduction are as in ``bce_loss``.
+
+    >>> nn.binary_cross_entropy_with_logits(jt.array([100.0, -100.0]), jt.array([1.0, 1.0])).item()
+    50.0
+    """
+    who = "binary_cross_entropy_with_logits"
+    reduction = _legacy_reduction(size_average, reduction, who)
+    output, target = _loss_operands(output, target, who, same_shape=True)
+    weight = _elementwise_weight(weight, output, who)
+    pos_weight = _elementwise_weight(pos_weight, output, who, "pos_weight")
+    # each branch picks the side of x >= 0 where its formula stays finite, and x = 0 gets the
+    # one-sided derivatives that add up to softplus's true slope there (-1/2)
+    neg_abs = where(output >= 0, -output, output)
+    softplus_neg = where(output >= 0, 0.0, -output) + (neg_abs.exp() + 1.0).log()
+    if pos_weight is not None:
+        softplus_neg = softplus_neg * ((pos_weight - 1.0) * target + 1.0)
+    loss = (1 - target) * output + softplus_neg
+    return _reduce(loss if weight is None else loss * weight, reduction)
+
+
+def kl_div(input, target, reduction="mean", log_target=False):
+    """Kullback-Leibler divergence of ``target`` from ``input``, PyTorch's ``kl_div``: ``input``
+    holds log-probabilities and ``target`` probabilities (log-probabilities with
+    ``log_target``); pointwise ``target * (log(target) - input)``, 0 where ``target`` is 0.
+    ``reduction='batchmean'`` divides the sum by the batch size (dim 0): the true KL divergence;
+    'mean' averages over every element.
+
+    >>> nn.kl_div(jt.array([[-0.5, -1.0]]), jt.array([[1.0, 0.0]]), reduction="batchmean").item()
+    0.5
+    """
+    who = "kl_div"
+    _check_reduction(reduction, who, REDUCTIONS + ("batchmean",))
+    log_target = _check_flag(log_target, "log_target", who)
+    input, target = _loss_operands(input, target, who)
+    if log_target:
+        loss = target.exp() * (target - input)
+    else:   # log reads 1 where target is 0, so 0 * log(0) is 0 in value and gradient
+        loss = target * where(target == 0, 1.0, target).log() - target * input
+    if reduction == "batchmean":
+        return loss.sum() / input.shape[0] if input.ndim else loss.sum()
+    return _reduce(loss, reduction)
 
 
 def dropout(x, p=0.5, is_train=True):
@@ -213,4 +501,5 @@ def _dim(dim, ndim, name):
 
 
 __all__ = ["relu", "leaky_relu", "sigmoid", "tanh", "log_softmax", "softmax", "one_hot", "nll_loss",
-           "cross_entropy_loss", "mse_loss", "l1_loss", "dropout", "linear", "flatten"]
+           "cross_entropy_loss", "mse_loss", "l1_loss", "smooth_l1_loss", "bce_loss",
+           "binary_cross_entropy_with_logits", "kl_div", "dropout", "linear", "flatten"]

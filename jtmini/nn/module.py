@@ -209,17 +209,34 @@ class Module:
 
 class Sequential(Module):
     """Layers applied in order; children are named "0", "1", ... (or by the keys of a dict).
+    As in Jittor, an argument that is a list (or tuple) adds each of its layers, so
+    ``Sequential([a, b])`` is ``Sequential(a, b)``, and a dict adds its layers under its keys.
 
     >>> block = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
     >>> block[0].weight.shape, len(block)
     ((8, 4), 3)
+    >>> [n for n, _ in nn.Sequential([nn.Linear(4, 8), nn.Linear(8, 2)]).named_parameters()][::2]
+    ['0.weight', '1.weight']
     """
 
     def __init__(self, *layers):
-        if len(layers) == 1 and isinstance(layers[0], dict):
-            self._layers = collections.OrderedDict((str(k), v) for k, v in layers[0].items())
-        else:
-            self._layers = collections.OrderedDict((str(k), v) for k, v in enumerate(layers))
+        self._layers = collections.OrderedDict()
+        for layer in layers:
+            if isinstance(layer, dict):
+                for key, value in layer.items():
+                    self._add(str(key), value)
+            elif isinstance(layer, (list, tuple)):
+                for value in layer:
+                    self.append(value)
+            else:
+                self.append(layer)
+
+    def _add(self, key, layer):
+        # a layer that cannot be called would only fail at the first forward pass, far from here
+        if not callable(layer):
+            raise TypeError(f"Sequential: layer {key!r} must be a Module or a callable, got "
+                            f"{type(layer).__name__}")
+        self._layers[key] = layer
 
     def named_children(self):
         return ((k, v) for k, v in self._layers.items() if isinstance(v, Module))
@@ -233,7 +250,8 @@ class Sequential(Module):
         return x
 
     def append(self, layer):
-        self._layers[str(len(self._layers))] = layer
+        """Add ``layer`` at the end, named by its position; returns self."""
+        self._add(str(len(self._layers)), layer)
         return self
 
     def __getitem__(self, index):

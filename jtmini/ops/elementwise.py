@@ -287,9 +287,23 @@ register(OpSpec("where", "elementwise", infer=lambda inputs, a: (inputs[1].shape
 
 
 @export("where")
-def where(condition, x, y):
-    """``x`` where ``condition`` is true, else ``y``, with broadcasting over all three."""
-    from ..creation import as_var
+def where(condition, x=None, y=None):
+    """``x`` where ``condition`` is true, else ``y``, with broadcasting over all three. With the
+    condition alone, numpy's ``nonzero``: a tuple of int64 index Vars, one per dim (eager, since
+    their length is the count of true entries).
+
+    >>> jt.where(jt.array([True, False]), 1.0, 2.0).numpy()
+    array([1., 2.], dtype=float32)
+    >>> jt.where(jt.array([[0, 3], [5, 0]]))[1].numpy()
+    array([1, 0])
+    """
+    from ..creation import array, as_var
+    if x is None and y is None:
+        import numpy as np
+        values = np.atleast_1d(as_var(condition).numpy())      # numpy refuses nonzero of a 0-d array
+        return tuple(array(positions.astype(np.int64), "int64") for positions in np.nonzero(values))
+    if x is None or y is None:
+        raise TypeError("where takes the condition alone, or the condition, x and y; got only one of x and y")
     condition = cast(as_var(condition), "bool")
     x, y = operands(x, y)
     shape = broadcast_shapes(condition.shape, x.shape)

@@ -1,0 +1,403 @@
+"""Layers that move pixels: channel dropout, padding, pixel shuffle and resizing.
+
+Everything is a composition of jtmini's movement ops, so it fuses with its neighbours and its
+gradient is the ops' own. Padding is one ``reindex`` whose index expressions mirror, clamp or wrap
+the output index into the input; resizing gathers rows and columns through index tables computed
+on the host with PyTorch's formulas (in the input's float type), and bilinear weights them.
+
+    >>> import jtmini as jt
+    >>> from jtmini.nn import resample as R
+    >>> x = jt.randn(2, 3, 4, 4)
+    >>> R.ReflectionPad2d(1)(x).shape, R.interpolate(x, scale_factor=2, mode="bilinear").shape
+    ((2, 3, 6, 6), (2, 3, 8, 8))
+"""
+import math
+import numbers
+
+import numpy as np
+
+from .. import creation, dtypes
+from ..ops.reindex import pad as constant_pad
+from ..ops.reindex import reindex
+from ..var import Var
+from .arguments import count, is_count, items
+from .module import Module
+
+PAD_MODES = ("constant", "reflect", "replicate", "circular")
+INTERPOLATE_MODES = ("nearest", "bilinear")
+
+
+def _input(x, who, ndims, floats=False):
+    """``x`` itself if it is a Var with one of ``ndims`` dims (and a float dtype when ``floats``);
+    TypeError or ValueError naming ``who`` and what was given otherwise."""
+    if not isinstance(x, Var):
+        raise TypeError(f"{who}: input must be a jtmini Var, got {type(x).__name__}")
+    if x.ndim not in ndims:
+        wanted = " or ".join(f"{n}-d" for n in ndims)
+        raise ValueError(f"{who}: input must be {wanted}, got shape {x.shape}")
+    if floats and not dtypes.is_float(x.dtype):
+        raise TypeError(f"{who}: input must be float32 or float64, got {x.dtype}")
+    return x
+
+
+def _probability(p, who):
+    """``p`` as a float in [0, 1]; ValueError naming ``who`` otherwise."""
+    if isinstance(p, bool) or not isinstance(p, numbers.Real) or not 0 <= p <= 1:
+        raise ValueError(f"{who}: p must be a probability in [0, 1], got {p!r}")
+    return float(p)
+
+
+# --- channel dropout -----------------------------------------------------------------------------
+def dropout2d(x, p=0.5, is_train=True):
+    """Zero whole channels (every (H, W) plane of a (N, C, H, W) or (C, H, W) input) with
+    probability ``p`` and scale the kept ones by 1/(1-p), in training only; p=1 zeroes all.
+
+    >>> y = nn.dropout2d(jt.ones(2, 8, 3, 3), 0.5)   # each 3x3 plane all 0.0 or all 2.0
+    """
+    _input(x, "dropout2d", (3, 4), floats=True)
+    p = _probability(p, "dropout2d")
+    if not is_train or p == 0:
+        return x
+    if p == 1:
+        return x * 0.0
+    # one draw per plane, broadcast over it, so a channel is dropped as a whole
+    keep = creation.rand(*x.shape[:-2], 1, 1) >= p
+    return x * (keep.cast(x.dtype) * (1.0 / (1.0 - p)))
+
+
+class Dropout2d(Module):
+    """Channel dropout: each (H, W) plane is zeroed with probability ``p`` in training mode and
+    the others scaled by 1/(1-p); identity after ``eval()``.
+
+    >>> drop = nn.Dropout2d(0.25)
+    >>> drop(jt.ones(4, 16, 5, 5)).shape
+    (4, 16, 5, 5)
+    """
+
+    def __init__(self, p=0.5, is_train=True):
+        self.p, self.is_train = _probability(p, "Dropout2d"), is_train
+
+    def execute(self, x):
+        return dropout2d(x, self.p, self.is_train)
+
+
+# --- padding -------------------------------------------------------------------------------------
+def _pad_widths(x, padding, who):
+    """PyTorch's flat ``padding`` (before, after pairs from the last dim back) as one
+    (before, after) pair per dim of ``x``."""
+    flat = items(padding)
+    if not flat or len(flat) % 2 or len(flat) // 2 > x.ndim:
+        raise ValueError(f"{who}: padding must be a sequence of (before, after) pairs for up to "
+                         f"{x.ndim} dims, got {padding!r}")
+    if not all(is_count(p) and p >= 0 for p in flat):
+        raise ValueError(f"{who}: padding sizes must be ints >= 0, got {padding!r}")
+    widths = [(0, 0)] * x.ndim
+    for k in range(len(flat) // 2):
+        widths[x.ndim - 1 - k] = (int(flat[2 * k]), int(flat[2 * k + 1]))
+    return widths
+
+
+def _source_index(k, before, size, mode):
+    """C expression of the input index that output index ``i<k>`` reads, padded by ``before``."""
+    i, last = f"i{k}", before + size - 1
+    if mode == "replicate":
+        return f"({i}<{before}?0:({i}>{last}?{size - 1}:{i}-{before}))"
+    if mode == "reflect":
+        return f"({i}<{before}?{before}-{i}:({i}>{last}?{2 * (size - 1) + before}-{i}:{i}-{before}))"
+    return f"({i}+{size - before})%{size}"      # circular: the offset keeps the dividend >= 0
+
+
+def _check_fits(x, widths, mode):
+    """Refuse paddings the mode cannot fill from ``x``, naming the dim."""
+    for dim, (size, (before, after)) in enumerate(zip(x.shape, widths)):
+        if not before and not after:
+            continue
+        if size == 0:
+            raise ValueError(f"pad: mode={mode!r} cannot pad the empty dim {dim} of shape {x.shape}")
+        if mode == "reflect" and max(before, after) >= size:
+            raise ValueError(f"pad: reflect padding ({before}, {after}) of dim {dim} must be smaller "
+                             f"than its size {size} (input shape {x.shape})")
+        if mode == "circular" and max(before, after) > size:
+            raise ValueError(f"pad: circular padding ({before}, {after}) of dim {dim} must be at most "
+                             f"its size {size} (input shape {x.shape}): it wraps around once")
+
+
+def pad(x, padding, mode="constant", value=0):
+    """Pad the last dims of ``x`` as Jittor's ``nn.pad`` and PyTorch's ``F.pad``: ``padding``
+    is (before, after) pairs from the last dim back; ``mode`` is "constant" (filled with
+    ``value``), "reflect" (mirrored, edge not repeated), "replicate" (edge repeated) or
+    "circular" (wrapped around).
+
+    >>> nn.pad(jt.array([[1.0, 2.0, 3.0]]), (2, 1), mode="reflect").numpy()
+    array([[3., 2., 1., 2., 3., 2.]], dtype=float32)
+    """
+    if not isinstance(x, Var):
+        raise TypeError(f"pad: input must be a jtmini Var, got {type(x).__name__}")
+    if mode not in PAD_MODES:
+        raise ValueError(f"pad: mode must be one of {', '.join(PAD_MODES)}, got {mode!r}")
+    widths = _pad_widths(x, padding, "pad")
+    if mode == "constant":
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            raise ValueError(f"pad: value must be a real number, got {value!r}")
+        return constant_pad(x, items(padding), value=value)
+    _check_fits(x, widths, mode)
+    shape = [size + before + after for size, (before, after) in zip(x.shape, widths)]
+    exprs = [f"i{k}" if widths[k] == (0, 0) else _source_index(k, widths[k][0], size, mode)
+             for k, size in enumerate(x.shape)]
+    return reindex(x, shape, exprs)
+
+
+def _four_sides(padding, who):
+    """(left, right, top, bottom) from an int or a 4-sequence, as PyTorch's 2-d padding layers."""
+    if is_count(padding):
+        sides = (padding,) * 4
+    elif isinstance(padding, (tuple, list)):
+        sides = tuple(padding)
+    else:
+        raise TypeError(f"{who}: padding must be an int or a 4-tuple (left, right, top, bottom), "
+                        f"got {type(padding).__name__}")
+    if len(sides) != 4 or not all(is_count(s) and s >= 0 for s in sides):
+        raise ValueError(f"{who}: padding must be an int >= 0 or 4 ints >= 0 (left, right, top, "
+                         f"bottom), got {padding!r}")
+    return tuple(int(s) for s in sides)
+
+
+class _Pad2d(Module):
+    """A 2-d padding layer of ``_mode``: (N, C, H, W) or (C, H, W) input."""
+
+    _mode, value = "constant", 0.0
+
+    def __init__(self, padding):
+        self.padding = _four_sides(padding, type(self).__name__)
+
+    def execute(self, x):
+        _input(x, type(self).__name__, (3, 4))
+        return pad(x, self.padding, self._mode, self.value)
+
+
+class ZeroPad2d(_Pad2d):
+    """Pad the last two dims with zeros; ``padding`` an int or (left, right, top, bottom).
+
+    >>> nn.ZeroPad2d((1, 0, 2, 0))(jt.ones(1, 1, 2, 2)).shape
+    (1, 1, 4, 3)
+    """
+
+
+class ConstantPad2d(_Pad2d):
+    """Pad the last two dims with ``value``; ``padding`` an int or (left, right, top, bottom).
+
+    >>> nn.ConstantPad2d(1, 3.5)(jt.zeros(1, 1, 2, 2)).numpy()[0, 0, 0]
+    array([3.5, 3.5, 3.5, 3.5], dtype=float32)
+    """
+
+    def __init__(self, padding, value):
+        super().__init__(padding)
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            raise ValueError(f"ConstantPad2d: value must be a real number, got {value!r}")
+        self.value = value
+
+
+class ReplicationPad2d(_Pad2d):
+    """Pad the last two dims by repeating the edge pixels; ``padding`` an int or
+    (left, right, top, bottom).
+
+    >>> nn.ReplicationPad2d((2, 0, 0, 0))(jt.array([[[[1.0, 2.0]]]])).numpy()
+    array([[[[1., 1., 1., 2.]]]], dtype=float32)
+    """
+
+    _mode = "replicate"
+
+
+class ReflectionPad2d(_Pad2d):
+    """Pad the last two dims by mirroring the input at its edges (the edge pixel is not repeated);
+    each side must be smaller than the dim it pads.
+
+    >>> nn.ReflectionPad2d((2, 0, 0, 0))(jt.array([[[[1.0, 2.0, 3.0]]]])).numpy()
+    array([[[[3., 2., 1., 2., 3.]]]], dtype=float32)
+    """
+
+    _mode = "reflect"
+
+
+# --- pixel shuffle -------------------------------------------------------------------------------
+def pixel_shuffle(x, upscale_factor):
+    """(*, C*r*r, H, W) -> (*, C, H*r, W*r): each group of r*r channels becomes an r x r block
+    of pixels, as PyTorch's ``F.pixel_shuffle``. Views only (reshape and permute).
+
+    >>> nn.pixel_shuffle(jt.randn(2, 8, 3, 3), 2).shape
+    (2, 2, 6, 6)
+    """
+    r = count("pixel_shuffle", "upscale_factor", upscale_factor)
+    if not isinstance(x, Var) or x.ndim < 3:
+        got = x.shape if isinstance(x, Var) else type(x).__name__
+        raise ValueError(f"pixel_shuffle: input must be a Var of shape (*, C, H, W), got {got}")
+    *lead, c, h, w = x.shape
+    if c % (r * r):
+        raise ValueError(f"pixel_shuffle: channels ({c}) of input {x.shape} must be divisible by "
+                         f"upscale_factor**2 ({r * r})")
+    n = len(lead)
+    blocks = x.reshape(tuple(lead) + (c // (r * r), r, r, h, w))
+    order = tuple(range(n)) + (n, n + 3, n + 1, n + 4, n + 2)      # (c, h, r_h, w, r_w)
+    return blocks.permute(order).reshape(tuple(lead) + (c // (r * r), h * r, w * r))
+
+
+class PixelShuffle(Module):
+    """Layer form of ``pixel_shuffle``: (N, C*r*r, H, W) -> (N, C, H*r, W*r).
+
+    >>> nn.PixelShuffle(3)(jt.randn(1, 9, 2, 2)).shape
+    (1, 1, 6, 6)
+    """
+
+    def __init__(self, upscale_factor):
+        self.upscale_factor = count("PixelShuffle", "upscale_factor", upscale_factor)
+
+    def execute(self, x):
+        return pixel_shuffle(x, self.upscale_factor)
+
+
+# --- resizing ------------------------------------------------------------------------------------
+def _spatial_pair(value, name, check):
+    """``value`` (one number or two) as a pair for (H, W), each passed through ``check``."""
+    pair = items(value) or (value, value)
+    if len(pair) != 2:
+        raise ValueError(f"interpolate: {name} must be one value or two (H, W), got {value!r}")
+    return tuple(check(v) for v in pair)
+
+
+def _positive_real(value):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value > 0:
+        raise ValueError(f"interpolate: scale_factor must be a real number > 0, got {value!r}")
+    return float(value)
+
+
+def _output_geometry(x, size, scale_factor):
+    """((out_h, out_w), (scale_h, scale_w) or (None, None)) as PyTorch derives them: a scale
+    factor gives floor(in * factor) pixels, and its reciprocal maps them back."""
+    if (size is None) == (scale_factor is None):
+        raise ValueError("interpolate: give exactly one of size and scale_factor, got "
+                         f"size={size!r}, scale_factor={scale_factor!r}")
+    if size is not None:
+        return _spatial_pair(size, "size", lambda s: count("interpolate", "size", s)), (None, None)
+    factors = _spatial_pair(scale_factor, "scale_factor", _positive_real)
+    sizes = tuple(math.floor(s * f) for s, f in zip(x.shape[2:], factors))
+    if min(sizes) < 1:
+        raise ValueError(f"interpolate: scale_factor {scale_factor!r} leaves no pixels of input "
+                         f"{x.shape} (output size {sizes})")
+    return sizes, factors
+
+
+def _nearest_table(in_size, out_size, scale):
+    """PyTorch's nearest source rows: floor(i * in/out) in float32, or i / factor."""
+    ratio = np.float32(1.0 / scale) if scale else np.float32(in_size) / np.float32(out_size)
+    source = np.floor(np.arange(out_size, dtype=np.float32) * ratio).astype(np.int64)
+    return np.minimum(source, in_size - 1)
+
+
+def _linear_table(in_size, out_size, scale, align_corners, dtype):
+    """(low rows, high rows, weight of the high row) of linear interpolation, with PyTorch's
+    arithmetic in the input's float type, so the rows picked match it exactly."""
+    real = np.dtype(dtype).type
+    i = np.arange(out_size, dtype=dtype)
+    if align_corners:
+        ratio = real(in_size - 1) / real(out_size - 1) if out_size > 1 else real(0)
+        source = ratio * i
+    else:
+        ratio = real(1.0 / scale) if scale else real(in_size) / real(out_size)
+        source = np.maximum(ratio * (i + real(0.5)) - real(0.5), real(0))
+    low = np.minimum(np.floor(source).astype(np.int64), in_size - 1)
+    weight = np.clip(source - low.astype(dtype), 0, 1).astype(dtype)
+    return low, low + (low < in_size - 1), weight
+
+
+def _gather(x, dim, rows):
+    """``x`` with dim ``dim`` replaced by ``x``'s entries at ``rows`` (an int array)."""
+    shape = list(x.shape)
+    shape[dim] = len(rows)
+    exprs = [f"@e0(i{k})" if k == dim else f"i{k}" for k in range(x.ndim)]
+    return reindex(x, shape, exprs, extras=[creation.array(rows.astype(np.int32))])
+
+
+def _along(values, dim, ndim, dtype):
+    """A constant Var of ``values`` laid along dim ``dim`` of an ``ndim``-d Var, to broadcast."""
+    shape = [1] * ndim
+    shape[dim] = len(values)
+    return creation.array(values.reshape(shape), dtype)
+
+
+def _resample_dim(x, dim, out_size, scale, mode, align_corners):
+    """``x`` resized along ``dim`` to ``out_size``; PyTorch copies a dim whose size is kept."""
+    in_size = x.shape[dim]
+    if out_size == in_size:
+        return x
+    if mode == "nearest":
+        return _gather(x, dim, _nearest_table(in_size, out_size, scale))
+    low, high, weight = _linear_table(in_size, out_size, scale, align_corners, x.dtype)
+    low_weight = (1 - weight).astype(weight.dtype)
+    return _gather(x, dim, low) * _along(low_weight, dim, x.ndim, x.dtype) \
+        + _gather(x, dim, high) * _along(weight, dim, x.ndim, x.dtype)
+
+
+def _check_mode(mode, align_corners, who):
+    if mode not in INTERPOLATE_MODES:
+        raise ValueError(f"{who}: mode must be one of {', '.join(INTERPOLATE_MODES)}, got {mode!r}")
+    if align_corners and mode == "nearest":
+        raise ValueError(f"{who}: align_corners=True needs mode='bilinear'; nearest has no corners "
+                         f"to align")
+
+
+def interpolate(x, size=None, scale_factor=None, mode="nearest", align_corners=False):
+    """Resize the (H, W) dims of a (N, C, H, W) input to ``size`` or by ``scale_factor`` (one
+    number or a pair), with PyTorch's values and gradients: "nearest" picks the pixel at
+    floor(out_index * scale); "bilinear" weighs the four nearest pixels, sampling at pixel centres
+    (``align_corners=False``) or with the corner pixels of input and output aligned.
+
+    >>> x = jt.array(np.arange(4.0).reshape(1, 1, 2, 2))
+    >>> nn.interpolate(x, scale_factor=2).numpy()[0, 0, 0]
+    array([0., 0., 1., 1.], dtype=float32)
+    >>> nn.interpolate(x, size=(3, 3), mode="bilinear", align_corners=True).numpy()[0, 0, 0]
+    array([0. , 0.5, 1. ], dtype=float32)
+    """
+    _check_mode(mode, align_corners, "interpolate")
+    _input(x, "interpolate", (4,), floats=mode == "bilinear")
+    sizes, scales = _output_geometry(x, size, scale_factor)
+    # width first, then height: PyTorch's order of the multiply-adds
+    x = _resample_dim(x, 3, sizes[1], scales[1], mode, align_corners)
+    return _resample_dim(x, 2, sizes[0], scales[0], mode, align_corners)
+
+
+class Upsample(Module):
+    """Layer form of ``interpolate``; as in Jittor the first argument is ``scale_factor``, and
+    PyTorch's ``size`` and ``align_corners`` are accepted as keywords.
+
+    >>> nn.Upsample(scale_factor=2, mode="bilinear")(jt.randn(1, 3, 4, 5)).shape
+    (1, 3, 8, 10)
+    """
+
+    def __init__(self, scale_factor=None, mode="nearest", size=None, align_corners=False):
+        _check_mode(mode, align_corners, "Upsample")
+        if (size is None) == (scale_factor is None):
+            raise ValueError("Upsample: give exactly one of size and scale_factor")
+        self.scale_factor, self.size = scale_factor, size
+        self.mode, self.align_corners = mode, bool(align_corners)
+
+    def execute(self, x):
+        return interpolate(x, self.size, self.scale_factor, self.mode, self.align_corners)
+
+
+class Resize(Module):
+    """Resize (N, C, H, W) input to ``size`` (an int or (H, W)) with ``interpolate``.
+
+    >>> nn.Resize((3, 7))(jt.randn(2, 1, 6, 6)).shape
+    (2, 1, 3, 7)
+    """
+
+    def __init__(self, size, mode="bilinear", align_corners=False):
+        _check_mode(mode, align_corners, "Resize")
+        self.size, self.mode, self.align_corners = size, mode, bool(align_corners)
+
+    def execute(self, x):
+        return interpolate(x, self.size, None, self.mode, self.align_corners)
+
+
+__all__ = ["ConstantPad2d", "Dropout2d", "PixelShuffle", "ReflectionPad2d", "ReplicationPad2d",
+           "Resize", "Upsample", "ZeroPad2d", "dropout2d", "interpolate", "pad", "pixel_shuffle"]

@@ -1,0 +1,537 @@
+"""Jittor's shape and selection functions, composed from the existing ops (reshape, broadcast,
+slice, concat, reindex with extras, where, reductions, matmul): no kernels of their own.
+
+    >>> x = jt.randn(2, 3, 4)
+    >>> x.unsqueeze(1).shape, x.flatten(1).shape, x.expand(5, -1, -1, -1).shape
+    ((2, 1, 3, 4), (2, 12), (5, 2, 3, 4))
+    >>> [c.shape for c in x.chunk(2, dim=2)]
+    [(2, 3, 2), (2, 3, 2)]
+    >>> jt.einsum("bij,bjk->bik", x, jt.randn(2, 4, 5)).shape
+    (2, 3, 5)
+
+Index-taking ops (``index_select``, ``gather``) read their index Var's values on the host to
+check their range, so an out-of-range entry is an IndexError instead of a read of another
+element; ``nonzero`` and one-argument ``where`` are eager, since their shape is data.
+"""
+import math
+import numbers
+
+import numpy as np
+
+from .. import creation, dtypes
+from ..var import Var
+from .elementwise import broadcast_shapes, cast, where
+from .matmul import matmul
+from .registry import export
+from .reindex import broadcast_to, concat, normalize_dim, permute, reindex, reshape, slice_var
+
+
+def _ints(args, what):
+    """``f(2, 3)`` or ``f((2, 3))`` as a list of ints; TypeError naming ``what`` otherwise."""
+    if len(args) == 1 and isinstance(args[0], (tuple, list)):
+        args = args[0]
+    return dtypes.int_dims(args, what)
+
+
+def _along(x, dim, start, stop):
+    """``x[..., start:stop, ...]`` with the slice at ``dim`` (a view: a strided window)."""
+    starts, shape = [0] * x.ndim, list(x.shape)
+    starts[dim], shape[dim] = start, stop - start
+    return slice_var(x, starts, [1] * x.ndim, shape)
+
+
+# --- copies and sizes --------------------------------------------------------------------------
+@export("clone", "copy")
+def clone(x):
+    """A new Var with ``x``'s value; gradients flow back to ``x``. Unlike ``y = x``, a later
+    ``y[i] = v`` or ``y += 1`` leaves ``x`` alone.
+
+    >>> y = x.clone(); y[0] = 0        # x is unchanged
+    """
+    # an identity window is a new node (a view, no copy), so rebinding it never touches x
+    return slice_var(x, [0] * x.ndim, [1] * x.ndim, x.shape)
+
+
+@export("size")
+def size(x, dim=None):
+    """The shape (a tuple), or with ``dim`` the size of that dim (negative counts from the end).
+
+    >>> jt.zeros(2, 3).size(), jt.zeros(2, 3).size(-1)
+    ((2, 3), 3)
+    """
+    if dim is not None and x.ndim == 0:
+        raise IndexError(f"size: dim {dim} given for a 0-d Var, which has no dims")
+    return tuple(x.shape) if dim is None else x.shape[normalize_dim(dim, x.ndim)]
+
+
+# --- adding and removing dims ------------------------------------------------------------------
+@export("unsqueeze")
+def unsqueeze(x, dim):
+    """``x`` with a new dim of size 1 at ``dim`` (in [-ndim-1, ndim], as in PyTorch).
+
+    >>> jt.zeros(2, 3).unsqueeze(-1).shape
+    (2, 3, 1)
+    """
+    dim = normalize_dim(dim, x.ndim + 1)
+    return reshape(x, x.shape[:dim] + (1,) + x.shape[dim:])
+
+
+@export("squeeze")
+def squeeze(x, dim=None):
+    """``x`` without its dims of size 1, or without ``dim`` (an int or a tuple) where that dim has
+    size 1; a named dim of another size is kept, as in PyTorch.
+
+    >>> jt.zeros(1, 3, 1).squeeze().shape, jt.zeros(1, 3, 1).squeeze(0).shape
+    ((3,), (3, 1))
+    """
+    if dim is None:
+        dims = range(x.ndim)
+    else:
+        dims = [normalize_dim(d, x.ndim) for d in (dim if isinstance(dim, (tuple, list)) else [dim])]
+    drop = {d for d in dims if x.ndim and x.shape[d] == 1}
+    return reshape(x, tuple(s for k, s in enumerate(x.shape) if k not in drop))
+
+
+@export("flatten")
+def flatten(x, start_dim=0, end_dim=-1):
+    """Dims ``start_dim..end_dim`` (inclusive) merged into one; a 0-d Var becomes 1-D.
+
+    >>> jt.zeros(2, 3, 4).flatten().shape, jt.zeros(2, 3, 4).flatten(1).shape
+    ((24,), (2, 12))
+    """
+    if x.ndim == 0:
+        return reshape(x, (1,))
+    start, end = normalize_dim(start_dim, x.ndim), normalize_dim(end_dim, x.ndim)
+    if start > end:
+        raise ValueError(f"flatten: start_dim {start_dim} comes after end_dim {end_dim} for shape {x.shape}")
+    return reshape(x, x.shape[:start] + (math.prod(x.shape[start:end + 1]),) + x.shape[end + 1:])
+
+
+# --- repeating ---------------------------------------------------------------------------------
+@export("expand")
+def expand(x, *shape):
+    """``x`` broadcast to ``shape`` (dims or one tuple); -1 keeps that dim of ``x``, and new dims
+    may lead. No data is copied: a broadcast view.
+
+    >>> jt.zeros(3, 1).expand(2, -1, 4).shape
+    (2, 3, 4)
+    """
+    shape = _ints(shape, f"expand of {x.shape}")
+    lead = len(shape) - x.ndim
+    if lead < 0:
+        raise ValueError(f"expand: shape {tuple(shape)} has fewer dims than the Var's {x.shape}")
+    if -1 in shape[:lead] or any(s < -1 for s in shape):
+        raise ValueError(f"expand: bad size in {tuple(shape)} (-1 only keeps an existing dim of {x.shape})")
+    shape = [x.shape[k - lead] if s == -1 else s for k, s in enumerate(shape)]
+    return broadcast_to(x, shape)
+
+
+@export("repeat")
+def repeat(x, *reps):
+    """``x`` tiled ``reps[k]`` times along dim k (PyTorch's ``repeat``, numpy's ``tile``); with more
+    reps than dims, new leading dims are added.
+
+    >>> jt.array([[1, 2]]).repeat(2, 3).shape
+    (2, 6)
+    """
+    reps = _ints(reps, f"repeat of {x.shape}")
+    if any(r < 0 for r in reps):
+        raise ValueError(f"repeat: negative repeat count in {tuple(reps)}")
+    shape = (1,) * (len(reps) - x.ndim) + x.shape
+    reps = [1] * (len(shape) - len(reps)) + reps
+    # (1, s0, 1, s1, ...) broadcast to (r0, s0, r1, s1, ...) then merged: copy k of row i lands at k*s+i
+    spread = reshape(x, [d for s in shape for d in (1, s)])
+    tiled = broadcast_to(spread, [d for r, s in zip(reps, shape) for d in (r, s)])
+    return reshape(tiled, [r * s for r, s in zip(reps, shape)])
+
+
+# --- splitting ---------------------------------------------------------------------------------
+@export("chunk")
+def chunk(x, chunks, dim=0):
+    """``x`` cut along ``dim`` into at most ``chunks`` pieces of ``ceil(size / chunks)`` (the last
+    may be smaller, and fewer pieces come back when they run out, as in PyTorch). A list of views.
+
+    >>> [c.shape for c in jt.zeros(5, 2).chunk(3)]
+    [(2, 2), (2, 2), (1, 2)]
+    """
+    if not dtypes.is_int(chunks) or chunks <= 0:
+        raise ValueError(f"chunk: chunks must be a positive int, got {chunks!r}")
+    dim = normalize_dim(dim, x.ndim)
+    length = x.shape[dim]
+    if length == 0:          # PyTorch gives ``chunks`` empty pieces of an empty dim
+        return [_along(x, dim, 0, 0) for _ in range(chunks)]
+    step = -(-length // chunks)
+    return [_along(x, dim, k, min(k + step, length)) for k in range(0, length, step)]
+
+
+@export("split")
+def split(x, split_size_or_sections, dim=0):
+    """``x`` cut along ``dim`` into pieces of ``split_size_or_sections`` (the last may be smaller),
+    or of the listed sizes, which must add up to the dim. A tuple of views.
+
+    >>> [p.shape[0] for p in jt.zeros(5).split(2)], [p.shape[0] for p in jt.zeros(5).split([1, 4])]
+    ([2, 2, 1], [1, 4])
+    """
+    dim = normalize_dim(dim, x.ndim)
+    length, sizes = x.shape[dim], split_size_or_sections
+    if dtypes.is_int(sizes):
+        if sizes <= 0:
+            raise ValueError(f"split: split_size must be positive, got {sizes}")
+        sizes = [min(sizes, length - k) for k in range(0, length, sizes)] or [0]
+    sizes = dtypes.int_dims(sizes, "split: sections")
+    if sum(sizes) != length or any(s < 0 for s in sizes):
+        raise ValueError(f"split: sections {tuple(sizes)} do not add up to dim {dim} of size {length}")
+    starts = np.cumsum([0] + sizes[:-1]).tolist()
+    return tuple(_along(x, dim, s, s + n) for s, n in zip(starts, sizes))
+
+
+@export("roll")
+def roll(x, shifts, dims=None):
+    """``x`` shifted cyclically by ``shifts`` along ``dims`` (ints or sequences of one length);
+    without dims, over the flattened Var.
+
+    >>> jt.array([1, 2, 3, 4]).roll(1).numpy()
+    array([4, 1, 2, 3])
+    """
+    shifts = [shifts] if dtypes.is_int(shifts) else list(shifts)
+    if dims is None:
+        if len(shifts) != 1:
+            raise ValueError(f"roll: without dims, shifts must be one int, got {tuple(shifts)}")
+        return reshape(roll(reshape(x, (-1,)), shifts, 0), x.shape)
+    dims = [dims] if dtypes.is_int(dims) else list(dims)
+    if len(shifts) != len(dims):
+        raise ValueError(f"roll: {len(shifts)} shifts for {len(dims)} dims")
+    for shift, dim in zip(dtypes.int_dims(shifts, "roll: shifts"), dims):
+        dim = normalize_dim(dim, x.ndim)
+        cut = (x.shape[dim] - shift % x.shape[dim]) % x.shape[dim] if x.shape[dim] else 0
+        if cut:             # the tail moves to the front: two windows joined, gathers both ways
+            x = concat([_along(x, dim, cut, x.shape[dim]), _along(x, dim, 0, cut)], dim)
+    return x
+
+
+@export("t")
+def t(x):
+    """The transpose of a matrix; 0-d and 1-D Vars come back as they are, and for more dims the
+    last two are swapped (as in Jittor).
+
+    >>> jt.zeros(2, 3).t().shape
+    (3, 2)
+    """
+    return x if x.ndim < 2 else x.transpose(-1, -2)
+
+
+# --- selecting by condition --------------------------------------------------------------------
+@export("ternary")
+def ternary(cond, x, y):
+    """Jittor's name for ``where(cond, x, y)``: ``x`` where ``cond`` is true, else ``y``.
+
+    >>> jt.ternary(jt.array([True, False]), 1.0, 2.0).numpy()
+    array([1., 2.], dtype=float32)
+    """
+    return where(cond, x, y)
+
+
+@export("masked_fill")
+def masked_fill(x, mask, value):
+    """``x`` with ``value`` (a number or a 0-d Var, cast to x's dtype) where the bool ``mask``,
+    broadcast to x's shape, is true.
+
+    >>> jt.array([1.0, 2.0, 3.0]).masked_fill(jt.array([True, False, True]), 0).numpy()
+    array([0., 2., 0.], dtype=float32)
+    """
+    mask = creation.as_var(mask)
+    if mask.dtype != "bool":
+        raise TypeError(f"masked_fill: mask must be a bool Var, got {mask.dtype}")
+    if broadcast_shapes(mask.shape, x.shape) != x.shape:
+        raise ValueError(f"masked_fill: mask of shape {mask.shape} does not broadcast to the Var's {x.shape}")
+    if isinstance(value, Var) and value.ndim != 0:
+        raise ValueError(f"masked_fill: value must be a number or a 0-d Var, got shape {value.shape}")
+    value = cast(creation.as_var(value, like=x), x.dtype)
+    return where(broadcast_to(mask, x.shape), broadcast_to(value, x.shape), x)
+
+
+# --- selecting by index ------------------------------------------------------------------------
+def _index_var(index, what):
+    """``index`` (Var, array or list) as an int Var; TypeError naming its dtype otherwise."""
+    if not isinstance(index, Var):
+        index = np.asarray(index)
+        index = creation.array(index.astype(np.int64) if index.size == 0 else index)
+    if index.dtype not in ("int32", "int64"):
+        raise TypeError(f"{what}: index must be an int32 or int64 Var, got {index.dtype}")
+    return index
+
+
+def _check_range(index, dim, size, what):
+    """IndexError naming the first out-of-range entry; reads the index's values (eager)."""
+    values = index.data
+    if values.size:
+        lo, hi = int(values.min()), int(values.max())
+        bad = lo if lo < -size else hi if hi >= size else None
+        if bad is not None:
+            raise IndexError(f"{what}: index {bad} is out of range for dim {dim} with size {size}")
+
+
+def _entry(value, dim):
+    """C expression of an index entry, a negative one counting from the end of x's ``dim``."""
+    return f"(({value}) < 0 ? ({value}) + xshape{dim} : ({value}))"
+
+
+@export("index_select")
+def index_select(x, dim, index):
+    """The entries of ``x`` at positions ``index`` (1-D ints; negative counts from the end) along
+    ``dim``. The gradient adds into the selected positions (repeats accumulate).
+
+    >>> jt.array([[1, 2], [3, 4], [5, 6]]).index_select(0, jt.array([2, 0, 2])).numpy()[:, 0]
+    array([5, 1, 5])
+    """
+    if x.ndim == 0:
+        raise ValueError("index_select: x must have at least one dim, got a 0-d Var")
+    dim, index = normalize_dim(dim, x.ndim), _index_var(index, "index_select")
+    if index.ndim > 1:
+        raise ValueError(f"index_select: index must be 1-D, got shape {index.shape}")
+    index = reshape(index, (index.numel(),))
+    _check_range(index, dim, x.shape[dim], "index_select")
+    shape = x.shape[:dim] + index.shape + x.shape[dim + 1:]
+    exprs = [_entry(f"@e0(i{dim})", dim) if k == dim else f"i{k}" for k in range(x.ndim)]
+    return reindex(x, shape, exprs, extras=[index])
+
+
+@export("gather")
+def gather(x, dim, index):
+    """PyTorch's gather: ``out[i][j][k] = x[index[i][j][k]][j][k]`` for ``dim=0``; ``index`` has
+    x's number of dims and, off ``dim``, sizes no larger than x's; the result has its shape.
+
+    >>> jt.array([[1, 2], [3, 4]]).gather(1, jt.array([[0, 0], [1, 0]])).numpy()
+    array([[1, 1],
+           [4, 3]])
+    """
+    index = _index_var(index, "gather")
+    if x.ndim == 0:      # a 0-d Var gathers as a 1-element row, as in PyTorch
+        return reshape(gather(reshape(x, (1,)), dim, reshape(index, (-1,))), index.shape)
+    dim = normalize_dim(dim, x.ndim)
+    if index.ndim != x.ndim or any(n > s for k, (n, s) in enumerate(zip(index.shape, x.shape)) if k != dim):
+        raise ValueError(f"gather along dim {dim}: index of shape {index.shape} does not fit a Var of "
+                         f"shape {x.shape} (same number of dims, no larger off dim {dim})")
+    _check_range(index, dim, x.shape[dim], "gather")
+    at = ", ".join(f"i{k}" for k in range(x.ndim))
+    exprs = [_entry(f"@e0({at})", dim) if k == dim else f"i{k}" for k in range(x.ndim)]
+    return reindex(x, index.shape, exprs, extras=[index])
+
+
+def _band(x, diagonal, upper):
+    """``x`` with zeros off the band of its last two dims: on or above (``upper``) or on or below
+    diagonal ``diagonal``."""
+    if x.ndim < 2:
+        raise ValueError(f"{'triu' if upper else 'tril'}: x must have at least 2 dims, got shape {x.shape}")
+    if not dtypes.is_int(diagonal):
+        raise TypeError(f"diagonal must be an int, got {diagonal!r}")
+    rows, cols = index(x.shape[-2:])
+    keep = (cols - rows >= diagonal) if upper else (cols - rows <= diagonal)
+    return where(broadcast_to(keep, x.shape), x, creation.full((), 0, x.dtype))
+
+
+@export("triu")
+def triu(x, diagonal=0):
+    """The upper triangle of (each matrix of) ``x``: entries with ``col - row >= diagonal``.
+
+    >>> jt.ones(3, 3).triu().numpy()[2]
+    array([0., 0., 1.], dtype=float32)
+    """
+    return _band(x, diagonal, True)
+
+
+@export("tril")
+def tril(x, diagonal=0):
+    """The lower triangle of (each matrix of) ``x``: entries with ``col - row <= diagonal``.
+
+    >>> jt.ones(3, 3).tril().numpy()[0]
+    array([1., 0., 0.], dtype=float32)
+    """
+    return _band(x, diagonal, False)
+
+
+# --- index grids and special matrices ----------------------------------------------------------
+@export("index")
+def index(shape, dim=None, dtype="int32"):
+    """Jittor's ``index``: for each element of ``shape`` (a tuple, or a Var's shape), its index
+    along ``dim``; without ``dim``, a list with one such Var per dim.
+
+    >>> jt.index((2, 3), 1).numpy()
+    array([[0, 1, 2],
+           [0, 1, 2]], dtype=int32)
+    """
+    shape = tuple(shape.shape) if isinstance(shape, Var) else tuple(_ints((shape,), "index: shape"))
+    if dim is None:
+        return [index(shape, d, dtype) for d in range(len(shape))]
+    dim = normalize_dim(dim, len(shape))
+    line = creation.array(np.arange(shape[dim]), dtypes.canonical(dtype))
+    along = reshape(line, [n if k == dim else 1 for k, n in enumerate(shape)])
+    return broadcast_to(along, shape)
+
+
+@export("meshgrid", method=False)
+def meshgrid(*vars_):
+    """Grids from 1-D Vars with ``indexing='ij'``: output k varies along dim k. A list.
+
+    >>> [g.shape for g in jt.meshgrid(jt.zeros(2), jt.zeros(3))]
+    [(2, 3), (2, 3)]
+    """
+    if len(vars_) == 1 and isinstance(vars_[0], (tuple, list)):
+        vars_ = vars_[0]
+    vars_ = [creation.as_var(v) for v in vars_]
+    for k, v in enumerate(vars_):
+        if v.ndim != 1:
+            raise ValueError(f"meshgrid: input {k} must be 1-D, got shape {v.shape}")
+    shape = tuple(v.shape[0] for v in vars_)
+    return [broadcast_to(reshape(v, [-1 if j == k else 1 for j in range(len(shape))]), shape)
+            for k, v in enumerate(vars_)]
+
+
+@export("eye", method=False)
+def eye(n, m=None, dtype="float32"):
+    """An ``n`` x ``m`` (default square) matrix with ones on the diagonal; ``n`` may be a shape
+    tuple, as in Jittor's ``jt.eye((2, 3))``.
+
+    >>> jt.eye(2, 3).numpy()
+    array([[1., 0., 0.],
+           [0., 1., 0.]], dtype=float32)
+    """
+    if isinstance(n, (tuple, list)) and len(n) in (1, 2):
+        n, m = (tuple(n) + (None,))[:2]
+    m = n if m is None else m
+    if not (dtypes.is_int(n) and dtypes.is_int(m)):
+        raise TypeError(f"eye: sizes must be ints, got n={n!r}, m={m!r}")
+    if n < 0 or m < 0:
+        raise ValueError(f"eye: sizes must be non-negative, got n={n}, m={m}")
+    rows, cols = index((n, m))
+    return cast(rows == cols, dtype)
+
+
+@export("diag")
+def diag(x, diagonal=0):
+    """A 1-D ``x`` placed on diagonal ``diagonal`` of a square matrix, or diagonal ``diagonal`` of
+    a 2-D ``x`` as a vector (above the main one for positive ``diagonal``), as ``torch.diag``.
+
+    >>> jt.diag(jt.array([1, 2])).numpy()
+    array([[1, 0],
+           [0, 2]])
+    """
+    if not dtypes.is_int(diagonal):
+        raise TypeError(f"diag: diagonal must be an int, got {diagonal!r}")
+    k = int(diagonal)
+    if x.ndim == 1:
+        n = x.shape[0] + abs(k)
+        # element (r, c) of the band reads x at its own row (c for a band below the diagonal)
+        return reindex(x, (n, n), ["i0" if k >= 0 else "i1"], overflow_conditions=[f"i1-i0!={k}"])
+    if x.ndim == 2:
+        rows, cols = x.shape
+        length = max(0, min(rows, cols - k) if k >= 0 else min(rows + k, cols))
+        return reindex(x, (length,), ["i0", f"i0+{k}"] if k >= 0 else [f"i0+{-k}", "i0"])
+    raise ValueError(f"diag: x must be 1-D or 2-D, got shape {x.shape}")
+
+
+@export("linspace", method=False)
+def linspace(start, end, steps, dtype="float32"):
+    """``steps`` evenly spaced numbers from ``start`` to ``end``, both included.
+
+    >>> jt.linspace(0, 1, 5).numpy()
+    array([0.  , 0.25, 0.5 , 0.75, 1.  ], dtype=float32)
+    """
+    if not dtypes.is_int(steps) or steps < 0:
+        raise ValueError(f"linspace: steps must be a non-negative int, got {steps!r}")
+    for name, value in (("start", start), ("end", end)):
+        if not isinstance(value, numbers.Real):
+            raise TypeError(f"linspace: {name} must be a number, got {type(value).__name__}")
+    return creation.array(np.linspace(start, end, steps), dtypes.canonical(dtype))
+
+
+# --- products ----------------------------------------------------------------------------------
+@export("bmm")
+def bmm(a, b):
+    """Batched matrix product of 3-D Vars: (B, n, k) @ (B, k, m) -> (B, n, m), with no broadcasting.
+
+    >>> jt.bmm(jt.zeros(4, 2, 3), jt.zeros(4, 3, 5)).shape
+    (4, 2, 5)
+    """
+    if a.ndim != 3 or b.ndim != 3:
+        raise ValueError(f"bmm: both operands must be 3-D, got shapes {a.shape} and {b.shape}")
+    if a.shape[0] != b.shape[0] or a.shape[2] != b.shape[1]:
+        raise ValueError(f"bmm: shapes {a.shape} and {b.shape} do not line up "
+                         f"(batch {a.shape[0]} vs {b.shape[0]}, inner {a.shape[2]} vs {b.shape[1]})")
+    return matmul(a, b)
+
+
+def _einsum_terms(equation, operands):
+    """(input terms, output term, size of each letter), or a ValueError quoting ``equation``."""
+    def refuse(why):
+        return ValueError(f"einsum {equation!r}: {why}")
+    if not isinstance(equation, str):
+        raise TypeError(f"einsum: the equation must be a str, got {type(equation).__name__}")
+    lhs, arrow, out = equation.replace(" ", "").partition("->")
+    terms = lhs.split(",")
+    if "." in equation or not all(c.isalpha() for c in "".join(terms) + out):
+        raise refuse("only letters, ',' and '->' are supported (no '...')")
+    if len(terms) != len(operands) or len(operands) not in (1, 2):
+        raise refuse(f"{len(terms)} terms for {len(operands)} operands; one or two operands are supported")
+    if not arrow:        # implicit output: the letters seen once, in alphabetical order
+        out = "".join(sorted(c for c in set(lhs) - {","} if lhs.count(c) == 1))
+    sizes = {}
+    for term, x in zip(terms, operands):
+        if len(term) != x.ndim or len(set(term)) != len(term):
+            raise refuse(f"term {term!r} does not name the {x.ndim} dims of shape {x.shape} once each")
+        for c, n in zip(term, x.shape):
+            if sizes.setdefault(c, n) != n:
+                raise refuse(f"letter {c!r} has sizes {sizes[c]} and {n}")
+    if len(set(out)) != len(out) or any(c not in sizes for c in out):
+        raise refuse(f"the output {out!r} must name input letters once each")
+    return terms, out, sizes
+
+
+def _sum_letters(x, term, keep):
+    """``x`` summed over the letters of ``term`` that are not in ``keep``, and its new term."""
+    gone = tuple(k for k, c in enumerate(term) if c not in keep)
+    return (x.sum(dims=gone) if gone else x), "".join(c for c in term if c in keep)
+
+
+@export("einsum", method=False)
+def einsum(equation, *operands):
+    """Einstein summation over one or two Vars (``'...'`` and repeated letters within a term are
+    refused): the operands are summed over their private letters, then contracted by one batched
+    matrix product.
+
+    >>> jt.einsum("bhqd,bhkd->bhqk", jt.zeros(2, 4, 5, 8), jt.zeros(2, 4, 6, 8)).shape
+    (2, 4, 5, 6)
+    """
+    if len(operands) == 1 and isinstance(operands[0], (tuple, list)):
+        operands = tuple(operands[0])
+    operands = [creation.as_var(x) for x in operands]
+    terms, out, sizes = _einsum_terms(equation, operands)
+    if len(operands) == 1:
+        x, term = _sum_letters(operands[0], terms[0], out)
+        return permute(x, [term.index(c) for c in out]) if out else x
+    (a, ta), (b, tb) = (_sum_letters(x, t, terms[1 - k] + out) for k, (x, t) in enumerate(zip(operands, terms)))
+    batch = [c for c in out if c in ta and c in tb]
+    left, right = [c for c in out if c not in tb], [c for c in out if c not in ta]
+    inner = [c for c in ta if c in tb and c not in out]
+
+    def lay(x, term, *groups):       # x's dims in the groups' order, merged into one dim per group
+        x = permute(x, [term.index(c) for g in groups for c in g]) if term else x
+        return reshape(x, [math.prod(sizes[c] for c in g) for g in groups])
+    product = matmul(lay(a, ta, batch, left, inner), lay(b, tb, batch, inner, right))
+    order = batch + left + right
+    product = reshape(product, [sizes[c] for c in order])
+    return permute(product, [order.index(c) for c in out]) if out else product
+
+
+# --- positions of nonzeros (eager) -------------------------------------------------------------
+@export("nonzero")
+def nonzero(x):
+    """The indices of ``x``'s nonzero entries as an (n, ndim) int64 Var, in row-major order. Eager:
+    the count ``n`` is data, so ``x`` is computed now.
+
+    >>> jt.array([[0, 1], [2, 0]]).nonzero().numpy()
+    array([[0, 1],
+           [1, 0]])
+    """
+    x = creation.as_var(x)
+    return creation.array(np.argwhere(x.numpy()).astype(np.int64), "int64")
