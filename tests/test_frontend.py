@@ -115,3 +115,12 @@ def test_random_uniform_and_normal():
     assert normal.dtype == np.float64 and jt.random(3).shape == (3,)
     with pytest.raises(ValueError, match="type must be 'uniform' or 'normal', got 'gamma'"):
         jt.random((2,), type="gamma")
+
+
+# --- numpy arrays where a Var is taken ---------------------------------------------------------------
+def test_functions_take_numpy_arrays_where_a_var_goes(rng):
+    value = rng.standard_normal((2, 3))
+    assert_var(jt.transpose(value, (1, 0)), value.T)
+    assert_var(jt.exp(value), np.exp(value))
+    assert_var(jt.sum(value.astype("float32"), 1), value.astype("float32").sum(1), rtol=1e-6)
+    assert_var(jt.reshape(np.arange(6), (3, 2)), np.arange(6).reshape(3, 2))

@@ -77,12 +77,30 @@ def register(spec):
 
 
 def export(*names, method=True, function=True):
-    """Decorator: publish a front-end function as ``jt.<name>`` and/or ``Var.<name>``."""
+    """Decorator: publish a front-end function as ``jt.<name>`` and/or ``Var.<name>``. A function
+    that is also a method takes a Var first; as ``jt.<name>`` it also takes a numpy array there,
+    as Jittor's do (``jt.transpose(ndarray, (1, 0))``)."""
     def decorate(fn):
+        public = _taking_arrays(fn) if method and function else fn
         for name in names or (fn.__name__,):
             if function:
-                FUNCTIONS[name] = fn
+                FUNCTIONS[name] = public
             if method:
                 METHODS[name] = fn
         return fn
     return decorate
+
+
+def _taking_arrays(fn):
+    """``fn`` with a numpy array as its first argument made a Var first (``jt.array``)."""
+    import functools
+
+    import numpy as np
+
+    @functools.wraps(fn)
+    def public(x, *args, **kwargs):
+        if isinstance(x, np.ndarray):
+            from ..creation import array        # creation imports this module
+            x = array(x)
+        return fn(x, *args, **kwargs)
+    return public
