@@ -124,3 +124,12 @@ def test_functions_take_numpy_arrays_where_a_var_goes(rng):
     assert_var(jt.exp(value), np.exp(value))
     assert_var(jt.sum(value.astype("float32"), 1), value.astype("float32").sum(1), rtol=1e-6)
     assert_var(jt.reshape(np.arange(6), (3, 2)), np.arange(6).reshape(3, 2))
+
+
+def test_ops_and_misc_namespaces_hold_the_functions():
+    x = jt.array([1.0, 2.0, 3.0])
+    assert_var(jt.ops.exp(x), np.exp([1.0, 2.0, 3.0]).astype("float32"))
+    assert_var(jt.misc.cumsum(x, 0), np.array([1.0, 3.0, 6.0], "float32"))
+    assert jt.misc.topk is jt.topk and jt.ops.relu is jt.relu
+    with pytest.raises(AttributeError, match="module 'jtmini.misc' has no attribute 'nope'"):
+        jt.misc.nope
