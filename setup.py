@@ -8,5 +8,5 @@ setup(
     package_data={"jtmini": ["templates/*/*.j2"]},
     python_requires=">=3.9",
     install_requires=["numpy", "jinja2", "mpi4py", "tqdm", "threadpoolctl"],
-    extras_require={"cuda": ["cupy-cuda12x"], "test": ["pytest", "pytest-timeout"]},
+    extras_require={"cuda": ["cupy-cuda12x"], "image": ["Pillow"], "test": ["pytest", "pytest-timeout", "Pillow"]},
 )

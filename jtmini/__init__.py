@@ -41,7 +41,7 @@ def sync_all():
 
 def __getattr__(name):
     # the training stack is imported on first use, so `import jtmini` stays cheap
-    if name in ("nn", "optim", "init", "models", "lr_scheduler", "misc"):
+    if name in ("nn", "optim", "init", "models", "lr_scheduler", "misc", "transform", "dataset"):
         import importlib
         return importlib.import_module(f"{__name__}.{name}")
     if name == "Module":
