@@ -12,8 +12,10 @@ The optimizers live in ``jtmini.optim`` and are re-exported here (``nn.SGD``), a
 """
 from .activation import (ELU, GELU, Hardtanh, LogSoftmax, PReLU, ReLU6, SiLU, Softmax, Softplus, elu, gelu,
                          hardtanh, relu6, silu, softplus)
+from .attention import MultiheadAttention
 from .containers import ModuleDict, ModuleList, ParameterList
 from .conv import Conv, Conv2d, conv2d
+from .conv_more import Conv1d, ConvTranspose, ConvTranspose2d, conv1d, conv_transpose, conv_transpose2d
 from .sparse import Embedding, embedding
 from .functional import (bce_loss, binary_cross_entropy_with_logits, cross_entropy_loss, dropout, flatten,
                          kl_div, l1_loss, leaky_relu, linear, log_softmax, mse_loss, nll_loss, one_hot, relu,
@@ -25,8 +27,8 @@ from .losses import (BCELoss, BCEWithLogitsLoss, CrossEntropyLoss, KLDivLoss, L1
 from .module import Module, Sequential
 from .norm import GroupNorm, InstanceNorm2d, LayerNorm, group_norm, layer_norm
 from .persist import load, save
-from .pool import (AdaptiveAvgPool2d, AvgPool2d, MaxPool2d, adaptive_avg_pool2d, avg_pool2d,
-                   max_pool2d)
+from .pool import (AdaptiveAvgPool2d, AdaptiveMaxPool2d, AvgPool2d, MaxPool2d, Pool, adaptive_avg_pool2d,
+                   adaptive_max_pool2d, avg_pool2d, max_pool2d, pool)
 from .resample import (ConstantPad2d, Dropout2d, PixelShuffle, ReflectionPad2d, ReplicationPad2d, Resize,
                        Upsample, ZeroPad2d, dropout2d, interpolate, pad, pixel_shuffle)
 
@@ -42,6 +44,6 @@ def __getattr__(name):
 
 
 __all__ = sorted(name for name in dir() if not name.startswith("_")
-                 and name not in ("activation", "arguments", "containers", "conv", "functional",
+                 and name not in ("activation", "arguments", "attention", "containers", "conv", "conv_more", "functional",
                                   "layers", "losses", "module", "norm", "persist", "pool", "resample", "sparse"))
 __all__ += list(_OPTIMIZERS)

@@ -1,7 +1,8 @@
 """Pooling. Max pooling runs as two hand-written kernels, one per direction (``ops/pooling.py``).
 Average pooling is the kh*kw strided slices of the (padded) input added elementwise. That forward
 is one fused kernel, and its gradient is a gather (a slice's or pad's gradient), never a
-scatter-add: no atomics, and no (N, C, Ho, Wo, kh, kw) window tensor in memory.
+scatter-add: no atomics, and no (N, C, Ho, Wo, kh, kw) window tensor in memory. Jittor's general
+``Pool`` (max, min or mean) and adaptive max pooling are built from these.
 
     >>> import jtmini as jt
     >>> from jtmini import nn
@@ -11,8 +12,12 @@ scatter-add: no atomics, and no (N, C, Ho, Wo, kh, kw) window tensor in memory.
 import functools
 import operator
 
-from ..creation import ones
-from ..ops.pooling import check_padding, max_pool
+import numpy as np
+
+from .. import dtypes
+from ..creation import arange, array, ones
+from ..ops.pooling import GEOMETRY, check_padding, max_pool
+from ..var import Var
 from .arguments import is_count, items
 from .conv import check_geometry, out_size, pair
 from .module import Module
@@ -93,12 +98,12 @@ def _adaptive_bounds(size, out):
     return f"(({{i}})*{size})/{out}", f"((({{i}})+1)*{size}+{out - 1})/{out}", widest
 
 
-def _adaptive_size(output_size):
+def _adaptive_size(output_size, who="adaptive_avg_pool2d"):
     """``output_size`` as an (h, w) pair of ints >= 1 or None (None keeps that dim); the pair may
-    be any sequence, as ``conv.pair``'s."""
+    be any sequence, as ``conv.pair``'s. ``who`` names the caller in the error."""
     size = (output_size, output_size) if output_size is None or is_count(output_size) else items(output_size)
     if len(size) != 2 or any(s is not None and not (is_count(s) and s >= 1) for s in size):
-        raise ValueError(f"adaptive_avg_pool2d: output_size must be an int >= 1 or an (h, w) pair "
+        raise ValueError(f"{who}: output_size must be an int >= 1 or an (h, w) pair "
                          f"of them (None keeps a dim), got {output_size!r}")
     return tuple(None if s is None else int(s) for s in size)
 
@@ -160,3 +165,153 @@ class AdaptiveAvgPool2d(Module):
 
     def execute(self, x):
         return adaptive_avg_pool2d(x, self.output_size)
+
+
+# --- Jittor's general Pool, indices of the max, adaptive max pooling ------------------------------
+_POOL_OPS = ("maximum", "minimum", "mean")
+
+
+def _pool_input(who, x):
+    """``x`` if it is a Var; TypeError naming ``who`` otherwise (a numpy array would fail later,
+    far from the call)."""
+    if not isinstance(x, Var):
+        raise TypeError(f"{who}: input must be a jtmini Var, got {type(x).__name__}")
+    return x
+
+
+def _on_batch(who, x, fn):
+    """``fn`` of NCHW ``x``, or of a (C, H, W) image run as a batch of one, each result then
+    unbatched again (``fn`` may return a Var or a tuple of Vars)."""
+    if x.ndim == 4:
+        return fn(x)
+    if x.ndim != 3:
+        raise ValueError(f"{who}: input must be (N, C, H, W) or (C, H, W), got shape {x.shape}")
+    out = fn(x.reshape((1,) + x.shape))
+    if isinstance(out, tuple):
+        return tuple(o.reshape(o.shape[1:]) for o in out)
+    return out.reshape(out.shape[1:])
+
+
+def _winner_indices(x, geometry, out_hw):
+    """For each window of NCHW ``x``, the flat position ``h * W + w`` (int64) of its winner in its
+    plane, PyTorch's ``return_indices``: max pooling's pick kernel reads a plane of positions
+    where it would read ``x``, so the winner is the one the pooled value came from."""
+    n, c, h, w = x.shape
+    if x.dtype == "float32" and h * w > 2 ** 24:    # float32 holds every position exactly only up to 2**24
+        x = x.cast("float64")
+    positions = arange(h * w, dtype=x.dtype).reshape(1, 1, h, w).broadcast_to(x.shape)
+    attrs = dict(zip(GEOMETRY, geometry), out_hw=tuple(out_hw))
+    return Var.node("max_pool_pick", [x, positions], **attrs).cast("int64")
+
+
+def _max_pool_with_indices(x, geometry, ceil_mode):
+    """(max_pool2d of NCHW ``x``, the flat position of each window's max in its plane)."""
+    out_hw = _out_shape(x, geometry, ceil_mode)
+    return max_pool(x, out_hw, *geometry), _winner_indices(x, geometry, out_hw)
+
+
+class Pool(Module):
+    """Jittor's general 2-D pooling layer over NCHW (or CHW) input: ``op`` 'maximum' (as
+    MaxPool2d), 'minimum' (each window's smallest element) or 'mean' (as AvgPool2d, with
+    ``count_include_pad``). ``stride`` defaults to the kernel size; ``dilation`` (None: 1) applies
+    to 'maximum' and 'minimum'. With ``return_indices`` (op 'maximum' only) a call returns
+    ``(out, indices)``: each index is the flat position ``h * W + w`` (int64) of its window's max
+    in the input plane, as PyTorch's MaxPool2d gives it (Jittor gives the position in the window).
+
+    >>> out, where = nn.Pool(2, op="maximum", return_indices=True)(jt.randn(1, 3, 4, 4))
+    >>> nn.Pool(3, stride=2, padding=1, op="mean")(jt.randn(2, 3, 8, 8)).shape
+    (2, 3, 4, 4)
+    """
+
+    def __init__(self, kernel_size, stride=None, padding=0, dilation=None, return_indices=None, ceil_mode=False,
+                 count_include_pad=True, op="maximum"):
+        if op not in _POOL_OPS:
+            raise ValueError(f"Pool: op must be one of {', '.join(map(repr, _POOL_OPS))}, got {op!r}")
+        dilation = 1 if dilation is None else dilation
+        _geometry("Pool", kernel_size, stride, padding, dilation)
+        if op == "mean" and pair(dilation) != (1, 1):
+            raise ValueError(f"Pool: dilation applies to op 'maximum' and 'minimum' only, got {dilation!r} "
+                             f"with op 'mean'")
+        if return_indices and op != "maximum":
+            raise ValueError(f"Pool: return_indices needs op 'maximum', got op {op!r}")
+        self.kernel_size, self.stride, self.padding, self.dilation = kernel_size, stride, padding, dilation
+        self.return_indices, self.ceil_mode, self.count_include_pad = bool(return_indices), ceil_mode, count_include_pad
+        self.op = op
+
+    def execute(self, x):
+        x = _pool_input("Pool", x)
+        if self.op == "mean":
+            return avg_pool2d(x, self.kernel_size, self.stride, self.padding, self.ceil_mode, self.count_include_pad)
+        if self.op == "minimum":     # the smallest element is the negated largest of -x, NaN included
+            return -max_pool2d(-x, self.kernel_size, self.stride, self.padding, self.dilation, self.ceil_mode)
+        if not self.return_indices:
+            return max_pool2d(x, self.kernel_size, self.stride, self.padding, self.dilation, self.ceil_mode)
+        geometry = _geometry("Pool", self.kernel_size, self.stride, self.padding, self.dilation)
+        return _on_batch("Pool", x, lambda b: _max_pool_with_indices(b, geometry, self.ceil_mode))
+
+
+def pool(x, kernel_size, op, padding=0, stride=None):
+    """Jittor's functional pooling: ``Pool(kernel_size, stride, padding, op=op)(x)``.
+
+    >>> nn.pool(jt.randn(1, 2, 6, 6), 2, "minimum").shape
+    (1, 2, 3, 3)
+    """
+    return Pool(kernel_size, stride, padding, op=op)(x)
+
+
+def _adaptive_max(x, size, return_indices):
+    """Adaptive max pooling of NCHW ``x`` to ``size`` (an (h, w) pair; None keeps that dim)."""
+    n, c, h, w = x.shape
+    oh, ow = size[0] or h, size[1] or w
+    if h % oh == 0 and w % ow == 0:     # equal windows: max pooling's kernels (the first max wins, as PyTorch)
+        geometry = ((h // oh, w // ow), (h // oh, w // ow), (0, 0), (1, 1))
+        out = max_pool(x, (oh, ow), *geometry)
+        return (out, _winner_indices(x, geometry, (oh, ow))) if return_indices else out
+    (h0, h1, kh), (w0, w1, kw) = _adaptive_bounds(h, oh), _adaptive_bounds(w, ow)
+    index = ["i0", "i1", h0.format(i="i2") + "+i4", w0.format(i="i3") + "+i5"]
+    outside = [f"{h0.format(i='i2')}+i4>={h1.format(i='i2')}", f"{w0.format(i='i3')}+i5>={w1.format(i='i3')}"]
+    # -inf is below every element, so a place outside the window is never its max
+    windows = x.reindex([n, c, oh, ow, kh, kw], index, overflow_value=float("-inf"), overflow_conditions=outside)
+    out = windows.max(dims=(4, 5))
+    if not return_indices:
+        return out
+    tap, _ = windows.reshape(n, c, oh, ow, kh * kw).argmax(dim=4)
+    rows = array(np.array([i * h // oh for i in range(oh)], np.int64)).reshape(1, 1, oh, 1) + tap // kw
+    cols = array(np.array([j * w // ow for j in range(ow)], np.int64)).reshape(1, 1, 1, ow) + tap % kw
+    return out, (rows * w + cols).cast("int64")
+
+
+def adaptive_max_pool2d(x, output_size, return_indices=False):
+    """Max over PyTorch's adaptive windows so the result is ``output_size`` (an int or a pair;
+    None keeps that dim); ``x`` is a float NCHW or CHW Var. With ``return_indices``, also each max's flat
+    position ``h * W + w`` (int64) in its plane. When the sizes divide, the windows are max
+    pooling's and a tie's gradient goes to its first max, as in PyTorch; otherwise tied maxima
+    share it.
+
+    >>> nn.adaptive_max_pool2d(jt.randn(2, 3, 7, 5), (3, 2)).shape
+    (2, 3, 3, 2)
+    """
+    who = "adaptive_max_pool2d"
+    size = _adaptive_size(output_size, who)
+    if not isinstance(return_indices, (bool, np.bool_)):
+        raise TypeError(f"{who}: return_indices must be True or False, got {return_indices!r}")
+    if not dtypes.is_float(_pool_input(who, x).dtype):
+        raise TypeError(f"{who}: input must be float32 or float64, got {x.dtype}")
+    return _on_batch(who, x, lambda b: _adaptive_max(b, size, bool(return_indices)))
+
+
+class AdaptiveMaxPool2d(Module):
+    """Adaptive max pooling to a fixed ``output_size``; see ``adaptive_max_pool2d``.
+
+    >>> nn.AdaptiveMaxPool2d((2, 2))(jt.randn(1, 8, 5, 5)).shape
+    (1, 8, 2, 2)
+    """
+
+    def __init__(self, output_size, return_indices=False):
+        _adaptive_size(output_size, "AdaptiveMaxPool2d")
+        if not isinstance(return_indices, (bool, np.bool_)):
+            raise TypeError(f"AdaptiveMaxPool2d: return_indices must be True or False, got {return_indices!r}")
+        self.output_size, self.return_indices = output_size, bool(return_indices)
+
+    def execute(self, x):
+        return adaptive_max_pool2d(x, self.output_size, self.return_indices)
