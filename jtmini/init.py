@@ -9,6 +9,8 @@ come from jtmini's generator, so ``jt.seed(n)`` makes them reproducible.
     >>> w = init.invariant_uniform((64, 3, 3, 3))     # U(-1/sqrt(fan_in), 1/sqrt(fan_in))
     >>> b = init.constant((64,), "float32", 0.0)
     >>> init.kaiming_normal_(w, mode="fan_out", nonlinearity="relu")
+    >>> init.eye(3).shape, init.zero(5).shape             # an int shape is a 1-d shape, as in Jittor
+    ((3, 3), (5,))
 """
 import math
 
@@ -21,31 +23,62 @@ def _leaf(values, dtype):
     return creation.array(np.asarray(values), dtypes.canonical(dtype))
 
 
+def _shape(shape):
+    """``shape`` as a tuple of ints: Jittor takes an int for a 1-d shape (``init.zero(5)``)."""
+    dims = (shape,) if dtypes.is_int(shape) and not isinstance(shape, bool) else shape
+    if not isinstance(dims, (tuple, list)):
+        raise TypeError(f"shape must be an int or a tuple of ints, got {type(shape).__name__} {shape!r}")
+    if not all(dtypes.is_int(d) and not isinstance(d, bool) and d >= 0 for d in dims):
+        raise ValueError(f"shape must hold ints >= 0, got {shape!r}")
+    return tuple(int(d) for d in dims)
+
+
 def constant(shape, dtype="float32", value=0.0):
-    """A leaf Var of ``shape`` filled with ``value`` (a real buffer, so it can be trained)."""
-    return _leaf(np.full(tuple(shape), value), dtype)
+    """A leaf Var of ``shape`` (an int or a tuple) filled with ``value`` (a real buffer, so it can
+    be trained).
+
+        >>> init.constant(3, "float32", 1.0).numpy()
+        array([1., 1., 1.], dtype=float32)
+    """
+    return _leaf(np.full(_shape(shape), value), dtype)
 
 
 def zero(shape, dtype="float32"):
+    """A leaf Var of zeros: ``init.zero((2, 3))``, ``init.zero(4, "int32")``."""
     return constant(shape, dtype, 0.0)
 
 
 def one(shape, dtype="float32"):
+    """A leaf Var of ones: ``init.one((2, 3))``, ``init.one(4)``."""
     return constant(shape, dtype, 1.0)
 
 
+def eye(shape, dtype="float32"):
+    """A 2-d leaf Var with ones on the main diagonal; an int ``n`` means ``(n, n)``.
+
+        >>> init.eye((2, 3)).numpy()
+        array([[1., 0., 0.],
+               [0., 1., 0.]], dtype=float32)
+    """
+    dims = _shape(shape) * (2 if dtypes.is_int(shape) else 1)
+    if len(dims) != 2:
+        raise ValueError(f"eye: shape must have two dims (or be an int), got {shape!r}")
+    return _leaf(np.eye(*dims), dtype)
+
+
 def uniform(shape, dtype="float32", low=0, high=1):
-    """Uniform on ``[low, high)``."""
-    return _leaf(creation.rng().uniform(low, high, tuple(shape)), dtype)
+    """Uniform on ``[low, high)``: ``init.uniform((64, 3), "float32", -0.1, 0.1)``, ``init.uniform(5)``."""
+    return _leaf(creation.rng().uniform(low, high, _shape(shape)), dtype)
 
 
 def gauss(shape, dtype="float32", mean=0.0, std=1.0):
-    """Normal with ``mean`` and ``std``."""
-    return _leaf(creation.rng().normal(mean, std, tuple(shape)), dtype)
+    """Normal with ``mean`` and ``std``: ``init.gauss((64, 3), "float32", 0.0, 0.02)``, ``init.gauss(5)``."""
+    return _leaf(creation.rng().normal(mean, std, _shape(shape)), dtype)
 
 
 def _fans(shape):
     """(fan_in, fan_out) of a weight of ``shape``: (out, in, *kernel) as in Conv and Linear."""
+    shape = _shape(shape)
     if len(shape) < 2:
         raise ValueError(f"fan in/out needs a weight with at least 2 dims, got shape {tuple(shape)}")
     receptive = math.prod(shape[2:])
@@ -83,63 +116,121 @@ def xavier_gauss(shape, dtype="float32", gain=1.0):
     return gauss(shape, dtype, 0.0, gain * math.sqrt(2.0 / (fan_in + fan_out)))
 
 
+_UNIT_GAIN = ("linear", "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d",
+              "conv_transpose3d", "sigmoid")
+
+
 def calculate_gain(nonlinearity, param=None):
-    """The recommended gain for ``nonlinearity`` (PyTorch's table)."""
-    if nonlinearity in ("linear", "conv2d", "sigmoid"):
+    """The recommended gain for ``nonlinearity`` (PyTorch's and Jittor's table); ``param`` is
+    leaky_relu's negative slope (0.01 when None).
+
+        >>> init.calculate_gain("leaky_relu", 0.2)     # sqrt(2 / (1 + 0.2^2))
+        1.3867504905630728
+    """
+    if nonlinearity in _UNIT_GAIN:
         return 1.0
     if nonlinearity == "tanh":
         return 5.0 / 3
     if nonlinearity == "relu":
         return math.sqrt(2.0)
+    if nonlinearity == "selu":
+        return 3.0 / 4
     if nonlinearity == "leaky_relu":
         slope = 0.01 if param is None else param
+        if isinstance(slope, bool) or not isinstance(slope, (int, float)):
+            raise ValueError(f"leaky_relu's negative slope must be a number, got {param!r}")
         return math.sqrt(2.0 / (1 + slope ** 2))
     raise ValueError(f"unsupported nonlinearity {nonlinearity!r}")
 
 
-def _kaiming_std(var, a, mode, nonlinearity):
-    return calculate_gain(nonlinearity, a) / math.sqrt(_fan(var.shape, mode))
+def _kaiming_std(shape, a, mode, nonlinearity):
+    return calculate_gain(nonlinearity, a) / math.sqrt(_fan(_shape(shape), mode))
+
+
+def kaiming_uniform(shape, dtype="float32", a=0, mode="fan_in", nonlinearity="leaky_relu"):
+    """He uniform: U(-b, b) with b = sqrt(3) * gain / sqrt(fan) (PyTorch's ``kaiming_uniform_``
+    as a new Var, beside Jittor's in-place form).
+
+        >>> w = init.kaiming_uniform((64, 3, 3, 3), nonlinearity="relu")   # b = sqrt(6 / 27)
+    """
+    bound = math.sqrt(3.0) * _kaiming_std(shape, a, mode, nonlinearity)
+    return uniform(shape, dtype, -bound, bound)
+
+
+def kaiming_normal(shape, dtype="float32", a=0, mode="fan_in", nonlinearity="leaky_relu"):
+    """He normal: N(0, (gain / sqrt(fan))^2) as a new Var.
+
+        >>> w = init.kaiming_normal((64, 3, 3, 3), mode="fan_out", nonlinearity="relu")   # std sqrt(2 / 576)
+    """
+    return gauss(shape, dtype, 0.0, _kaiming_std(shape, a, mode, nonlinearity))
 
 
 # --- in-place forms ------------------------------------------------------------------------------
 def constant_(var, value=0.0):
-    """Fill ``var`` with ``value`` in place; returns ``var``."""
+    """Fill ``var`` with ``value`` in place; returns ``var``: ``init.constant_(linear.bias, 0.0)``."""
     return var.assign(constant(var.shape, var.dtype, value))
 
 
 def zero_(var):
+    """Zeros in place; returns ``var``: ``init.zero_(linear.bias)``."""
     return constant_(var, 0.0)
 
 
 def one_(var):
+    """Ones in place; returns ``var``: ``init.one_(bn.weight)``."""
     return constant_(var, 1.0)
 
 
+def eye_(var):
+    """The identity in place (``var`` must be 2-d); returns ``var``: ``init.eye_(nn.Linear(4, 4).weight)``."""
+    return var.assign(eye(var.shape, var.dtype))
+
+
 def uniform_(var, low=0, high=1):
+    """U(low, high) in place; returns ``var``: ``init.uniform_(linear.weight, -0.1, 0.1)``."""
     return var.assign(uniform(var.shape, var.dtype, low, high))
 
 
 def gauss_(var, mean=0.0, std=1.0):
+    """N(mean, std^2) in place; returns ``var``: ``init.gauss_(linear.weight, 0.0, 0.01)``."""
     return var.assign(gauss(var.shape, var.dtype, mean, std))
 
 
+def invariant_uniform_(var, mode="fan_in"):
+    """``invariant_uniform`` in place; returns ``var``: ``init.invariant_uniform_(conv.weight)``."""
+    return var.assign(invariant_uniform(var.shape, var.dtype, mode))
+
+
+def relu_invariant_gauss_(var, mode="fan_in"):
+    """``relu_invariant_gauss`` in place (Jittor's ResNet convs use ``mode="fan_out"``); returns
+    ``var``: ``init.relu_invariant_gauss_(conv.weight, mode="fan_out")``."""
+    return var.assign(relu_invariant_gauss(var.shape, var.dtype, mode))
+
+
 def xavier_uniform_(var, gain=1.0):
+    """``xavier_uniform`` in place; returns ``var``: ``init.xavier_uniform_(linear.weight)``."""
     return var.assign(xavier_uniform(var.shape, var.dtype, gain))
 
 
 def xavier_gauss_(var, gain=1.0):
+    """``xavier_gauss`` in place; returns ``var``: ``init.xavier_gauss_(linear.weight, 2.0)``."""
     return var.assign(xavier_gauss(var.shape, var.dtype, gain))
 
 
 def kaiming_uniform_(var, a=0, mode="fan_in", nonlinearity="leaky_relu"):
-    """He uniform in place: U(-b, b) with b = sqrt(3) * gain / sqrt(fan)."""
-    bound = math.sqrt(3.0) * _kaiming_std(var, a, mode, nonlinearity)
-    return uniform_(var, -bound, bound)
+    """He uniform in place: U(-b, b) with b = sqrt(3) * gain / sqrt(fan); returns ``var``.
+
+        >>> init.kaiming_uniform_(conv.weight, nonlinearity="relu")
+    """
+    return var.assign(kaiming_uniform(var.shape, var.dtype, a, mode, nonlinearity))
 
 
 def kaiming_normal_(var, a=0, mode="fan_in", nonlinearity="leaky_relu"):
-    """He normal in place: N(0, (gain / sqrt(fan))^2)."""
-    return gauss_(var, 0.0, _kaiming_std(var, a, mode, nonlinearity))
+    """He normal in place: N(0, (gain / sqrt(fan))^2); returns ``var``.
+
+        >>> init.kaiming_normal_(conv.weight, mode="fan_out", nonlinearity="relu")
+    """
+    return var.assign(kaiming_normal(var.shape, var.dtype, a, mode, nonlinearity))
 
 
 normal_ = gauss_

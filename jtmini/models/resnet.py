@@ -10,19 +10,26 @@ The ImageNet stem (7x7 stride-2 conv, 3x3 stride-2 max pool) is kept for any inp
     (2, 10)
 """
 from .. import nn
+from ._pretrained import check_pretrained
 
 
 def conv3x3(in_planes, out_planes, stride=1, groups=1, dilation=1):
+    """A 3x3 convolution without bias, padded to keep the size at stride 1: ``conv3x3(64, 64)``."""
     return nn.Conv2d(in_planes, out_planes, 3, stride=stride, padding=dilation, groups=groups,
                      bias=False, dilation=dilation)
 
 
 def conv1x1(in_planes, out_planes, stride=1):
+    """A 1x1 convolution without bias (projections, shortcuts): ``conv1x1(64, 256)``."""
     return nn.Conv2d(in_planes, out_planes, 1, stride=stride, bias=False)
 
 
 class BasicBlock(nn.Module):
-    """Two 3x3 convs with a residual connection (ResNet-18/34)."""
+    """Two 3x3 convs with a residual connection (ResNet-18/34).
+
+        >>> BasicBlock(64, 64)(jt.randn(1, 64, 8, 8)).shape
+        (1, 64, 8, 8)
+    """
 
     expansion = 1
 
@@ -40,7 +47,11 @@ class BasicBlock(nn.Module):
 
 
 class Bottleneck(nn.Module):
-    """1x1 reduce, 3x3, 1x1 expand (x4) with a residual connection (ResNet-50 and deeper)."""
+    """1x1 reduce, 3x3, 1x1 expand (x4) with a residual connection (ResNet-50 and deeper).
+
+        >>> Bottleneck(256, 64)(jt.randn(1, 256, 8, 8)).shape
+        (1, 256, 8, 8)
+    """
 
     expansion = 4
 
@@ -63,7 +74,13 @@ class Bottleneck(nn.Module):
 
 class ResNet(nn.Module):
     """Stem, four stages of ``block`` (64, 128, 256, 512 planes; the last three halve the
-    resolution), global average pooling and a linear classifier."""
+    resolution), global average pooling and a linear classifier. Layout and parameter names are
+    torchvision's (``layer1.0.conv1.weight``, ``layer2.0.downsample.0.weight``, ``fc.weight``), so
+    its state dicts load by name; ``in_channels`` (not in Jittor) adapts the stem to other data.
+
+        >>> ResNet(BasicBlock, [2, 2, 2, 2], num_classes=10).fc.weight.shape
+        (10, 512)
+    """
 
     def __init__(self, block, layers, num_classes=1000, in_channels=3):
         self.inplanes = 64
@@ -95,16 +112,36 @@ class ResNet(nn.Module):
         return self.fc(x.reshape(x.shape[0], -1))
 
 
-def Resnet18(num_classes=1000, in_channels=3):
-    """ResNet-18: BasicBlock stages of 2, 2, 2, 2 blocks (11.7M parameters at 1000 classes)."""
-    return ResNet(BasicBlock, [2, 2, 2, 2], num_classes, in_channels)
+def _resnet(name, block, layers, pretrained, kwargs):
+    check_pretrained(name, pretrained)
+    return ResNet(block, layers, **kwargs)
 
 
-def Resnet34(num_classes=1000, in_channels=3):
-    """ResNet-34: BasicBlock stages of 3, 4, 6, 3 blocks."""
-    return ResNet(BasicBlock, [3, 4, 6, 3], num_classes, in_channels)
+def Resnet18(pretrained=False, **kwargs):
+    """ResNet-18: BasicBlock stages of 2, 2, 2, 2 blocks (11.7M parameters at 1000 classes).
+    ``kwargs`` go to ``ResNet`` (``num_classes``, ``in_channels``); ``pretrained=True`` is refused.
+
+        >>> Resnet18(num_classes=10, in_channels=1)(jt.randn(2, 1, 28, 28)).shape
+        (2, 10)
+    """
+    return _resnet("Resnet18", BasicBlock, [2, 2, 2, 2], pretrained, kwargs)
 
 
-def Resnet50(num_classes=1000, in_channels=3):
-    """ResNet-50: Bottleneck stages of 3, 4, 6, 3 blocks."""
-    return ResNet(Bottleneck, [3, 4, 6, 3], num_classes, in_channels)
+def Resnet34(pretrained=False, **kwargs):
+    """ResNet-34: BasicBlock stages of 3, 4, 6, 3 blocks (21.8M parameters at 1000 classes).
+
+        >>> model = Resnet34(num_classes=10)
+    """
+    return _resnet("Resnet34", BasicBlock, [3, 4, 6, 3], pretrained, kwargs)
+
+
+def Resnet50(pretrained=False, **kwargs):
+    """ResNet-50: Bottleneck stages of 3, 4, 6, 3 blocks (25.6M parameters at 1000 classes).
+
+        >>> model = Resnet50(num_classes=10)
+    """
+    return _resnet("Resnet50", Bottleneck, [3, 4, 6, 3], pretrained, kwargs)
+
+
+# Jittor spells the builders both ways
+resnet18, resnet34, resnet50 = Resnet18, Resnet34, Resnet50
