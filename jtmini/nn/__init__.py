@@ -29,6 +29,7 @@ from .norm import GroupNorm, InstanceNorm2d, LayerNorm, group_norm, layer_norm
 from .persist import load, save
 from .pool import (AdaptiveAvgPool2d, AdaptiveMaxPool2d, AvgPool2d, MaxPool2d, Pool, adaptive_avg_pool2d,
                    adaptive_max_pool2d, avg_pool2d, max_pool2d, pool)
+from .rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNBase, RNNCell
 from .resample import (ConstantPad2d, Dropout2d, PixelShuffle, ReflectionPad2d, ReplicationPad2d, Resize,
                        Upsample, ZeroPad2d, dropout2d, interpolate, pad, pixel_shuffle)
 
@@ -45,5 +46,5 @@ def __getattr__(name):
 
 __all__ = sorted(name for name in dir() if not name.startswith("_")
                  and name not in ("activation", "arguments", "attention", "containers", "conv", "conv_more", "functional",
-                                  "layers", "losses", "module", "norm", "persist", "pool", "resample", "sparse"))
+                                  "layers", "losses", "module", "norm", "persist", "pool", "resample", "rnn", "sparse"))
 __all__ += list(_OPTIMIZERS)
