@@ -6,7 +6,6 @@
 """
 # The public API, re-exported (hence the noqa: these names are used by jtmini's users, not here).
 from . import creation, ops, world  # noqa: F401
-from . import dtypes as _dtypes
 from . import mpi as _mpi
 from .autograd import enable_grad, grad, no_grad  # noqa: F401
 from .compiler import VERSION as __version__  # noqa: F401
@@ -16,7 +15,7 @@ from .var import Var, install_methods, pending_roots  # noqa: F401
 
 install_methods()
 globals().update(ops.FUNCTIONS)
-globals().update(_dtypes.PUBLIC)        # jt.float32, jt.int64, ...: dtypes that cast when called
+globals().update(creation.DTYPES)        # jt.float32, jt.int64, ...: dtypes that cast when called
 
 in_mpi = world.in_mpi
 rank = world.rank

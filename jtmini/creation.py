@@ -187,3 +187,27 @@ def arange(start, stop=None, step=1, dtype=None):
         fits = is_int and all(-2**31 <= v < 2**31 for v in (start, stop))
         dtype = ("int32" if fits else "int64") if is_int else "float32"
     return array(np.arange(start, stop, step), dtypes.canonical(dtype))
+
+
+class DType(str):
+    """A dtype as Jittor's front end has it (``jt.float32``): a string equal to the dtype's name,
+    so it goes wherever a dtype is taken, and a cast when called.
+
+        >>> jt.float32(np.arange(3))                     # a float32 Var
+        >>> jt.zeros((2,), jt.int64).dtype == jt.int64   # True: dtypes are their names
+    """
+    __slots__ = ()
+
+    def __call__(self, x):
+        try:
+            name = dtypes.canonical(self)
+        except TypeError:
+            raise TypeError(f"jt.{self}: unsupported dtype; jtmini supports {', '.join(dtypes.C_TYPES)}") from None
+        return x.cast(name) if isinstance(x, Var) else array(x, name)
+
+    def __repr__(self):
+        return f"jt.{str.__str__(self)}"
+
+
+DTYPES = {name: DType(name) for name in ("float16", "float32", "float64", "int8", "int16", "int32", "int64",
+                                         "uint8", "bool")}

@@ -18,29 +18,6 @@ _WIDENED = {"int8": "int32", "int16": "int32", "uint8": "int32", "uint16": "int3
 DEFAULT_FLOAT = "float32"
 
 
-class DType(str):
-    """A dtype as Jittor's front end has it (``jt.float32``): a string equal to the dtype's name,
-    so it goes wherever a dtype is taken, and a cast when called.
-
-        >>> jt.float32(np.arange(3))                     # a float32 Var
-        >>> jt.zeros((2,), jt.int64).dtype == jt.int64   # True: dtypes are their names
-    """
-    __slots__ = ()
-
-    def __call__(self, x):
-        from . import creation          # creation builds on this module
-        if self not in C_TYPES and self not in _WIDENED:
-            raise TypeError(f"jt.{self}: unsupported dtype; jtmini supports {', '.join(_ORDER)}")
-        from .var import Var
-        return x.cast(canonical(self)) if isinstance(x, Var) else creation.array(x, canonical(self))
-
-    def __repr__(self):
-        return f"jt.{str.__str__(self)}"
-
-
-PUBLIC = {name: DType(name) for name in ("float16", "float32", "float64", "int8", "int16", "int32", "int64",
-                                         "uint8", "bool")}
-
 
 def canonical(dtype):
     """Normalise a dtype given as a string, numpy dtype or Python type; TypeError if unsupported."""
@@ -51,7 +28,6 @@ def canonical(dtype):
     if dtype is bool:
         return "bool"
     name = _ALIASES.get(str(dtype), str(dtype))
-    name = _WIDENED.get(name, name)
     if name not in C_TYPES:
         try:
             name = np.dtype(dtype).name

@@ -14,6 +14,7 @@ import numpy as np
 
 from .. import creation, dtypes
 from ..ops.elementwise import broadcast_shapes, where
+from ..ops.mathfns import softmax_over
 
 
 def relu(x):
@@ -36,14 +37,12 @@ def tanh(x):
 
 def log_softmax(x, dim=1):
     """log(softmax(x)) computed as ``x - max - log(sum(exp(x - max)))`` so exp never overflows."""
-    shifted = x - x.max(dims=dim, keepdims=True).detach()
-    return shifted - shifted.exp().sum(dims=dim, keepdims=True).log()
+    return softmax_over(x, dim, log=True)
 
 
 def softmax(x, dim=1):
     """exp(x) / sum(exp(x)) along ``dim``, max-subtracted for stability."""
-    e = (x - x.max(dims=dim, keepdims=True).detach()).exp()
-    return e / e.sum(dims=dim, keepdims=True)
+    return softmax_over(x, dim)
 
 
 def one_hot(x, num_classes=-1, dtype="float32"):

@@ -286,10 +286,18 @@ def softmax(x, dim=None, log=False):
     >>> jt.array([[0.0, 0.0]]).softmax(1).numpy()
     array([[0.5, 0.5]], dtype=float32)
     """
-    from ..nn import functional
     x = _floats(x)
-    dims = _all_dims(x, dim, "softmax")
-    return functional.log_softmax(x, dims) if log else functional.softmax(x, dims)
+    return softmax_over(x, _all_dims(x, dim, "softmax"), log)
+
+
+def softmax_over(x, dims, log=False):
+    """Softmax (``log``: log-softmax) of ``x`` over ``dims`` as given, without the checks and
+    casts of ``softmax``: the max is subtracted first so exp never overflows (``nn.softmax``)."""
+    shifted = x - x.max(dims=dims, keepdims=True).detach()
+    if log:
+        return shifted - shifted.exp().sum(dims=dims, keepdims=True).log()
+    e = shifted.exp()
+    return e / e.sum(dims=dims, keepdims=True)
 
 
 @export("log_softmax")
