@@ -11,6 +11,7 @@ import itertools
 import numpy as np
 
 import jtmini as jt
+from jtmini import nn
 
 
 def log(*args):
@@ -63,3 +64,18 @@ def accuracy(model, loader, max_batches=None):
     model.train()
     correct, seen = global_sum(correct, seen)
     return correct / max(seen, 1)
+
+
+def train_classifier(model, optimizer, loader, steps, log_every=100):
+    """``steps`` optimizer steps of cross-entropy on ``loader``'s (input, label) batches; returns
+    (shard loss, shard size) of each step, and logs every ``log_every`` steps."""
+    model.train()
+    losses, sizes = [], []
+    for inputs, labels in take(loader, steps):
+        loss = nn.cross_entropy_loss(model(inputs), labels)
+        optimizer.step(loss)
+        losses.append(loss.item())
+        sizes.append(len(labels))
+        if len(losses) % log_every == 0:
+            log(f"step {len(losses)}: loss {losses[-1]:.4f}")
+    return losses, sizes

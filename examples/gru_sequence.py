@@ -10,7 +10,7 @@ import jtmini as jt
 from jtmini import nn
 from jtmini.dataset import Dataset
 
-from common import accuracy, global_losses, log, take
+from common import accuracy, global_losses, log, train_classifier
 
 WAVES = ("sine", "square", "triangle", "sawtooth")
 
@@ -66,20 +66,6 @@ def make_loaders(batch_size, seq_len):
     return Waves(4000, batch_size, seq_len), Waves(1000, 250, seq_len, seed=1, shuffle=False)
 
 
-def train(model, optimizer, loader, steps):
-    """``steps`` optimizer steps; returns (shard loss, shard size) of each step."""
-    model.train()
-    losses, sizes = [], []
-    for x, labels in take(loader, steps):
-        loss = nn.cross_entropy_loss(model(x), labels)
-        optimizer.step(loss)
-        losses.append(loss.item())
-        sizes.append(len(labels))
-        if len(losses) % 50 == 0:
-            log(f"step {len(losses)}: loss {losses[-1]:.4f}")
-    return losses, sizes
-
-
 def main(steps=600, batch_size=64, seq_len=24, seed=0):
     """Train ``steps`` steps, then score 1000 held-out sequences.
     Returns {"losses": global-batch loss per step, "accuracy": ...}."""
@@ -87,7 +73,7 @@ def main(steps=600, batch_size=64, seq_len=24, seed=0):
     model = WaveClassifier()
     optimizer = make_optimizer(model)
     train_loader, test_loader = make_loaders(batch_size, seq_len)
-    losses = global_losses(*train(model, optimizer, train_loader, steps))
+    losses = global_losses(*train_classifier(model, optimizer, train_loader, steps, log_every=50))
     acc = accuracy(model, test_loader)
     log(f"gru_sequence: {steps} steps, last loss {losses[-1]:.4f}, test accuracy {acc:.4f}")
     return {"losses": losses, "accuracy": acc}

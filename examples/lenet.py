@@ -12,7 +12,7 @@ import jtmini as jt
 from jtmini import nn, transform
 from jtmini.dataset import MNIST
 
-from common import accuracy, global_losses, log, take
+from common import accuracy, global_losses, log, train_classifier
 
 # MNIST's pixel mean and standard deviation in [0, 1], after padding to 32x32
 MEAN, STD = 0.1000, 0.2752
@@ -59,20 +59,6 @@ def make_loaders(batch_size):
     return train_loader, test_loader
 
 
-def train(model, optimizer, loader, steps):
-    """``steps`` optimizer steps; returns (shard loss, shard size) of each step."""
-    model.train()
-    losses, sizes = [], []
-    for images, labels in take(loader, steps):
-        loss = nn.cross_entropy_loss(model(images), labels)
-        optimizer.step(loss)
-        losses.append(loss.item())
-        sizes.append(len(labels))
-        if len(losses) % 100 == 0:
-            log(f"step {len(losses)}: loss {losses[-1]:.4f}")
-    return losses, sizes
-
-
 def main(steps=1000, batch_size=64, eval_batches=None, seed=0):
     """Train ``steps`` steps, then score the test set (``eval_batches`` batches of 1000, all by
     default). Returns {"losses": global-batch loss per step, "accuracy": ...}."""
@@ -80,7 +66,7 @@ def main(steps=1000, batch_size=64, eval_batches=None, seed=0):
     model = LeNet()
     optimizer = make_optimizer(model)
     train_loader, test_loader = make_loaders(batch_size)
-    losses = global_losses(*train(model, optimizer, train_loader, steps))
+    losses = global_losses(*train_classifier(model, optimizer, train_loader, steps))
     acc = accuracy(model, test_loader, eval_batches)
     log(f"lenet: {steps} steps, last loss {losses[-1]:.4f}, test accuracy {acc:.4f}")
     return {"losses": losses, "accuracy": acc}

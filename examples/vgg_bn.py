@@ -17,7 +17,7 @@ import jtmini as jt
 from jtmini import nn
 from jtmini.dataset import Dataset
 
-from common import accuracy, global_losses, log, take
+from common import accuracy, global_losses, log, train_classifier
 
 NUM_CLASSES = 10
 # VGG's configuration notation: channels of a 3x3 conv + BN + ReLU, "M" a 2x2 max pooling
@@ -84,20 +84,6 @@ def make_loaders(batch_size, train_size, test_size):
     return train_loader, test_loader
 
 
-def train(model, optimizer, loader, steps):
-    """``steps`` optimizer steps; returns (shard loss, shard size) of each step."""
-    model.train()
-    losses, sizes = [], []
-    for images, labels in take(loader, steps):
-        loss = nn.cross_entropy_loss(model(images), labels)
-        optimizer.step(loss)
-        losses.append(loss.item())
-        sizes.append(len(labels))
-        if len(losses) % 50 == 0:
-            log(f"step {len(losses)}: loss {losses[-1]:.4f}")
-    return losses, sizes
-
-
 def main(steps=500, batch_size=64, train_size=8000, test_size=1000, dropout=0.3, seed=0):
     """Train ``steps`` steps, then score ``test_size`` held-out samples in eval mode.
     Returns {"losses": global-batch loss per step, "accuracy": ...}."""
@@ -105,7 +91,7 @@ def main(steps=500, batch_size=64, train_size=8000, test_size=1000, dropout=0.3,
     model = VGG(dropout=dropout)
     optimizer = make_optimizer(model)
     train_loader, test_loader = make_loaders(batch_size, train_size, test_size)
-    losses = global_losses(*train(model, optimizer, train_loader, steps))
+    losses = global_losses(*train_classifier(model, optimizer, train_loader, steps, log_every=50))
     acc = accuracy(model, test_loader)              # model.eval() and jt.no_grad() inside
     log(f"vgg_bn: {steps} steps, last loss {losses[-1]:.4f}, test accuracy {acc:.4f}")
     return {"losses": losses, "accuracy": acc}
