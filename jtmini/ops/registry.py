@@ -15,8 +15,11 @@ library         computed by a library call on whole buffers (BLAS matmul)
 collective      MPI collectives (never fused, issued in program order)
 ==============  ============================================================================
 """
+import functools
 from dataclasses import dataclass
 from typing import Callable, Optional
+
+import numpy as np
 
 KINDS = ("elementwise", "const", "reindex", "reduce", "argreduce", "scatter", "library", "collective")
 
@@ -93,10 +96,6 @@ def export(*names, method=True, function=True):
 
 def _taking_arrays(fn):
     """``fn`` with a numpy array as its first argument made a Var first (``jt.array``)."""
-    import functools
-
-    import numpy as np
-
     @functools.wraps(fn)
     def public(x, *args, **kwargs):
         if isinstance(x, np.ndarray):
