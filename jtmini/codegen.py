@@ -9,14 +9,13 @@ loop) has them compiled in while ``flags.specialize_shapes`` is on: with constan
 divisors the compiler unrolls the short window loops, proves bounds checks away and turns ``/`` and
 ``%`` into multiplies, which made ResNet-18's kernels 1.6x faster in all; and loops that walk
 memory as one are merged (``_Builder.coalesce``). With the dims known, codegen also works out each
-index's range (``index_ranges``) and drops the bounds checks and clamps of reads that cannot leave
+index's range (``symbolic``) and drops the bounds checks and clamps of reads that cannot leave
 their tensor: GCC had not proven them all (ResNet's dense 2x2 convolution spreads its weight 1.7x
 faster without them). Flat elementwise kernels gain nothing from that and stay shape-generic.
 ``generate`` memoises on the signature plus, when compiled in, the dims.
 """
 import math
 import numbers
-import re
 from dataclasses import dataclass
 
 import jinja2
@@ -24,8 +23,8 @@ import numpy as np
 
 from . import codegen_cuda, dtypes, numpy_views
 from .flags import flags
-from .index_ranges import interval
 from .ops.registry import OPS
+from .symbolic import clamp, num, sym
 
 GRAIN = 16384          # below this many iterations a kernel runs on one thread
 _env = jinja2.Environment(loader=jinja2.PackageLoader("jtmini", "templates"), undefined=jinja2.StrictUndefined,
@@ -87,7 +86,7 @@ def _copy_code(ctype, dims, strides, offset):
         source = _env.get_template("cpu/copy.cc.j2").render(
             title=f"{ctype} copy", ctype=ctype, rank=rank, dims=dims, strides=strides, offset=offset,
             outer=outer, grain=GRAIN,
-            row_major=_row_major([f"i{k}" for k in range(rank - 1)], outer))
+            row_major=_row_major([sym(f"i{k}") for k in range(rank - 1)], outer).render())
         code = _memo[key] = CopyCode(source)
     return code
 
@@ -212,9 +211,11 @@ class _Builder:
         self.computed = {}              # (node position, index, guarded) -> C expression
         self.pinned = []                # loop indices known to take only the value 0 (see nest)
         self.conditional_reads = False  # a read guarded by a bounds check or condition (see kernel.cc.j2)
-        # inclusive value range of each loop index, index name and compiled-in dim (index_ranges)
+        # inclusive value range of each loop index, index name and compiled-in dim
         self.ranges = {name: (v, v) for name, v in zip(self.symbols, dims or ()) if v is not None}
         self.in_range = set()           # index names proven inside their dim: no check, no clamp
+        self.index_defs = {}            # index name -> its Expr over loop indices and dims
+        self.accesses = []              # the offset Expr of every buffer read
 
     def dims(self, ref):
         kind, k = ref
@@ -227,10 +228,10 @@ class _Builder:
 
     # --- values ----------------------------------------------------------------------------------
     def value(self, ref, idx, guarded=False):
-        """C expression for the value of ``ref`` at index ``idx`` (list of C index expressions)."""
+        """C expression for the value of ``ref`` at index ``idx`` (a list of index Exprs)."""
         kind, k = ref
         if kind == "in":
-            return f"in{k}[{self.offset(ref, idx, guarded)}]"
+            return self.read(k, self.offset(ref, idx, guarded))
         # Each node once per index. A merged kernel (schedule._merge_maps) holds values that several
         # of its nodes read; evaluated afresh per read, a chain of them grows the source
         # exponentially (50 updates of one weight: 2**50 terms).
@@ -253,12 +254,19 @@ class _Builder:
     def in_dtypes(self, refs):
         return [self.ins[k][0] if kind == "in" else self.nodes[k][2] for kind, k in refs]
 
+    def read(self, k, offset):
+        """The C read of input ``k`` at the Expr ``offset``, recorded for ``affine_strides``."""
+        self.accesses.append(offset)
+        return f"in{k}[{offset.render()}]"
+
     def offset(self, ref, idx, guarded):
+        """The Expr of the flat offset of index ``idx`` into ``ref``; ``guarded``: each index not
+        proven in range is clamped (the load runs even where a condition discards its value)."""
         if self.flat:
             return idx[0]
         dims = self.dims(ref)
         if guarded:
-            idx = [i if i in self.in_range else f"jt_clamp<int64_t>({i}, {n})" for i, n in zip(idx, dims)]
+            idx = [i if i.op == "sym" and i.args[0] in self.in_range else clamp(i, sym(n)) for i, n in zip(idx, dims)]
         return _row_major(idx, dims)
 
     def let(self, ctype, expr):
@@ -277,23 +285,31 @@ class _Builder:
         return names, conds, imap
 
     def indices(self, imap, subst, dims, checked=True):
-        """Declare the index names of ``imap`` into a tensor of ``dims``; also the conditions under
-        which they are used: none of ``imap.conditions``, and, when ``checked``, inside ``dims``
-        (but for the names whose range is known to be inside already)."""
+        """Declare the index names of ``imap`` into a tensor of ``dims`` (Exprs of them); also the
+        C conditions under which they are used: none of ``imap.conditions``, and, when
+        ``checked``, inside ``dims`` (but for the names whose range is known to be inside)."""
         names, conds = [], []
         for expr, dim in zip(imap.exprs, dims):
             name, expr = self.fresh("j"), subst(expr)
-            self.lines.append(f"const int64_t {name} = {expr};")
-            names.append(name)
-            span, size = interval(expr, self.ranges), self.known(dim)
+            self.lines.append(f"const int64_t {name} = {expr.render()};")
+            self.index_defs[name] = expr.replace(self.expand)
+            names.append(sym(name))
+            span, size = expr.interval(self.ranges), self.known(dim)
             if span is not None:
                 self.ranges[name] = span
                 if size is not None and 0 <= span[0] and span[1] < size:
                     self.in_range.add(name)
             if checked and name not in self.in_range:
                 conds.append(f"{name} >= 0 && {name} < {dim}")
-        conds += [f"!({subst(c)})" for c in imap.conditions]
+        for c in imap.conditions:
+            c = subst(c)
+            if c.value != 0:                   # a condition that never holds is dropped
+                conds.append(f"!({c.render()})")
         return names, conds
+
+    def expand(self, leaf):
+        """``replace`` callback: an index name's definition (over loop indices and dims)."""
+        return self.index_defs.get(leaf.args[0]) if leaf.op == "sym" else None
 
     def loop_ranges(self, loops):
         """Record each loop index's range: 0 to its trip count - 1, when compiled in."""
@@ -305,7 +321,7 @@ class _Builder:
     def reindexed(self, k, idx, guarded):
         op, attrs, dtype, ndim, inputs = self.nodes[k]
         if op == "reshape" and inputs[0][0] == "in":    # same row-major layout: no divisions
-            return f"in{inputs[0][1]}[{self.offset(('t', k), idx, guarded)}]"
+            return self.read(inputs[0][1], self.offset(("t", k), idx, guarded))
         names, conds, imap = self.index_map(k, idx)
         if not conds:
             return self.value(inputs[0], names, guarded)
@@ -315,19 +331,24 @@ class _Builder:
         return self.let(ctype, f"({' && '.join(conds)}) ? {inner} : {c_literal(imap.overflow_value, ctype)}")
 
     def substituter(self, idx, xdims, ydims, extras):
-        def extra(k, args):
-            return self.value(extras[k], [subst(a) for a in args])
+        """A function taking an index-map Expr to this kernel's: ``i<k>`` becomes ``idx[k]``, the
+        dims their symbols, and an extra input's read the name of its value."""
+        table = {f"i{k}": e for k, e in enumerate(idx)}
+        table.update({f"xshape{k}": self.dim(d) for k, d in enumerate(xdims)})
+        table.update({f"yshape{k}": self.dim(d) for k, d in enumerate(ydims)})
 
-        def name(match):
-            kind, k = match.group(1), int(match.group(2))
-            table = {"i": idx, "xshape": xdims, "yshape": ydims}[kind]
-            if k >= len(table):
-                raise ValueError(f"index expression refers to {kind}{k}, beyond rank {len(table)}")
-            return f"({table[k]})"
+        def leaf(e):
+            if e.op == "read":
+                k, args = e.args[0], [subst(a) for a in e.args[1:]]
+                ctype = dtypes.C_TYPES[self.in_dtypes([extras[k]])[0]]
+                return sym(self.let(ctype, self.value(extras[k], args)))
+            if e.args[0] not in table:
+                raise ValueError(f"index expression refers to {e.args[0]}, beyond the ranks of this op "
+                                 f"({len(idx)} indices, {len(xdims)} input dims)")
+            return table[e.args[0]]
 
         def subst(expr):
-            expr = _replace_extras(expr, extra)
-            return re.sub(r"\b(i|xshape|yshape)(\d+)\b", name, expr)
+            return expr.replace(leaf)
         return subst
 
     # --- kernels ---------------------------------------------------------------------------------
@@ -360,6 +381,12 @@ class _Builder:
         values = self.dims_in_source or [None] * len(self.symbols)
         return [(name, None if v is None else str(v)) for name, v in zip(self.symbols, values)]
 
+    def dim(self, symbol):
+        """A dim symbol as an Expr: its value when compiled in, so index math folds and divides
+        by constants."""
+        value = self.known(symbol)
+        return sym(symbol) if value is None else num(value)
+
     def known(self, symbol):
         """The value of a dim symbol (or an integer literal: a coalesced loop's bound) when it is
         compiled in, else None."""
@@ -385,7 +412,7 @@ class _Builder:
                 kept.append((var, bound))
         return kept
 
-    def coalesce(self, loops, values, offsets=()):
+    def coalesce(self, loops, offsets=()):
         """``loops`` (a nest, outermost first) with each run of loops that walks memory as one
         merged into a single loop: its innermost index runs over the run's whole extent and the
         others are pinned to 0. A run merges when, in every buffer access of the kernel, the outer
@@ -393,14 +420,13 @@ class _Builder:
         (100, 64, 7, 7) conv output (stored as (64, 4900)) then sums 4900 contiguous floats in one
         SIMD loop instead of 700 loops of 7.
 
-        Only done when the accesses are affine and the loop indices appear nowhere else: ``values``
-        are the C expressions the kernel evaluates besides ``self.lines`` (its result, stores),
-        ``offsets`` extra index expressions (its output's). A bounds check, a stride condition, a
-        division or an index used as a value leave the nest as it is."""
+        Only done when the accesses are affine and the loop indices appear nowhere else:
+        ``offsets`` are the index Exprs besides the reads (its output's). A bounds check, a stride
+        condition, a division or an index used as a value leave the nest as it is."""
         if len(loops) < 2 or self.dims_in_source is None:
             return loops
         extents = [self.known(bound) for _, bound in loops]
-        strides = self.affine_strides([var for var, _ in loops], values, offsets)
+        strides = self.affine_strides([var for var, _ in loops], offsets)
         if strides is None or None in extents:
             return loops
         runs = [[len(loops) - 1]]              # loop positions, innermost first within a run
@@ -417,47 +443,42 @@ class _Builder:
             merged.append((loops[run[0]][0], str(math.prod(extents[j] for j in run))))
         return merged
 
-    def affine_strides(self, loop_vars, values, offsets):
-        """Per buffer access (and per expression of ``offsets``), its stride along each of
-        ``loop_vars``; None unless every one is affine in them with compiled-in dims, and they
-        and the index names built from them appear in no value computation."""
-        index_defs, value_text, accessed = {}, list(values), list(offsets)
-        for line in self.lines:
-            match = _INDEX_LINE.fullmatch(line)
-            if match:
-                index_defs[match.group(1)] = match.group(2)
-            else:
-                value_text.append(line)
-        for text in value_text:
-            rest, reads = _split_reads(text)
-            if re.search(r"\b(%s)\b" % "|".join(list(loop_vars) + list(index_defs)), rest):
-                return None
-            accessed += reads
+    def affine_strides(self, loop_vars, offsets):
+        """Per buffer read (and per Expr of ``offsets``), its stride along each of ``loop_vars``;
+        None unless every one is affine in them with compiled-in dims, and no index is used as a
+        value (a bounds check or a condition)."""
+        if self.conditional_reads:
+            return None
         # the strides along loop_vars do not depend on the other loops' indices: those are 0
         env = {f"i{k}": 0 for k in range(max(node[3] for node in self.nodes) + 1)}
         env.update(zip(self.symbols, self.dims_in_source))
-        strides = [_affine_steps(_expand_indices(expr, index_defs), loop_vars, env) for expr in accessed]
-        return None if None in strides else strides
+        strides = []
+        for offset in self.accesses + list(offsets):
+            form = offset.replace(self.expand).linear(loop_vars, env)
+            if form is None:
+                return None
+            strides.append(form[0])
+        return strides
 
     def build_map(self, root):
         dims = self.dims(root)
         if self.flat:
             numel = " * ".join(dims) or "1"
             loops = [("i0", "n")]
-            idx = ["i0"]
+            idx = [sym("i0")]
         else:
-            numel, loops, idx = " * ".join(dims) or "1", self.loops(dims), [f"i{d}" for d in range(len(dims))]
+            numel, loops, idx = " * ".join(dims) or "1", self.loops(dims), [sym(f"i{d}") for d in range(len(dims))]
             self.loop_ranges(loops)
         # the other outputs have root's shape: stored at root's index
         stores = [(f"out{k}", self.value(("t", n), idx)) for k, n in enumerate(self.outputs)]
         value = self.value(root, idx)
         out_index = self.offset(root, idx, False)
-        loops = self.coalesce(self.nest(loops), [value] + [v for _, v in stores], [out_index])
+        loops = self.coalesce(self.nest(loops), [out_index])
         bounds = [self.known(n) for _, n in loops]
         collapse = _collapse(bounds)
         vector_loops = min(_vector_loops(bounds), len(loops) - collapse)
         return {"numel": numel, "loops": loops, "collapse": collapse, "vector_loops": vector_loops,
-                "value": value, "stores": stores, "out_index": out_index}
+                "value": value, "stores": stores, "out_index": out_index.render()}
 
     def build_reduce(self, root, arg=False):
         op, attrs, dtype, ndim, (src,) = self.nodes[root[1]]
@@ -469,16 +490,16 @@ class _Builder:
         loops = self.loops(src_dims)
         if not self.flat:
             self.loop_ranges(loops)
-        value = self.value(src, [v for v, _ in loops])
+        value = self.value(src, [sym(v) for v, _ in loops])
         outer = self.nest([loops[d] for d in range(len(loops)) if d not in reduced])
         inner = self.nest([loops[d] for d in range(len(loops)) if d in reduced])
-        out_index = _row_major([v for v, _ in outer], [n for _, n in outer])
-        outer = self.coalesce(outer, [value], [out_index])
+        out_index = _row_major([sym(v) for v, _ in outer], [n for _, n in outer])
+        outer = self.coalesce(outer, [out_index])
         if not arg:              # an argreduce keeps its reduced index: it is the result
-            inner = self.coalesce(inner, [value])
+            inner = self.coalesce(inner)
         position = {var: d for d, (var, _) in enumerate(loops)}
         columns = not arg and len(outer) == 1 and inner and position[inner[-1][0]] < position[outer[0][0]]
-        context = {"outer": outer, "inner": inner, "out_index": out_index, "columns": columns,
+        context = {"outer": outer, "inner": inner, "out_index": out_index.render(), "columns": columns,
                    "collapse": _collapse([self.known(n) for _, n in outer], keep_innermost=False),
                    "vector_loops": _vector_loops([self.known(n) for _, n in inner]),
                    "n_out": " * ".join(n for _, n in outer) or "1",
@@ -497,13 +518,13 @@ class _Builder:
         src_dims = self.dims(inputs[0])
         loops = self.loops(src_dims)
         self.loop_ranges(loops)
-        idx = [v for v, _ in loops]
+        idx = [sym(v) for v, _ in loops]
         value = self.value(inputs[0], idx)
         out_dims = self.dims(root)
         imap = OPS[op].index(attrs, len(src_dims), ndim)
         subst = self.substituter(idx, src_dims, out_dims, inputs[1:])
         names, conds = self.indices(imap, subst, out_dims)     # a scatter always drops strays
-        out_index = _row_major(names, out_dims)
+        out_index = _row_major(names, out_dims).render()
         ctype = dtypes.C_TYPES[dtype]
         red = attrs["op"]
         init = {"add": "0", "mul": "1", "max": f"std::numeric_limits<{ctype}>::lowest()",
@@ -555,101 +576,12 @@ def _vector_loops(bounds):
     return count
 
 
-def _replace_extras(expr, extra):
-    """``expr`` with every ``@eK(arg, ...)`` replaced by ``extra(K, [arg, ...])``; arguments may
-    hold parentheses, and further ``@e`` reads (left for ``extra`` to replace).
-
-    >>> _replace_extras("@e0(i0, (i1+1)/2) + 1", lambda k, args: f"E{k}{args}")
-    "E0['i0', '(i1+1)/2'] + 1"
-    """
-    out, pos = [], 0
-    for match in re.finditer(r"@e(\d+)\(", expr):
-        if match.start() < pos:           # inside the arguments of an outer read: done there
-            continue
-        args, depth, start = [], 1, match.end()
-        for end in range(match.end(), len(expr)):
-            depth += {"(": 1, ")": -1}.get(expr[end], 0)
-            if depth == 0 or (depth == 1 and expr[end] == ","):
-                args.append(expr[start:end].strip())
-                start = end + 1
-                if depth == 0:
-                    break
-        else:
-            raise ValueError(f"unbalanced parentheses after @e{match.group(1)} in index expression {expr!r}")
-        out += [expr[pos:match.start()], extra(int(match.group(1)), args)]
-        pos = end + 1
-    return "".join(out) + expr[pos:]
-
-
-_INDEX_LINE = re.compile(r"const int64_t (j\d+) = (.*);")
-_AFFINE = re.compile(r"[\w\s+\-*()]*")      # names, numbers, + - * and parentheses: no / % ?: or calls
-_BUFFER = re.compile(r"\b(in\d+|out\d*)\[")
-
-
-def _split_reads(text):
-    """``(rest, offsets)``: ``text`` with every buffer access ``inK[...]`` / ``outK[...]`` cut
-    out, and the offset expressions of those accesses.
-
-    >>> _split_reads("(in0[(j1)*t0_1+j2] * c3)")
-    ('( * c3)', ['(j1)*t0_1+j2'])
-    """
-    rest, offsets, pos = [], [], 0
-    for match in _BUFFER.finditer(text):
-        if match.start() < pos:              # inside an offset already cut out
-            continue
-        depth = 1
-        for end in range(match.end(), len(text)):
-            depth += {"[": 1, "]": -1}.get(text[end], 0)
-            if depth == 0:
-                break
-        rest.append(text[pos:match.start()])
-        offsets.append(text[match.end():end])
-        pos = end + 1
-    return "".join(rest) + text[pos:], offsets
-
-
-def _expand_indices(expr, index_defs):
-    """``expr`` with each index name ``jK`` replaced by its definition, recursively (None when a
-    definition refers to itself, which generated code never does)."""
-    for _ in range(len(index_defs) + 1):
-        expanded = re.sub(r"\b(j\d+)\b", lambda m: f"({index_defs[m.group(1)]})" if m.group(1) in index_defs
-                          else m.group(1), expr)
-        if expanded == expr:
-            return expr
-        expr = expanded
-    return None
-
-
-def _affine_steps(expr, loop_vars, env):
-    """How much the C index expression ``expr`` grows per step of each of ``loop_vars``, the other
-    names taking their values in ``env``; None unless it is affine in them (only names, numbers,
-    + - * and parentheses, and linear where probed).
-
-    >>> _affine_steps("(i0*t0_1+i1)*3+1", ["i0", "i1"], {"t0_1": 5})
-    [15, 3]
-    """
-    if expr is None or not _AFFINE.fullmatch(expr):
-        return None
-    code = compile(expr, "<index>", "eval")
-
-    def at(point):
-        return eval(code, {"__builtins__": {}}, {**env, **dict(zip(loop_vars, point))})
-    try:
-        zero = at([0] * len(loop_vars))
-    except NameError:            # a name that is neither a dim nor an index (a constant's value)
-        return None
-    steps = [at([int(j == k) for j in range(len(loop_vars))]) - zero for k in range(len(loop_vars))]
-    probe = [3 + 2 * k for k in range(len(loop_vars))]
-    if at(probe) != zero + sum(p * s for p, s in zip(probe, steps)):
-        return None              # not affine after all (a product of two indices)
-    return steps
-
-
 def _row_major(idx, dims):
-    """C expression of the row-major flat offset of index ``idx`` in a shape named ``dims``."""
-    expr = "0"
+    """The Expr of the row-major flat offset of index ``idx`` (Exprs) in a shape of ``dims``
+    (dim symbols, or the trip counts of merged loops)."""
+    expr = num(0)
     for i, n in zip(idx, dims):
-        expr = i if expr == "0" else f"({expr})*{n}+{i}"
+        expr = expr * (num(n) if isinstance(n, int) or n.isdigit() else sym(n)) + i
     return expr
 
 

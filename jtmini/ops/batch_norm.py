@@ -36,6 +36,7 @@ import numpy as np
 from .. import codegen, compiler, dtypes
 from ..runtime import cpu
 from ..var import Var
+from ..symbolic import sym
 from .registry import IndexMap, OpSpec, register
 from .reindex import stack
 
@@ -150,7 +151,7 @@ def _per_channel_view(table, a):
 
 
 register(OpSpec("per_channel", "reindex", infer=_per_channel_infer, grad=_per_channel_grad,
-                index=lambda a, nin, nout: IndexMap((str(a["row"]), f"i{_channel_dim(nout)}")),
+                index=lambda a, nin, nout: IndexMap((a["row"], sym(f"i{_channel_dim(nout)}"))),
                 numpy_view=_per_channel_view))
 
 

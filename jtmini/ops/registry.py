@@ -21,6 +21,8 @@ from typing import Callable, Optional
 
 import numpy as np
 
+from ..symbolic import as_expr
+
 KINDS = ("elementwise", "const", "reindex", "reduce", "argreduce", "scatter", "library", "collective")
 
 
@@ -57,14 +59,19 @@ class OpSpec:
 
 @dataclass(frozen=True)
 class IndexMap:
-    """Index expressions in C over ``i0, i1, ...`` (output indices), ``xshape0, ...`` (input dims)
-    and ``yshape0, ...`` (output dims). ``checked``: out-of-range input indices read
-    ``overflow_value`` (Jittor's semantics) instead of being trusted to be in range; ``conditions``
-    are extra C conditions under which the read also yields ``overflow_value``."""
+    """One index ``symbolic.Expr`` per input dim (ints are taken as constants) over ``i0, i1,
+    ...`` (output indices), ``xshape0, ...`` (input dims) and ``yshape0, ...`` (output dims).
+    ``checked``: out-of-range input indices read ``overflow_value`` (Jittor's semantics) instead of
+    being trusted to be in range; ``conditions`` are Exprs under which the read also yields
+    ``overflow_value``."""
     exprs: tuple
     checked: bool = False
     overflow_value: float = 0
     conditions: tuple = ()
+
+    def __post_init__(self):
+        object.__setattr__(self, "exprs", tuple(map(as_expr, self.exprs)))
+        object.__setattr__(self, "conditions", tuple(map(as_expr, self.conditions)))
 
 
 OPS = {}          # op name -> OpSpec

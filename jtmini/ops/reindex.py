@@ -3,23 +3,26 @@
 Jittor's ``reindex``/``reindex_reduce`` are the general form (convolution and pooling are built from
 them); the movement ops (broadcast, reshape, transpose, slice, flip, pad) are reindexes with their
 own cheaper gradients. All of them fuse: codegen substitutes the index expressions.
-Index expressions use ``i0, i1, ...`` (output indices), ``xshape0, ...`` (input dims),
-``yshape0, ...`` (output dims) and ``@e0(i0, i1)`` (value of extra input 0 at an output index).
+Index maps are ``symbolic`` Exprs over ``i0, i1, ...`` (output indices), ``xshape0, ...`` (input
+dims), ``yshape0, ...`` (output dims) and reads of extra inputs (``@e0(i0, i1)``: the value of extra
+input 0 at an output index). Jittor's string expressions are parsed into them here, once.
 """
 import functools
 import math
-import re
 
 from .. import dtypes
+from ..symbolic import IndexExprError, Expr, indices, parse, sym
 from ..var import Var
 from .registry import IndexMap, OpSpec, export, register
 
+i, xshape, yshape = indices("i"), indices("xshape"), indices("yshape")
 
-def _flat(dims, prefix):
-    """C expression of the row-major flat index of ``prefix0..`` in a shape named ``dims``."""
-    expr = "0"
-    for k in range(dims):
-        expr = f"{prefix}{k}" if expr == "0" else f"({expr})*yshape{k}+{prefix}{k}"
+
+def _flat(ndim):
+    """The row-major flat index of ``i0..`` in the output shape."""
+    expr = 0
+    for k in range(ndim):
+        expr = expr * yshape[k] + i[k]
     return expr
 
 
@@ -34,11 +37,46 @@ def _reindex_infer(inputs, a):
     return a["shape"], inputs[0].dtype
 
 
+def index_exprs(texts, what, n_i, n_x, n_y, extras):
+    """Jittor's index expressions (strings or Exprs) as Exprs, each checked to name only
+    ``i0..i{n_i-1}``, the dims of the input (``n_x``) and output (``n_y``), and reads of
+    ``extras`` with one index per dim; ``what`` names the argument in errors."""
+    if isinstance(texts, (str, Expr)):
+        raise TypeError(f"{what} must be a list of index expressions, one per dim, got {texts!r}")
+    limits = {"i": n_i, "xshape": n_x, "yshape": n_y}
+    exprs = []
+    for text in texts:
+        expr = text if isinstance(text, Expr) else parse(text)
+        for name in expr.symbols():
+            kind = name.rstrip("0123456789")
+            if int(name[len(kind):]) >= limits[kind]:
+                raise IndexExprError(f"{what}: {text!r} names {name}, but there are {limits[kind]} of "
+                                     f"{kind}0..")
+        _check_reads(expr, text, what, extras)
+        exprs.append(expr)
+    return tuple(exprs)
+
+
+def _check_reads(expr, text, what, extras):
+    if expr.op == "read":
+        k, args = expr.args[0], expr.args[1:]
+        if k >= len(extras):
+            raise IndexExprError(f"{what}: {text!r} reads @e{k}, but {len(extras)} extras were given")
+        if len(args) != extras[k].ndim:
+            raise IndexExprError(f"{what}: {text!r} reads @e{k} with {len(args)} indices, but that extra "
+                                 f"has shape {tuple(extras[k].shape)}")
+    for arg in expr.args:
+        if isinstance(arg, Expr):
+            _check_reads(arg, text, what, extras)
+
+
 def _swap_shapes(exprs):
     """The same index map seen from the other side: a gather's input is its inverse scatter's
     result, so ``xshape`` and ``yshape`` trade names between reindex and reindex_reduce."""
-    swap = {"xshape": "yshape", "yshape": "xshape"}
-    return tuple(re.sub(r"\b[xy]shape", lambda m: swap[m.group(0)], e) for e in exprs)
+    def swap(leaf):
+        name = leaf.args[0] if leaf.op == "sym" else ""
+        return sym({"x": "y", "y": "x"}[name[0]] + name[1:]) if name[1:6] == "shape" else None
+    return tuple(e.replace(swap) for e in exprs)
 
 
 def _reindex_grad(d, out, x, a):
@@ -57,10 +95,14 @@ def reindex(x, shape, indexes, overflow_value=0, overflow_conditions=(), extras=
     falls outside ``x`` or an ``overflow_conditions`` entry holds.
 
     >>> x.reindex([n, c, h - 2, w - 2, 3, 3], ["i0", "i1", "i2+i4", "i3+i5"])   # 3x3 windows
+
+    Expressions are index arithmetic only (see ``symbolic.parse``); anything else is a ValueError.
     """
-    return Var.node("reindex", [x, *extras], shape=tuple(int(s) for s in shape),
-                    exprs=tuple(indexes), overflow_value=overflow_value,
-                    conditions=tuple(overflow_conditions))
+    shape = dtypes.int_dims(shape, "reindex shape")
+    ranks = (len(shape), x.ndim, len(shape), extras)
+    return Var.node("reindex", [x, *extras], shape=tuple(shape),
+                    exprs=index_exprs(indexes, "reindex indexes", *ranks), overflow_value=overflow_value,
+                    conditions=index_exprs(overflow_conditions, "reindex overflow_conditions", *ranks))
 
 
 def _scatter_grad(d, out, x, a):
@@ -90,10 +132,13 @@ def reindex_reduce(x, op, shape, indexes, overflow_conditions=(), extras=()):
         op = "add"
     if op not in ("add", "mul", "max", "min", "replace"):
         raise ValueError(f"reindex_reduce op must be add, mul, max, min or replace, got {op!r}")
+    shape = dtypes.int_dims(shape, "reindex_reduce shape")
     if len(indexes) != len(shape):
         raise ValueError(f"reindex_reduce needs one index per output dim ({len(shape)}), got {len(indexes)}")
-    return Var.node("reindex_reduce", [x, *extras], op=op, shape=tuple(int(s) for s in shape),
-                    exprs=tuple(indexes), conditions=tuple(overflow_conditions))
+    ranks = (x.ndim, x.ndim, len(shape), extras)
+    return Var.node("reindex_reduce", [x, *extras], op=op, shape=tuple(shape),
+                    exprs=index_exprs(indexes, "reindex_reduce indexes", *ranks),
+                    conditions=index_exprs(overflow_conditions, "reindex_reduce overflow_conditions", *ranks))
 
 
 # --- broadcast ---------------------------------------------------------------------------------
@@ -107,7 +152,7 @@ def _broadcast_infer(inputs, a):
 
 def _broadcast_index(a, nin, nout):
     lead = nout - nin
-    return IndexMap(tuple("0" if stretched else f"i{k + lead}" for k, stretched in enumerate(a["stretched"])))
+    return IndexMap(tuple(0 if stretched else i[k + lead] for k, stretched in enumerate(a["stretched"])))
 
 
 def _broadcast_grad(d, out, x, a):
@@ -151,11 +196,11 @@ def broadcast(x, shape, dims=()):
 
 # --- reshape, transpose ------------------------------------------------------------------------
 def _reshape_index(a, nin, nout):
-    flat = _flat(nout, "i")
-    exprs, inner = [], "1"
+    flat = _flat(nout)
+    exprs, inner = [], 1
     for k in reversed(range(nin)):
-        exprs.append(f"(({flat})/({inner}))%xshape{k}" if k else f"({flat})/({inner})")
-        inner = f"{inner}*xshape{k}"
+        exprs.append(flat // inner % xshape[k] if k else flat // inner)
+        inner = inner * xshape[k]
     return IndexMap(tuple(reversed(exprs)))
 
 
@@ -206,7 +251,7 @@ def _inverse(perm):
 
 
 register(OpSpec("transpose", "reindex", infer=_transpose_infer,
-                index=lambda a, nin, nout: IndexMap(tuple(f"i{k}" for k in _inverse(a["perm"]))),
+                index=lambda a, nin, nout: IndexMap(tuple(i[k] for k in _inverse(a["perm"]))),
                 grad=lambda d, out, x, a: [d.permute(_inverse(a["perm"]))],
                 numpy_view=lambda arr, a: arr.transpose(a["perm"])))
 
@@ -253,9 +298,9 @@ def _slice_grad(d, out, x, a):
         return [Var.node("pad", [d], pads=pads, value=0)]
     exprs, conds = [], []
     for k, (start, step) in enumerate(zip(a["starts"], a["steps"])):
-        exprs.append(f"(i{k}-({start}))/({step})")
+        exprs.append((i[k] - start) // step)
         if step != 1:
-            conds.append(f"(i{k}-({start}))%({step})!=0")
+            conds.append(((i[k] - start) % step).ne(0))
     return [Var.node("reindex", [d], shape=x[0].shape, exprs=tuple(exprs), overflow_value=0,
                      conditions=tuple(conds))]
 
@@ -263,7 +308,7 @@ def _slice_grad(d, out, x, a):
 register(OpSpec("slice", "reindex", grad=_slice_grad,
                 infer=lambda inputs, a: (a["shape"], inputs[0].dtype),
                 index=lambda a, nin, nout: IndexMap(tuple(
-                    f"({start})+({step})*i{k}" for k, (start, step) in enumerate(zip(a["starts"], a["steps"])))),
+                    start + step * i[k] for k, (start, step) in enumerate(zip(a["starts"], a["steps"])))),
                 numpy_view=lambda arr, a: arr[tuple(slice(s, s + st * n if s + st * n >= 0 else None, st)
                                                     for s, st, n in zip(a["starts"], a["steps"], a["shape"]))]))
 
@@ -275,7 +320,7 @@ def slice_var(x, starts, steps, shape):
 
 register(OpSpec("flip", "reindex", infer=lambda inputs, a: (inputs[0].shape, inputs[0].dtype),
                 index=lambda a, nin, nout: IndexMap(tuple(
-                    f"xshape{k}-1-i{k}" if k in a["dims"] else f"i{k}" for k in range(nin))),
+                    xshape[k] - 1 - i[k] if k in a["dims"] else i[k] for k in range(nin))),
                 grad=lambda d, out, x, a: [Var.node("flip", [d], dims=a["dims"])]))
 
 
@@ -293,7 +338,7 @@ def _pad_grad(d, out, x, a):
 register(OpSpec("pad", "reindex", grad=_pad_grad,
                 infer=lambda inputs, a: (tuple(s + b + e for s, (b, e) in zip(inputs[0].shape, a["pads"])),
                                          inputs[0].dtype),
-                index=lambda a, nin, nout: IndexMap(tuple(f"i{k}-({b})" for k, (b, _) in enumerate(a["pads"])),
+                index=lambda a, nin, nout: IndexMap(tuple(i[k] - b for k, (b, _) in enumerate(a["pads"])),
                                                     True, a["value"])))
 
 

@@ -21,9 +21,12 @@ tap's entries, one per output pixel, summed), not a scatter onto the taps.
 """
 import itertools
 
+from ..symbolic import indices
 from ..var import Var
 from .elementwise import add_n
 from .registry import IndexMap, OpSpec, register
+
+i = indices("i")
 
 GEOMETRY = ("stride", "padding", "dilation", "first")     # (h, w) pairs, compiled into kernels
 
@@ -38,16 +41,6 @@ def _infer(inputs, a):
     return a["shape"], x.dtype
 
 
-def _affine(*terms):
-    """C sum of ``(coefficient, symbol)`` terms (symbol "" for a constant), zeros dropped."""
-    parts = []
-    for k, sym in terms:
-        if k:
-            body = {1: sym, -1: "-" + sym}.get(k, f"{k}*{sym}") if sym else str(k)
-            parts.append(body if body.startswith("-") or not parts else "+" + body)
-    return "".join(parts) or "0"
-
-
 def _axes(a):
     """Per spatial axis (h, w): stride, padding, dilation, first live tap."""
     return zip(*(a[g] for g in GEOMETRY))
@@ -55,27 +48,26 @@ def _axes(a):
 
 def _index(a, nin, nout):
     """Output (c, a, b, n, ho, wo) -> input (n, c, h, w), checked: padding reads 0."""
-    rows = [_affine((s, f"i{4 + k}"), (d, f"i{1 + k}"), (f * d - p, ""))
-            for k, (s, p, d, f) in enumerate(_axes(a))]
-    return IndexMap(("i3", "i0", *rows), checked=True, overflow_value=0)
+    rows = [s * i[4 + k] + d * i[1 + k] + (f * d - p) for k, (s, p, d, f) in enumerate(_axes(a))]
+    return IndexMap((i[3], i[0], *rows), checked=True, overflow_value=0)
 
 
 def exact_quotient(offset, divisor, conditions):
-    """The C index ``offset / divisor``; appends to ``conditions`` the overflow condition "does not
+    """The index ``offset / divisor``; appends to ``conditions`` the overflow condition "does not
     divide evenly" (a stride or dilation step that lands between taps or windows)."""
     if divisor == 1:
         return offset
     # C's % of a negative offset is <= 0: nonzero still means "between"
-    conditions.append(f"({offset})%{divisor}!=0")
-    return f"({offset})/{divisor}"
+    conditions.append((offset % divisor).ne(0))
+    return offset // divisor
 
 
 def _tap_gather(dcols, shape, a, tap):
     """``dcols[c, tap, n, ho, wo]`` placed at the (n, c, h, w) that tap ``tap`` reads, 0 elsewhere."""
-    exprs, conditions = ["i1", str(tap[0]), str(tap[1]), "i0"], []
+    exprs, conditions = [i[1], tap[0], tap[1], i[0]], []
     for k, (s, p, d, f) in enumerate(_axes(a)):
-        exprs.append(exact_quotient(_affine((1, f"i{2 + k}"), (p - (f + tap[k]) * d, "")), s, conditions))
-    return Var.node("reindex", [dcols], shape=shape, exprs=tuple(exprs), overflow_value=0,
+        exprs.append(exact_quotient(i[2 + k] + (p - (f + tap[k]) * d), s, conditions))
+    return Var.node("reindex", [dcols], shape=shape, exprs=IndexMap(exprs).exprs, overflow_value=0,
                     conditions=tuple(conditions))
 
 
@@ -110,9 +102,9 @@ def _spread_infer(inputs, a):
 def _spread_index(a, nin, nout):
     """Output (c, h, w, o, ho, wo) -> weight (o, c, kh, kw), tap ``kh = (h - ho*s + p) / d`` when
     that divides evenly (checked: a tap out of range reads 0)."""
-    exprs, conditions = ["i3", "i0"], []
+    exprs, conditions = [i[3], i[0]], []
     for k, (s, p, d, _) in enumerate(_axes(a)):
-        exprs.append(exact_quotient(_affine((1, f"i{1 + k}"), (-s, f"i{4 + k}"), (p, "")), d, conditions))
+        exprs.append(exact_quotient(i[1 + k] - s * i[4 + k] + p, d, conditions))
     return IndexMap(tuple(exprs), checked=True, overflow_value=0, conditions=tuple(conditions))
 
 
@@ -125,10 +117,9 @@ def _spread_grad(dspread, out, inputs, a):
     taps = []
     for pixel in itertools.product(*(range(n) for n in out.shape[4:])):
         # input row (col) that tap i1 (i2) reads for this output pixel: pixel*s - p + tap*d
-        rows = [_affine((d, f"i{1 + k}"), (s * at - p, ""))
-                for k, ((s, p, d, _), at) in enumerate(zip(_axes(a), pixel))]
+        rows = [d * i[1 + k] + (s * at - p) for k, ((s, p, d, _), at) in enumerate(zip(_axes(a), pixel))]
         taps.append(Var.node("reindex", [dspread], shape=(c, kh, kw, o), overflow_value=0, conditions=(),
-                             exprs=("i0", *rows, "i3", *map(str, pixel))))
+                             exprs=IndexMap((i[0], *rows, i[3], *pixel)).exprs))
     return [add_n(taps).permute(3, 0, 1, 2)]
 
 
