@@ -5,12 +5,17 @@
     >>> (jt.relu(a * b + 1)).sum().item()     # one fused, compiled kernel
 """
 # The public API, re-exported (hence the noqa: these names are used by jtmini's users, not here).
-from . import creation, ops, world  # noqa: F401
+from . import creation, ops, state, world  # noqa: F401
+# every op module registers its ops and functions (shaping and mathfns compose the others')
+from .ops import elementwise, reduce, reindex, matmul, indexing, collective, window, pooling, batch_norm  # noqa: F401
+from .ops import shaping, mathfns  # noqa: F401
 from . import mpi as _mpi
 from .autograd import enable_grad, grad, no_grad  # noqa: F401
 from .compiler import VERSION as __version__  # noqa: F401
 from .counters import reset_stats, stats  # noqa: F401
+from .executor import sync, sync_all  # noqa: F401
 from .flags import flag_scope, flags  # noqa: F401
+from .state import clear_caches  # noqa: F401
 from .var import Var, install_methods, pending_roots  # noqa: F401
 
 install_methods()
@@ -27,17 +32,6 @@ if in_mpi:
     _mpi.install_hooks()                # an uncaught exception on any rank ends the whole job
 
 
-def sync(vars_):
-    """Compute all of ``vars_`` together, in one schedule (shared work is done once)."""
-    from .executor import realize
-    realize(list(vars_))
-
-
-def sync_all():
-    """Compute every Var that is still pending."""
-    sync(pending_roots())
-
-
 def __getattr__(name):
     # the training stack is imported on first use, so `import jtmini` stays cheap
     if name in ("nn", "optim", "init", "models", "lr_scheduler", "misc", "transform", "dataset"):
@@ -47,7 +41,7 @@ def __getattr__(name):
         from .nn import Module
         return Module
     if name in ("save", "load"):        # checkpoints: Vars saved as arrays, loaded without running code
-        from .nn import persist
+        from . import persist
         return getattr(persist, name)
     if name == "has_cuda":              # probing the GPU loads cupy: only when asked
         from .runtime.cuda import has_cuda

@@ -24,12 +24,14 @@ import numpy as np
 from . import codegen_cuda, dtypes, numpy_views
 from .flags import flags
 from .ops.registry import OPS
+from .state import register_cache
 from .symbolic import clamp, num, sym
 
 GRAIN = 16384          # below this many iterations a kernel runs on one thread
 _env = jinja2.Environment(loader=jinja2.PackageLoader("jtmini", "templates"), undefined=jinja2.StrictUndefined,
                           trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
-_memo = {}
+_memo = {}           # (dialect, signature, dims) -> KernelCode
+register_cache("code", _memo.clear, "one entry per kernel signature (and dims compiled in) met")
 _EXTENSIONS = {"cpu": "cc", "cuda": "cu"}
 
 
@@ -91,35 +93,14 @@ def _copy_code(ctype, dims, strides, offset):
     return code
 
 
-def batch_norm_source(mode, ctype, affine, pooled):
-    """The C++ of one of BatchNorm's hand-written kernels (``templates/cpu/batch_norm.cc.j2``):
-    ``mode`` "stats", "grad_sums", "table" or "grad_table" (see ``ops/batch_norm.py``), without the
-    affine parameters or with sums to pool over ranks where it matters; sizes and strides come at
-    run time, so one library serves every layer of a dtype."""
-    return _env.get_template("cpu/batch_norm.cc.j2").render(mode=mode, ctype=ctype, affine=affine, pooled=pooled,
-                                                            grain=GRAIN)
+def render(dialect, template, **context):
+    """A hand-written kernel, ``templates/<dialect>/<template>.<ext>.j2``, rendered with
+    ``context`` (and ``grain``): the runtimes build every library op's kernels through this.
 
-
-def library_source(template, **context):
-    """A hand-written kernel file of ``templates/`` rendered with ``context`` (the GPU's library
-    ops: ``runtime/cuda_library.py``)."""
-    return _env.get_template(template).render(**context)
-
-
-def max_pool_source(mode, ctype, geometry, in_hw, out_hw):
-    """The C++ of max pooling's hand-written kernel (``templates/cpu/max_pool.cc.j2``): ``mode``
-    "pick" or "route" (see ``ops/pooling.py``); ``geometry`` the (h, w) pairs kernel, stride,
-    padding, dilation. Everything but the number of planes is compiled in."""
-    (kh, kw), (sh, sw), (ph, pw), (dh, dw) = geometry
-    # the frame holds every window whole: padding both sides, and any overhang of ceil_mode
-    frame_h = max(in_hw[0] + 2 * ph, (out_hw[0] - 1) * sh + (kh - 1) * dh + 1)
-    frame_w = max(in_hw[1] + 2 * pw, (out_hw[1] - 1) * sw + (kw - 1) * dw + 1)
-    # the frame is split by phase modulo the strides: row r is row r // sh of phase r % sh
-    phase_h, phase_w = -(-frame_h // sh), -(-frame_w // sw)
-    return _env.get_template("cpu/max_pool.cc.j2").render(
-        mode=mode, ctype=ctype, kh=kh, kw=kw, sh=sh, sw=sw, ph=ph, pw=pw, dh=dh, dw=dw,
-        height=in_hw[0], width=in_hw[1], ho=out_hw[0], wo=out_hw[1], phase_h=phase_h, phase_w=phase_w,
-        grain=GRAIN)
+    >>> "jt_kernel" in render("cpu", "batch_norm", mode="stats", ctype="float", affine=True, pooled=False)
+    True
+    """
+    return _env.get_template(f"{dialect}/{template}.{_EXTENSIONS[dialect]}.j2").render(grain=GRAIN, **context)
 
 
 def kernel_dims(kernel):

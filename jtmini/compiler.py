@@ -10,25 +10,46 @@ The compiler is detected on the first build (``mpicc_path`` env var, else ``mpic
 ``cc_path``/``g++``/``c++`` with MPI ops unavailable). Libraries live in
 ``<flags.cache_dir>/kernels`` under a content hash, so processes and MPI ranks share them; a file
 lock per kernel makes N processes starting together compile each kernel once.
+
+Faults the cache survives:
+
+- a compiler that hangs is killed, with its whole process group, after ``flags.compile_timeout``
+  seconds (``CompileError`` naming the source and the command);
+- a library is read once, checked against its ``.sha256`` sidecar and loaded from those very bytes
+  (a private in-memory copy whose DT_SONAME is the cache path, so the caller's
+  ``ctypes.CDLL(path)`` finds it): a library truncated or swapped on disk is rebuilt, never loaded;
+- temporary files carry ``<pid>@<host>``; those of dead processes of this host (killed mid-compile)
+  are removed, and their orphaned compilers killed, when a process first uses the kernel folder;
+- a kernel folder deleted during the run is made again; an unusable one (read-only, not a folder)
+  is replaced by a private temporary one, with one warning; a full disk raises ``OSError`` naming it.
 """
+import atexit
 import concurrent.futures
 import contextlib
+import ctypes
 import dataclasses
+import errno
 import fcntl
 import functools
 import hashlib
+import itertools
 import logging
+import math
 import os
 import platform
 import re
 import shlex
 import shutil
+import signal
+import socket
 import subprocess
 import sys
+import tempfile
 import threading
 
 from jtmini import counters
 from jtmini.flags import flags
+from jtmini.state import register_cache
 
 VERSION = "0.1.0"  # part of every cache key: a new jtmini never loads an old one's kernels
 
@@ -60,6 +81,18 @@ class Toolchain:
 _toolchain = None
 _toolchain_lock = threading.Lock()
 _memo = {}  # (kernel dir, key) -> .so path: repeated builds skip hashing the library again
+register_cache("built kernels", _memo.clear, "one entry per kernel source built or found on disk")
+_loaded = []  # the verified copies dlopened by build; kept so they stay loaded for the process
+_load_ids = itertools.count()  # unique names for those copies: dlopen matches loaded names first
+_fallback = {}  # unusable kernel dir -> this process's private one
+_swept = set()  # kernel dirs already cleared of dead processes' temporary files
+_private = {}  # pid -> that process's private temporary folder
+_private_lock = threading.Lock()
+_running = {}  # compiler Popen -> pid of the process that started it, killed at exit
+_active_temps = set()  # temp-file prefixes of compiles in flight, removed at exit
+_registry_lock = threading.Lock()
+_FULL = (errno.ENOSPC, errno.EDQUOT)
+_UNUSABLE = (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR, errno.EEXIST)
 
 
 def toolchain():
@@ -112,22 +145,62 @@ def _version(path, *option_lists):
     for options in option_lists:
         argv = [path, *options]
         try:
-            done = subprocess.run(argv, capture_output=True, text=True, timeout=30)
-        except (OSError, subprocess.SubprocessError) as e:
+            code, out, err = _run(argv, _probe_timeout())
+        except subprocess.TimeoutExpired:
+            raise ToolchainError(f"compiler {path} does not work: {_no_answer(argv)}") from None
+        except OSError as e:
             failures.append(f"{shlex.join(argv)}: {e}")
             continue
-        match = re.search(r"\d+(?:\.\d+)+", done.stdout)
-        if done.returncode == 0 and match:
+        match = re.search(r"\d+(?:\.\d+)+", out)
+        if code == 0 and match:
             return match.group(0)
-        failures.append(f"{shlex.join(argv)}: exit status {done.returncode} {done.stderr}".strip())
+        failures.append(f"{shlex.join(argv)}: exit status {code} {err}".strip())
     raise ToolchainError(f"compiler {path} does not work: " + "; ".join(failures))
 
 
 def _accepts_march_native(path):
     # Preprocessing an empty file validates -march in ~20 ms, with no assembler or linker involved.
-    done = subprocess.run([path, "-march=native", "-x", "c++", "-E", "-"], stdin=subprocess.DEVNULL,
-                          capture_output=True, timeout=30)
-    return done.returncode == 0
+    argv = [path, "-march=native", "-x", "c++", "-E", "-"]
+    try:
+        return _run(argv, _probe_timeout())[0] == 0
+    except subprocess.TimeoutExpired:
+        raise ToolchainError(f"compiler {path} does not work: {_no_answer(argv)}") from None
+
+
+def _probe_timeout():
+    # A version query answers in milliseconds; 30 s is generous, a smaller compile_timeout wins.
+    return min(30.0, flags.compile_timeout)
+
+
+def _no_answer(argv):
+    return f"{shlex.join(argv)} gave no answer in {_probe_timeout():g} s and was killed (flag compile_timeout)"
+
+
+def _run(argv, timeout):
+    """(exit status, stdout, stderr) of `argv`, run in a session of its own: past `timeout`
+    seconds (``subprocess.TimeoutExpired``) or on any exception its whole process group is
+    killed, so a compiler driver's children (cc1plus, as, ld) do not outlive it."""
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, errors="replace", start_new_session=True)
+    with _registry_lock:
+        _running[proc] = os.getpid()
+    try:
+        out, err = proc.communicate(timeout=None if math.isinf(timeout) else timeout)
+    except BaseException:
+        _kill_group(proc)
+        raise
+    finally:
+        with _registry_lock:
+            _running.pop(proc, None)
+    return proc.returncode, out, err
+
+
+def _kill_group(proc):
+    with contextlib.suppress(OSError):      # the group may have finished on its own meanwhile
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    proc.stdout.close()
+    proc.stderr.close()
 
 
 class _JittorStyle(logging.Formatter):
@@ -137,9 +210,7 @@ class _JittorStyle(logging.Formatter):
         return f"[{record.levelname[0].lower()} jtmini] {record.getMessage()}"
 
 
-def _log(message, every_rank=False):
-    """Print ``[i jtmini] message`` to stderr, through the "jtmini" logger so users can silence it.
-    Under mpirun only rank 0's lines show, unless ``every_rank`` (what differs by rank: its GPU)."""
+def _logger():
     logger = logging.getLogger("jtmini")
     if not logger.handlers:
         handler = logging.StreamHandler(sys.stderr)
@@ -149,16 +220,31 @@ def _log(message, every_rank=False):
         from . import world
         logger.setLevel(logging.INFO if world.rank == 0 else logging.WARNING)
         logger.propagate = False  # a configured root logger would print the line a second time
+    return logger
+
+
+def _log(message, every_rank=False):
+    """Print ``[i jtmini] message`` to stderr, through the "jtmini" logger so users can silence it.
+    Under mpirun only rank 0's lines show, unless ``every_rank`` (what differs by rank: its GPU)."""
+    logger = _logger()
     if every_rank and not logger.disabled:      # past the level that quiets ranks other than 0
         logger.handle(logger.makeRecord(logger.name, logging.INFO, __file__, 0, message, (), None))
     else:
         logger.info(message)
 
 
-def _argv(tc, src, out):
-    """The exact compile command; `src`/`out` placeholders make it the cache key's template too."""
+def _warn(message):
+    """Print ``[w jtmini] message`` on every rank: each rank falls back on its own."""
+    _logger().warning(message)
+
+
+def _argv(tc, src, out, soname):
+    """The exact compile command; placeholders for the paths make it the cache key's template too.
+    The library's DT_SONAME is its cache path: dlopen of that path then finds the verified copy
+    ``_load_copy`` loaded, instead of opening the file again."""
     arch = ["-march=native"] if tc.march_native else []
-    common = ["-std=c++17", "-O3", *arch, "-fopenmp", "-fPIC", "-shared"]
+    common = ["-std=c++17", "-O3", *arch, "-fopenmp", "-fPIC", "-shared",
+              "-Xlinker", "-soname", "-Xlinker", soname]
     if tc.kind == "mpicc":
         # mpicc is a C driver: -x c++ and -lstdc++ make it compile and link C++.
         return [tc.path, "-x", "c++", *common, *_MPI_DEFINES, src, "-o", out, "-lstdc++", "-lmpi", "-lm"]
@@ -179,7 +265,7 @@ def _host_id():
 
 @functools.lru_cache(maxsize=None)     # training steps look the same kernels up every step
 def _key(source, tc):
-    parts = [source, shlex.join(_argv(tc, "SRC", "OUT")), tc.version, VERSION, _host_id()]
+    parts = [source, shlex.join(_argv(tc, "SRC", "OUT", "SONAME")), tc.version, VERSION, _host_id()]
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()
 
 
@@ -191,17 +277,25 @@ def build(source, *, uses_mpi=False):
         True
 
     With `uses_mpi` the source may ``#include <mpi.h>``; that needs an mpicc toolchain.
-    Raises CompileError when the compiler rejects the source.
+    Raises CompileError when the compiler rejects the source or runs past ``flags.compile_timeout``.
+    The library is already loaded, from the bytes checked against its digest; ``ctypes.CDLL(path)``
+    returns that copy.
     """
     tc = toolchain()
     if uses_mpi and not tc.has_mpi:
         raise ToolchainError(f"MPI ops need mpicc, but only {tc.path} was found: install MPI "
                              "(e.g. openmpi-bin libopenmpi-dev) or set mpicc_path=/path/to/mpicc")
-    kernel_dir = os.path.join(flags.cache_dir, "kernels")
+    kernel_dir = _kernel_dir()
     memo_key = (kernel_dir, _key(source, tc))
     if memo_key not in _memo:  # single dict operations are atomic, so threads need no lock here
-        _memo[memo_key] = _ensure(os.path.join(kernel_dir, memo_key[1]), source, tc)
+        _memo[memo_key] = _ensure(kernel_dir, memo_key[1], source, tc)
     return _memo[memo_key]
+
+
+def _kernel_dir():
+    """``<flags.cache_dir>/kernels``, or this process's private folder once that proved unusable."""
+    configured = os.path.join(flags.cache_dir, "kernels")
+    return _fallback.get(configured, configured)
 
 
 def build_many(sources):
@@ -210,7 +304,7 @@ def build_many(sources):
         >>> a, b = build_many([(src_a, False), (src_b, False)])
     """
     tc = toolchain()  # detect before the threads start, so a bad toolchain raises once
-    kernel_dir = os.path.join(flags.cache_dir, "kernels")
+    kernel_dir = _kernel_dir()
     unique = list(dict.fromkeys(sources))  # a duplicate would wait on the lock, then count as a hit
     paths = {s: _memo.get((kernel_dir, _key(s[0], tc))) for s in unique}
     missing = [s for s in unique if paths[s] is None]
@@ -222,34 +316,119 @@ def build_many(sources):
     return [paths[s] for s in sources]
 
 
-def _ensure(base, source, tc):
-    """Return ``base.so``, compiling it unless a valid copy is on disk; at most one process compiles."""
-    if _valid(base):
+def _ensure(kernel_dir, key, source, tc):
+    """Path of the kernel's library: built unless a copy matching its digest is on disk (at most
+    one process builds it), then loaded from the very bytes whose digest was checked."""
+    _sweep_once(kernel_dir)
+    base = os.path.join(kernel_dir, key)
+    data = _read_verified(base)
+    if data is not None:
         counters.bump("cache_hits")
-        return base + ".so"
-    os.makedirs(os.path.dirname(base), exist_ok=True)
-    with _file_lock(base + ".lock"):
-        if _valid(base):  # another process built it while we waited for the lock
-            counters.bump("cache_hits")
-        else:
-            _compile_and_publish(base, source, tc)
-            counters.bump("kernels_compiled")
+    else:
+        try:
+            data = _build_locked(base, source, tc)
+        except OSError as e:
+            if e.errno in _FULL:
+                raise OSError(e.errno, f"{e.strerror}: cannot write kernels to the cache folder {kernel_dir} "
+                                       "(free space there or set JTMINI_CACHE_DIR to another folder)") from e
+            if e.errno not in _UNUSABLE or kernel_dir in _fallback.values():
+                raise
+            return _ensure(_fall_back(kernel_dir, e), key, source, tc)
+    _load_copy(base + ".so", data)
     return base + ".so"
 
 
-def _valid(base):
-    """Both files present and the sidecar digest matches: a truncated or garbage .so is never loaded."""
+def _build_locked(base, source, tc):
+    """The published bytes of ``base.so``, compiled under the kernel's file lock unless another
+    process just did. A kernel folder deleted meanwhile is made again, twice at most."""
+    kernel_dir = os.path.dirname(base)
+    for attempt in range(3):
+        try:
+            os.makedirs(kernel_dir, exist_ok=True)
+            with _file_lock(base + ".lock"):
+                return _publish_once(base, source, tc)
+        except (FileNotFoundError, CompileError):
+            if attempt == 2 or os.path.isdir(kernel_dir):
+                raise
+            _log(f"the kernel cache folder {kernel_dir} was deleted during the run; making it again")
+
+
+def _publish_once(base, source, tc):
+    data = _read_verified(base, complain=True)
+    if data is not None:  # another process built it while we waited for the lock
+        counters.bump("cache_hits")
+        return data
+    _compile_and_publish(base, source, tc)
+    counters.bump("kernels_compiled")
+    data = _read_verified(base)
+    if data is None:
+        raise CompileError(f"{base}.so changed on disk right after it was built")
+    return data
+
+
+def _fall_back(kernel_dir, error):
+    """Switch this process to a private temporary kernel folder, with one warning."""
+    private = os.path.join(_private_dir(), "kernels")
+    with _registry_lock:
+        if _fallback.setdefault(kernel_dir, private) is not private:
+            return _fallback[kernel_dir]  # another thread fell back first and warned
+    _warn(f"the kernel cache folder {kernel_dir} is not usable ({error}); "
+          f"this process compiles into the temporary folder {private} instead (set JTMINI_CACHE_DIR to fix)")
+    return private
+
+
+def _read_verified(base, complain=False):
+    """The bytes of ``base.so`` if they match the digest in ``base.sha256``, else None: a truncated,
+    overwritten or half-published library is never loaded. With `complain`, a library present but
+    not matching is logged (the caller is about to rebuild it)."""
+    try:
+        with open(base + ".so", "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
     try:
         with open(base + ".sha256") as f:
             expected = f.read().strip()
-        return _digest(base + ".so") == expected
     except OSError:
-        return False
+        expected = None
+    if hashlib.sha256(data).hexdigest() == expected:
+        return data
+    if complain:
+        _log(f"{base}.so does not match its digest in {base}.sha256 (truncated or overwritten); rebuilding it")
+    return None
 
 
 def _digest(path):
     with open(path, "rb") as f:
         return hashlib.sha256(f.read()).hexdigest()
+
+
+def _load_copy(lib, data):
+    """dlopen `data`, the checked bytes of `lib`, from an anonymous in-memory file: its DT_SONAME
+    is `lib`, so a later ``ctypes.CDLL(lib)`` returns this copy, and changes to the file on disk
+    (truncation: SIGBUS; a swap: invalid ELF header) cannot reach it. Skipped, leaving the caller
+    to load the file, where there is no memfd, no private folder, or memory files may not hold code."""
+    if not hasattr(os, "memfd_create") or not os.path.isdir("/proc/self/fd"):
+        return
+    try:
+        link = os.path.join(_private_dir(), f"{next(_load_ids)}-{os.path.basename(lib)}")
+    except OSError:
+        return
+    fd = os.memfd_create(os.path.basename(lib), os.MFD_CLOEXEC)
+    try:
+        with open(fd, "wb", closefd=False) as f:
+            f.write(data)
+        # A unique name: dlopen returns an already loaded library whose name matches, and fd
+        # numbers are reused once closed.
+        os.symlink(f"/proc/self/fd/{fd}", link)
+        try:
+            _loaded.append(ctypes.CDLL(link))
+        except OSError:
+            pass  # e.g. vm.memfd_noexec; the caller's CDLL(lib) reports a real fault, naming lib
+        finally:
+            os.unlink(link)
+    finally:
+        os.close(fd)  # the mapping keeps the memory file alive
 
 
 @contextlib.contextmanager
@@ -265,26 +444,167 @@ def _file_lock(path):
 
 def _compile_and_publish(base, source, tc):
     src = base + ".cc"
-    tmp = f"{base}.tmp.{os.getpid()}.{threading.get_ident()}"
-    _write_atomically(src, source, tmp + ".cc")
-    argv = _argv(tc, src, tmp + ".so")
-    if flags.dump_kernels:
-        print(f"[i jtmini] kernel {src}:\n{source}\n$ {shlex.join(argv)}", file=sys.stderr)
+    tmp = f"{base}.tmp.{temp_owner()}.{threading.get_ident()}"
+    with _registry_lock:
+        _active_temps.add(tmp)
     try:
-        done = subprocess.run(argv, capture_output=True, text=True)
-        if done.returncode != 0:
-            raise CompileError(f"compiling {src} failed (exit status {done.returncode})\n"
-                               f"$ {shlex.join(argv)}\n{done.stderr}")
+        _write_atomically(src, source, tmp + ".cc")
+        argv = _argv(tc, src, tmp + ".so", base + ".so")
+        if flags.dump_kernels:
+            print(f"[i jtmini] kernel {src}:\n{source}\n$ {shlex.join(argv)}", file=sys.stderr)
+        _compile(argv, src)
         digest = _digest(tmp + ".so")
         os.replace(tmp + ".so", base + ".so")
         # The sidecar goes last: until it matches, readers treat the .so as missing.
         _write_atomically(base + ".sha256", digest, tmp + ".sha256")
     finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.remove(tmp + ".so")
+        _remove_temps(tmp)
+        with _registry_lock:
+            _active_temps.discard(tmp)
+
+
+def _compile(argv, src):
+    timeout = flags.compile_timeout
+    try:
+        code, _, err = _run(argv, timeout)
+    except subprocess.TimeoutExpired:
+        raise CompileError(f"compiling {src} took longer than {timeout:g} s (flag compile_timeout); "
+                           f"the compiler was killed\n$ {shlex.join(argv)}") from None
+    except OSError as e:  # the compiler vanished or lost its execute bit since it was detected
+        raise CompileError(f"compiling {src}: cannot run the compiler ({e})\n$ {shlex.join(argv)}") from None
+    if code != 0:
+        raise CompileError(f"compiling {src} failed (exit status {code})\n$ {shlex.join(argv)}\n{err}")
 
 
 def _write_atomically(path, text, tmp):
     with open(tmp, "w") as f:
         f.write(text)
     os.replace(tmp, path)
+
+
+def _remove_temps(tmp):
+    for suffix in (".cc", ".so", ".sha256"):
+        with contextlib.suppress(OSError):
+            os.remove(tmp + suffix)
+
+
+# --- leftovers: temporary files carry <pid>@<host>, so a later process can tell a dead owner -----
+@functools.lru_cache(maxsize=None)
+def _host():
+    """This machine in temp names: host name and boot id, as VMs may share a host name (and a
+    cache folder). Letters, digits and '-' only: dots separate the parts of those names."""
+    boot = ""
+    with contextlib.suppress(OSError), open("/proc/sys/kernel/random/boot_id") as f:
+        boot = "-" + f.read().strip()[:8]
+    return re.sub(r"[^A-Za-z0-9-]", "-", socket.gethostname()[:32] + boot) or "host"
+
+
+def temp_owner():
+    """``<pid>@<host>`` of this process, for temporary file names (see ``owner_is_dead``)."""
+    return f"{os.getpid()}@{_host()}"
+
+
+def owner_is_dead(owner):
+    """Whether `owner` (a ``temp_owner()`` from a file name) is a process of this host that no
+    longer runs; another host's processes (a cache shared over NFS) are never judged dead."""
+    pid, _, host = owner.partition("@")
+    if host != _host() or not pid.isdigit() or int(pid) == 0:
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # EPERM: alive, another user's
+        return False
+    return False
+
+
+_TEMP_NAME = re.compile(r"^(.+\.tmp\.(\d+@[A-Za-z0-9-]+)\.\d+)\.(?:cc|so|sha256)$")
+
+
+def _sweep_once(kernel_dir):
+    if kernel_dir not in _swept:
+        _swept.add(kernel_dir)
+        _sweep(kernel_dir)
+
+
+def _sweep(kernel_dir):
+    """Remove the temporary files that dead processes of this host left in `kernel_dir` (killed
+    while compiling), after killing the compilers that still write them."""
+    try:
+        names = os.listdir(kernel_dir)
+    except OSError:
+        return
+    stale = {}
+    for name in names:
+        match = _TEMP_NAME.match(name)
+        if match and owner_is_dead(match.group(2)):
+            stale.setdefault(os.path.join(kernel_dir, match.group(1)), []).append(name)
+    if not stale:
+        return
+    _kill_orphaned_compilers(stale)
+    for names in stale.values():
+        for name in names:
+            with contextlib.suppress(OSError):
+                os.remove(os.path.join(kernel_dir, name))
+    _log(f"removed {sum(map(len, stale.values()))} temporary file(s) that processes killed while compiling "
+         f"left in {kernel_dir}")
+
+
+def _kill_orphaned_compilers(prefixes):
+    """SIGKILL the process group of each compiler still writing to one of `prefixes` (its owner
+    died, so nobody waits for it). Only session leaders whose command line names such a unique
+    temporary path are matched: that is how ``_run`` starts compilers."""
+    with contextlib.suppress(OSError):
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    cmdline = f.read().decode(errors="replace")
+                if os.getsid(int(entry)) == int(entry) and any(p in cmdline for p in prefixes):
+                    os.killpg(int(entry), signal.SIGKILL)
+            except OSError:
+                continue
+
+
+_PRIVATE_NAME = re.compile(r"^jtmini-(\d+@[A-Za-z0-9-]+)\.")
+
+
+def _private_dir():
+    """This process's private temporary folder (removed at exit): the names of loaded library
+    copies, and the kernel cache when the configured one is unusable."""
+    pid = os.getpid()  # a forked child gets its own
+    with _private_lock:
+        if pid not in _private:
+            root = tempfile.gettempdir()
+            _sweep_private_dirs(root)
+            _private[pid] = tempfile.mkdtemp(prefix=f"jtmini-{temp_owner()}.", dir=root)
+        return _private[pid]
+
+
+def _sweep_private_dirs(root):
+    """Remove the private folders of this user's dead processes (killed, so no atexit ran)."""
+    with contextlib.suppress(OSError), os.scandir(root) as entries:
+        for entry in entries:
+            match = _PRIVATE_NAME.match(entry.name)
+            if match and owner_is_dead(match.group(1)) and entry.is_dir(follow_symlinks=False) \
+                    and entry.stat(follow_symlinks=False).st_uid == os.getuid():
+                shutil.rmtree(entry.path, ignore_errors=True)
+
+
+@atexit.register
+def _clean_up_at_exit():
+    """Kill this process's compilers still running (in a thread the exit did not wait for) and
+    remove its temporary files and private folder; a forked child leaves its parent's alone."""
+    pid = os.getpid()
+    with _registry_lock:
+        running = [proc for proc, owner in _running.items() if owner == pid]
+        temps = [tmp for tmp in _active_temps if f".tmp.{temp_owner()}." in tmp]
+    for proc in running:
+        with contextlib.suppress(OSError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    for tmp in temps:
+        _remove_temps(tmp)
+    if pid in _private:
+        shutil.rmtree(_private[pid], ignore_errors=True)

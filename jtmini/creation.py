@@ -11,6 +11,7 @@ import numpy as np
 
 from . import dtypes
 from .ops.registry import export
+from .state import services
 from .var import Var
 
 _rng = np.random.default_rng()
@@ -34,8 +35,8 @@ def array(data, dtype=None):
     if isinstance(data, Var):
         return data.cast(dtypes.canonical(dtype)) if dtype is not None else data.detach()
     arr = np.asarray(data)
-    if arr.dtype == object:
-        raise TypeError(f"cannot make a Var from {type(data).__name__} holding objects")
+    if arr.dtype == object or not isinstance(data, np.ndarray) and _may_hold_huge_ints(arr):
+        arr = _from_python_numbers(data, arr, dtype)
     if dtype is not None:
         name = dtypes.canonical(dtype)
     elif arr.dtype.kind == "f" and not isinstance(data, np.ndarray):
@@ -58,6 +59,37 @@ def _check_fits(arr, dtype):
         if low < info.min or high > info.max:
             bad = low if low < info.min else high
             raise OverflowError(f"value {bad} does not fit {dtype} ({info.min}..{info.max}); use int64")
+
+
+def _may_hold_huge_ints(arr):
+    """Whether numpy's array of Python numbers may have typed integers past int64 (as uint64, or
+    as float64 next to smaller ones): only then are the numbers walked one by one."""
+    if arr.dtype == np.uint64:
+        return True
+    return arr.dtype.kind == "f" and arr.size > 0 and bool(np.abs(arr).max() >= 2.0**63)
+
+
+def _from_python_numbers(data, arr, dtype):
+    """``arr`` (numpy's array of ``data``) once its numbers are checked: OverflowError naming an
+    integer that fits no integer dtype of jtmini, unless ``dtype`` is a float one or ``data`` has
+    floats too (numpy's float array is then what was meant); TypeError for other objects."""
+    flat = (arr if arr.dtype == object else np.asarray(data, dtype=object)).ravel()
+    kinds = sorted({type(v).__name__ for v in flat if not isinstance(v, numbers.Number)})
+    if kinds:
+        raise TypeError(f"cannot make a Var from {type(data).__name__} holding {', '.join(kinds)}; "
+                        f"a Var holds numbers of one dtype")
+    floats_meant = (dtype is not None and dtypes.is_float(dtypes.canonical(dtype))
+                    or any(isinstance(v, float) for v in flat))
+    big = [v for v in flat if dtypes.is_int(v) and not -2**63 <= v < 2**63]
+    if big and not floats_meant:
+        raise OverflowError(f"value {big[0]} does not fit int64 (-2**63..2**63-1), the widest "
+                            f"integer dtype; pass dtype='float64' to store it as a float")
+    if arr.dtype != object:
+        return arr
+    if not floats_meant:
+        raise TypeError(f"cannot make a Var from {type(data).__name__} holding objects "
+                        f"(numpy could not give them one dtype)")
+    return arr.astype(np.float64)
 
 
 def as_var(value, like=None, dtype=None):
@@ -95,7 +127,9 @@ def _shape_and_dtype(args, dtype):
 def full(shape, value, dtype="float32"):
     """A constant Var: ``value`` is a kernel argument, so changing it never recompiles."""
     shape = _shape((shape,) if isinstance(shape, (tuple, list)) else (shape,))
-    return Var.node("const", [], shape=shape, dtype=dtypes.canonical(dtype), value=value)
+    dtype = dtypes.canonical(dtype)
+    dtypes.check_scalar(value, dtype)
+    return Var.node("const", [], shape=shape, dtype=dtype, value=value)
 
 
 @export("zeros", method=False)
@@ -211,3 +245,5 @@ class DType(str):
 
 DTYPES = {name: DType(name) for name in ("float16", "float32", "float64", "int8", "int16", "int32", "int64",
                                          "uint8", "bool")}
+
+services.array, services.as_var = array, as_var      # Var(data) and Var.assign call down here

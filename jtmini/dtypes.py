@@ -82,6 +82,21 @@ def int_dims(dims, what):
     return [int(d) for d in dims]
 
 
+_INT_BOUNDS = {"int32": (-2**31, 2**31 - 1), "int64": (-2**63, 2**63 - 1)}
+
+
+def check_scalar(value, dtype):
+    """TypeError unless the constant ``value`` is a real number; OverflowError when it does not fit
+    the integer ``dtype``: a kernel's C cast would wrap 2**40 to 0 in int32 and make NaN any
+    integer. (A float beyond float32 becomes inf, as in numpy and PyTorch's arithmetic.)"""
+    kind = type(value)
+    if kind is not int and kind is not float and not isinstance(value, (numbers.Real, np.bool_)):
+        raise TypeError(f"a constant must be a real number, got {value!r} ({kind.__name__}) for dtype {dtype}")
+    bounds = _INT_BOUNDS.get(dtype)
+    if bounds is not None and not bounds[0] <= value <= bounds[1]:
+        raise OverflowError(f"value {value!r} does not fit {dtype} ({bounds[0]}..{bounds[1]})")
+
+
 def promote(a, b):
     return a if _ORDER.index(a) >= _ORDER.index(b) else b
 

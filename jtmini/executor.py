@@ -1,8 +1,9 @@
 """Run a schedule: build the kernels it needs (missing ones in parallel), call the steps in order,
 hand each target its buffer, and drop intermediate buffers as soon as their last reader ran.
 
-The runtime that holds the buffers and runs the steps is ``runtime.cpu`` (numpy), or
-``runtime.cuda`` (cupy) while ``flags.use_cuda`` is on; both have the same entry points.
+The backend that holds the buffers and runs the steps (``runtime/base.py``) is the host's
+(``runtime/cpu.py``, numpy), or the GPU's (``runtime/cuda.py``, cupy) while ``flags.use_cuda``
+is on.
 
 Steps run one after another, each on all threads. Running the steps off the critical path
 (weight gradients, optimizer updates) on a second lane at one thread made a 2-thread ResNet-18
@@ -17,7 +18,9 @@ tight loop, and most of the difference is cache misses in the kernel itself, not
 from . import counters, replay, schedule
 from .flags import flags
 from .gc_pause import paused
-from .runtime import cpu
+from .runtime import base
+from .state import services
+from .var import pending_roots
 
 
 @paused
@@ -36,10 +39,8 @@ def realize(targets):
 
 
 def _runtime():
-    if flags.use_cuda:
-        from .runtime import cuda      # imports cupy: only once the GPU is asked for
-        return cuda
-    return cpu
+    # the cuda module imports cupy only once a GPU buffer is made
+    return base.get("cuda" if flags.use_cuda else "cpu")
 
 
 def _last_uses(steps):
@@ -77,3 +78,16 @@ def _run(steps, compiled, target_ids, runtime):
                 buffers.pop(id(src), None)
     counters.bump("kernels_run", kernels)         # once a schedule: a counter takes a lock
     counters.bump("library_calls", library_calls)
+
+
+def sync(vars_):
+    """Compute all of ``vars_`` together, in one schedule (shared work is done once)."""
+    realize(list(vars_))
+
+
+def sync_all():
+    """Compute every Var that is still pending."""
+    realize(pending_roots())
+
+
+services.realize = realize

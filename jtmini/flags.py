@@ -9,7 +9,10 @@ Environment variables (read once, when the flag is first looked at) use the uppe
 ``JTMINI_`` prefix, e.g. ``JTMINI_NUM_THREADS=2``.
 """
 import contextlib
+import numbers
 import os
+
+import numpy as np
 
 
 def _cores():
@@ -30,22 +33,79 @@ def _parse_bool(text):
     return text.strip().lower() not in ("", "0", "false", "no", "off")
 
 
-# name: (default or zero-argument callable, parser of the env text, doc)
+def _check_bool(name, value):
+    """True/False; 0 and 1 too, as Jittor's integer flags (``jt.flags.use_cuda = 1``)."""
+    if isinstance(value, (bool, np.bool_)) or (_is_int(value) and value in (0, 1)):
+        return bool(value)
+    raise TypeError(f"flag {name} must be True or False (or 0/1), got {value!r} ({type(value).__name__})")
+
+
+def _is_int(value):
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _check_count(name, value):
+    """An int >= 1: a thread or process count."""
+    if not _is_int(value):
+        raise TypeError(f"flag {name} must be an int >= 1, got {value!r} ({type(value).__name__})")
+    if value < 1:
+        raise ValueError(f"flag {name} must be an int >= 1, got {value}")
+    return int(value)
+
+
+def _check_seconds(name, value):
+    """A number of seconds > 0 (inf: no limit)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"flag {name} must be a number of seconds > 0, got {value!r} ({type(value).__name__})")
+    if not value > 0:
+        raise ValueError(f"flag {name} must be a number of seconds > 0, got {value}")
+    return float(value)
+
+
+def _check_path(name, value):
+    """A non-empty directory path (str or os.PathLike), kept as a str."""
+    if not isinstance(value, (str, os.PathLike)):
+        raise TypeError(f"flag {name} must be a path (str or os.PathLike), got {value!r} ({type(value).__name__})")
+    path = os.fspath(value)
+    if not isinstance(path, str) or not path:
+        raise ValueError(f"flag {name} must be a non-empty path, got {value!r}")
+    return path
+
+
+# name: (default or zero-argument callable, parser of the env text, checker of a value, doc)
 _SPECS = {
-    "num_threads": (_default_threads, int,
+    "num_threads": (_default_threads, int, _check_count,
                     "threads each CPU kernel (and BLAS) may use; under mpirun cores are divided among local ranks"),
-    "dump_kernels": (False, _parse_bool, "print each generated kernel's source and compile command"),
-    "cache_dir": (lambda: os.path.join(os.path.expanduser("~"), ".cache", "jtmini"), str,
+    "dump_kernels": (False, _parse_bool, _check_bool, "print each generated kernel's source and compile command"),
+    "cache_dir": (lambda: os.path.join(os.path.expanduser("~"), ".cache", "jtmini"), str, _check_path,
                   "where compiled kernels (and downloaded data sets) are kept"),
-    "compile_jobs": (_cores, int, "compiler processes run at once for missing kernels"),
-    "use_cuda": (False, _parse_bool, "run on the GPU (CUDA backend)"),
-    "no_grad": (False, _parse_bool, "Vars built now record no backward (jt.no_grad() sets it for a block)"),
-    "nccl": (True, _parse_bool, "GPU collectives through NCCL when every rank has a GPU of its own (off: MPI via the host)"),
-    "specialize_shapes": (True, _parse_bool,
+    "compile_jobs": (_cores, int, _check_count, "compiler processes run at once for missing kernels"),
+    "compile_timeout": (600.0, float, _check_seconds,
+                        "seconds one compiler run may take before its process group is killed and the build fails"),
+    "use_cuda": (False, _parse_bool, _check_bool, "run on the GPU (CUDA backend)"),
+    "no_grad": (False, _parse_bool, _check_bool,
+                "Vars built now record no backward (jt.no_grad() sets it for a block)"),
+    "nccl": (True, _parse_bool, _check_bool,
+             "GPU collectives through NCCL when every rank has a GPU of its own (off: MPI via the host)"),
+    "specialize_shapes": (True, _parse_bool, _check_bool,
                           "compile dims into kernels with index math (faster; each new shape compiles anew)"),
-    "mpi_timeout": (300.0, float, "seconds a blocking MPI call may take before the watchdog aborts the job"),
-    "mpi_debug": (False, _parse_bool, "check before every MPI call that all ranks make the same call"),
+    "mpi_timeout": (300.0, float, _check_seconds,
+                    "seconds a blocking MPI call may take before the watchdog aborts the job"),
+    "mpi_debug": (False, _parse_bool, _check_bool, "check before every MPI call that all ranks make the same call"),
+    "mpi_heartbeat_timeout": (15.0, float, _check_seconds,
+                              "seconds without a heartbeat from another rank before a rank waiting in an MPI "
+                              "call aborts the job naming it (stopped, or frozen holding the GIL)"),
 }
+
+
+def _from_env(name, text):
+    """The flag's value parsed from its environment variable; ValueError naming the variable."""
+    parse, check = _SPECS[name][1], _SPECS[name][2]
+    try:
+        return check(name, parse(text))
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"environment variable JTMINI_{name.upper()}={text!r} is not a valid value "
+                         f"of flag {name}: {e}") from None
 
 
 class Flags:
@@ -58,16 +118,18 @@ class Flags:
     def __getattr__(self, name):
         if name not in _SPECS:
             raise AttributeError(f"unknown flag {name!r}; known flags: {', '.join(sorted(_SPECS))}")
-        default, parse, _ = _SPECS[name]
+        default = _SPECS[name][0]
         env = os.environ.get("JTMINI_" + name.upper())
-        value = parse(env) if env is not None else (default() if callable(default) else default)
+        value = _from_env(name, env) if env is not None else (default() if callable(default) else default)
         object.__setattr__(self, name, value)
         return value
 
     def __setattr__(self, name, value):
+        """Set a flag, checked first: a bad value (``num_threads = 'x'``) would otherwise be
+        taken and break every later kernel launch far from the assignment."""
         if name not in _SPECS:
             raise AttributeError(f"unknown flag {name!r}; known flags: {', '.join(sorted(_SPECS))}")
-        object.__setattr__(self, name, value)
+        object.__setattr__(self, name, _SPECS[name][2](name, value))
 
     def __dir__(self):
         return sorted(_SPECS)
@@ -75,7 +137,7 @@ class Flags:
     @staticmethod
     def doc():
         """One line per flag: name, environment variable, meaning."""
-        return "\n".join(f"{n:<17} JTMINI_{n.upper():<19} {d}" for n, (_, _, d) in _SPECS.items())
+        return "\n".join(f"{n:<17} JTMINI_{n.upper():<19} {spec[-1]}" for n, spec in _SPECS.items())
 
 
 flags = Flags()

@@ -1,5 +1,10 @@
 """What numpy makes of a chain of movement ops on a buffer, worked out from shapes alone.
 
+A movement op that is a view (``OpSpec.view``) declares only its index map: where that map is
+affine in the output indices (transpose, slice, broadcast, a per-channel row) its strides and
+offset are the map's coefficients, and its numpy view (``view``) is built from them. ``reshape``
+follows numpy's own rule instead, and ``detach`` is the identity.
+
 The scheduler hands a library op (BLAS matmul) its inputs as numpy views of buffers: a reshape
 of a transpose of a conv output, a slice of a weight. ``reshape`` copies when the dims it merges
 are not contiguous with each other, silently, in numpy, on one thread, and slowly on short rows
@@ -11,11 +16,14 @@ walk over the source instead of per-element index arithmetic.
 
 Strides here count elements, not bytes; buffers are C-contiguous.
 
-    >>> view_strides((4, 6), [("transpose", {"perm": (1, 0)})])
+    >>> view_strides((4, 6), [("transpose", {"perm": (1, 0)}, (6, 4))])
     (1, 6)
-    >>> view_strides((4, 6), [("transpose", {"perm": (1, 0)}), ("reshape", {"shape": (24,)})]) is None
+    >>> view_strides((4, 6), [("transpose", {"perm": (1, 0)}, (6, 4)), ("reshape", {}, (24,))]) is None
     True
 """
+import numpy as np
+
+from .ops.registry import OPS
 
 
 def contiguous_strides(shape):
@@ -28,17 +36,44 @@ def contiguous_strides(shape):
 
 
 def view_strides(shape, chain):
-    """The strides of the view that ``chain`` (``(op, attrs)`` pairs: reshape, transpose, slice,
-    per_channel, detach) takes of a C-contiguous buffer of ``shape``, or None when numpy would
-    have to copy."""
-    view = _walk(shape, [(op, attrs, None) for op, attrs in chain], copy_allowed=False)
+    """The strides of the view that ``chain`` (``(op, attrs, out_shape)`` triples of view ops)
+    takes of a C-contiguous buffer of ``shape``, or None when numpy would have to copy."""
+    view = _walk(shape, chain, copy_allowed=False)
     return None if view is None else view[1]
+
+
+def view(array, op, attrs, out_shape):
+    """The numpy view of ``array`` that the view op ``op`` (with ``attrs``, giving ``out_shape``)
+    takes, without a copy (read-only where it repeats elements)."""
+    if op == "reshape":
+        return array.reshape(out_shape)
+    if op == "detach":
+        return array
+    forms = affine_map(op, attrs, array.shape, out_shape)
+    if 0 in out_shape:
+        return np.empty(out_shape, array.dtype)
+    # the element that output index 0 reads; every index of a view is inside the array
+    first = array[tuple(slice(start, None) for _, start in forms)]
+    strides = [sum(step * coefs[k] for step, (coefs, _) in zip(array.strides, forms)) for k in range(len(out_shape))]
+    return np.lib.stride_tricks.as_strided(first, out_shape, strides, writeable=False)
+
+
+def affine_map(op, attrs, in_shape, out_shape):
+    """Per input dim, ``(coefficients along each output index, constant)`` of the index map of
+    ``op``; None when it is not affine or not a plain view (checked, conditional)."""
+    imap = OPS[op].index(attrs, len(in_shape), len(out_shape))
+    if imap.checked or imap.conditions:
+        return None
+    env = {f"xshape{k}": n for k, n in enumerate(in_shape)}
+    env.update({f"yshape{k}": n for k, n in enumerate(out_shape)})
+    names = [f"i{k}" for k in range(len(out_shape))]
+    forms = [expr.linear(names, env) for expr in imap.exprs]
+    return None if None in forms else forms
 
 
 def copy_walk(shape, chain):
     """``(dims, strides, offset)``: how to write the result of ``chain`` (``(op, attrs, out_shape)``
-    triples: reshape, transpose, slice, broadcast_to, per_channel, detach) on a C-contiguous
-    buffer of ``shape`` in C order, reading element ``offset + sum(i_k * strides[k])`` for each
+    triples of view ops) on a C-contiguous buffer of ``shape`` in C order, reading element ``offset + sum(i_k * strides[k])`` for each
     index ``i`` of ``dims``, in as few dims as possible. None when the chain has a copying
     reshape before its last op.
 
@@ -55,34 +90,23 @@ def copy_walk(shape, chain):
 def _walk(shape, chain, copy_allowed):
     """``(shape, strides, offset)`` of the view ``chain`` takes; a last reshape that would copy
     is left out when ``copy_allowed`` (walking the view before it in C order gives the same
-    sequence). An out shape of None is read from the attrs."""
+    sequence)."""
     shape, strides, offset = tuple(shape), contiguous_strides(shape), 0
     for n, (op, attrs, out_shape) in enumerate(chain):
-        out_shape = tuple(attrs.get("shape", ()) if out_shape is None else out_shape)
-        if op == "transpose":
-            perm = attrs["perm"]
-            shape, strides = tuple(shape[p] for p in perm), tuple(strides[p] for p in perm)
-        elif op == "slice":
-            offset += sum(start * s for start, s in zip(attrs["starts"], strides))
-            shape, strides = out_shape, tuple(s * step for s, step in zip(strides, attrs["steps"]))
-        elif op == "reshape":
+        out_shape = tuple(out_shape)
+        if op == "reshape":
             new_strides = reshaped_strides(shape, strides, out_shape)
             if new_strides is None:
                 return (shape, strides, offset) if copy_allowed and n == len(chain) - 1 else None
-            shape, strides = out_shape, new_strides
-        elif op == "per_channel":         # row ``row`` of a (rows, C) table, along dim 1 (0 if 1-D)
-            channel = 1 if len(out_shape) > 1 else 0
-            offset += attrs["row"] * strides[0]
-            strides = tuple(strides[1] if k == channel else 0 for k in range(len(out_shape)))
-            shape = out_shape
-        elif op == "detach":              # the same values, without gradient history
-            pass
-        elif op == "broadcast_to":        # new leading dims and stretched dims of size 1 repeat
-            lead = len(out_shape) - len(shape)
-            strides = (0,) * lead + tuple(0 if stretched else s for s, stretched in zip(strides, attrs["stretched"]))
-            shape = out_shape
-        else:
-            return None
+            strides = new_strides
+        elif op != "detach":              # the same values, without gradient history
+            forms = affine_map(op, attrs, shape, out_shape) if OPS[op].view else None
+            if forms is None:
+                return None
+            offset += sum(step * start for step, (_, start) in zip(strides, forms))
+            strides = tuple(sum(step * coefs[k] for step, (coefs, _) in zip(strides, forms))
+                            for k in range(len(out_shape)))
+        shape = out_shape
     return shape, strides, offset
 
 

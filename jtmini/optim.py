@@ -25,12 +25,12 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from . import sync, world
+from . import dtypes, persist, world
 from .autograd import grad
 from .creation import array
 from .dataset.dataset import shard_of
+from .executor import sync
 from .gc_pause import paused
-from .nn import persist
 from .nn.module import broadcast_in_place
 from .ops.collective import mpi_all_reduce_many
 from .ops.elementwise import axpby
@@ -123,6 +123,7 @@ class Optimizer:
         on the whole batch, also when shards differ in size, and also through synchronised
         BatchNorm, whose statistics mix every rank's samples.
         """
+        _check_scalar_loss(loss, f"{type(self).__name__}.backward")
         shard = shard_of(loss)      # taken outside MPI too, so a yielded batch's figure never goes stale
         if world.in_mpi:
             loss = loss * _share_of_global_batch(shard)
@@ -136,6 +137,7 @@ class Optimizer:
         """Update the parameters: with ``loss``, backward first (Jittor's ``step(loss)``);
         without, use the gradients accumulated by ``backward``. Then zero the gradients."""
         if loss is not None:
+            _check_scalar_loss(loss, f"{type(self).__name__}.step")
             self.backward(loss)
         grads, pairs = self._summed_grads("step() without a loss", own=False), []
         # Zeroed before the schedule, not after: a gradient sent to MPI without its zeros (see
@@ -272,7 +274,20 @@ class Optimizer:
         persist.save(self.state_dict(), path)
 
     def load(self, path):
-        self.load_state_dict(persist.load(path))
+        self.load_state_dict(persist.load_dict(path, f"{type(self).__name__}.load"))
+
+
+def _check_scalar_loss(loss, who):
+    """TypeError/ValueError unless ``loss`` is a float Var of one element: a vector loss would be
+    differentiated as its sum without a word, which PyTorch refuses too ("grad can be implicitly
+    created only for scalar outputs")."""
+    if not isinstance(loss, Var):
+        raise TypeError(f"{who}: the loss must be a Var, got {type(loss).__name__}")
+    if loss.numel() != 1:
+        raise ValueError(f"{who}: the loss must be a scalar (one element), got shape {loss.shape}; "
+                         f"reduce it first, e.g. loss.mean() or loss.sum()")
+    if not dtypes.is_float(loss.dtype):
+        raise TypeError(f"{who}: the loss must be a float Var, got dtype {loss.dtype}")
 
 
 def _share_of_global_batch(shard):

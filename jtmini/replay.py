@@ -17,9 +17,11 @@ import collections
 from . import codegen, counters, schedule
 from .flags import flags
 from .ops.registry import OPS
+from .state import register_cache
 
 CAPACITY = 32                       # graphs remembered (train and eval steps, a last short batch)
 _cache = collections.OrderedDict()  # signature -> _Template
+register_cache("plans", _cache.clear, f"the {CAPACITY} graphs used last")
 
 
 class _Template:
@@ -113,7 +115,7 @@ def _signature(targets, runtime):
         if runtime_attrs:
             attrs = {name: a for name, a in attrs.items() if name not in runtime_attrs}
         rows.append((v.op, tuple(attrs.items()), v.shape, v.dtype, tuple(refs)))
-    key = (runtime.__name__, flags.specialize_shapes, flags.dump_kernels, tuple(rows),
+    key = (runtime.name, flags.specialize_shapes, flags.dump_kernels, tuple(rows),
            tuple((leaf.shape, leaf.dtype) for leaf in leaves), tuple(ref[id(t)] for t in targets))
     return key, order + leaves
 

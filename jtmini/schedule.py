@@ -100,7 +100,7 @@ def _view_chain(v, is_buffer):
     chain = []
     while not is_buffer(v):
         spec = OPS[v.op] if v.op else None
-        if spec is None or spec.numpy_view is None:
+        if spec is None or not spec.view:
             return None
         chain.append(v)
         v = v.inputs[0]
@@ -222,7 +222,7 @@ def _library_input_buffers(inp, spec, is_buffer):
         base = _view_base(inp)
         chain = _view_chain(inp, lambda x: x is base or is_buffer(x))
     source, views = chain
-    strides = numpy_views.view_strides(source.shape, [(v.op, v.attrs) for v in views])
+    strides = numpy_views.view_strides(source.shape, [(v.op, v.attrs, v.shape) for v in views])
     if strides is None or (spec.reads_view is not None and not spec.reads_view(inp.shape, strides)):
         return [id(source), id(inp)]
     return [id(source)]
@@ -287,7 +287,7 @@ def _free_view(v, is_buffer):
     """``(buffer, chain)`` when ``v`` is a C-contiguous numpy view of a buffer through ``chain``
     (its movement ops, ``v`` last) that keeps little memory alive beyond what it shows (a row of
     a 7-row BatchNorm table is one; a small slice of a large tensor is copied instead); else None."""
-    if OPS[v.op].numpy_view is None or not v.inputs or not v.shape:    # numpy indexes a 0-d array to a scalar
+    if not OPS[v.op].view or not v.inputs or not v.shape:    # numpy indexes a 0-d array to a scalar
         return None
     found = _view_chain(v.inputs[0], is_buffer)
     if found is None:
@@ -296,7 +296,7 @@ def _free_view(v, is_buffer):
     pinned = (source.numel() - v.numel()) * dtypes.SIZES[source.dtype]
     if source.numel() > 2 * v.numel() and pinned > VIEW_PINS_BYTES:
         return None
-    strides = numpy_views.view_strides(source.shape, [(u.op, u.attrs) for u in chain])
+    strides = numpy_views.view_strides(source.shape, [(u.op, u.attrs, u.shape) for u in chain])
     contiguous = numpy_views.contiguous_strides(v.shape)
     if strides is None or any(n > 1 and s != c for n, s, c in zip(v.shape, strides, contiguous)):
         return None

@@ -22,6 +22,8 @@ import functools
 import operator
 import re
 
+from .state import register_cache
+
 
 class IndexExprError(ValueError):
     """An index expression that is not index arithmetic, or that divides by zero."""
@@ -490,3 +492,6 @@ class _Parser:
             args.append(self.ternary())
         self.take(")")
         return read(k, *args)
+
+
+register_cache("parsed index expressions", parse.cache_clear, "the 4096 expression strings used last")

@@ -26,6 +26,7 @@ import numpy as np
 
 from .flags import flags
 from .ops.registry import OPS, METHODS
+from .state import services
 
 _ids = itertools.count()
 # id -> weak reference to an unrealized node, for pending_roots(). Keyed by id because Var.__eq__
@@ -61,8 +62,7 @@ class Var:
 
     def __init__(self, op, inputs=None, attrs=None, shape=None, dtype=None, data=None):
         if shape is None:           # jt.Var(data[, dtype]): a leaf holding a copy, as jt.array
-            from .creation import array
-            leaf = array(op, inputs if inputs is not None else dtype)
+            leaf = services.array(op, inputs if inputs is not None else dtype)
             op, inputs, attrs, shape, dtype, data = None, (), {}, leaf.shape, leaf.dtype, leaf._data
         self.op, self.inputs, self.attrs = op, tuple(inputs), attrs
         self.shape, self.dtype = tuple(shape), dtype
@@ -114,8 +114,7 @@ class Var:
     def sync(self):
         """Compute this Var now (if it is not already); returns self."""
         if self._data is None:
-            from .executor import realize
-            realize([self])
+            services.realize([self])
         return self
 
     def numpy(self):
@@ -183,8 +182,7 @@ class Var:
 
         >>> w.assign(w - lr * g)         # nodes built from the old w still see the old value
         """
-        from . import creation
-        value = creation.as_var(value, like=self)
+        value = services.as_var(value, like=self)
         if value.shape != self.shape:
             value = value.broadcast_to(self.shape)
         if value.dtype != self.dtype:
@@ -215,8 +213,7 @@ class Var:
         old = Var(self.op, self.inputs, self.attrs, self.shape, self.dtype, self._data)
         old._stop_grad, old._backward = self._stop_grad, self._backward
         if self._data is None and self.op is not None and OPS[self.op].kind == "collective":
-            from .runtime import mpi          # the queue of unissued collectives must keep the node
-            mpi.requeue(self, old)
+            services.requeue_collective(self, old)
         for ref in self._consumers:
             consumer = ref()
             if consumer is not None:
@@ -252,8 +249,7 @@ def _host(data):
     """``data`` as a numpy array: a buffer on the GPU (a cupy array) is copied to the host."""
     if isinstance(data, np.ndarray):
         return data
-    from .runtime import cuda
-    return cuda.to_host(data)
+    return services.to_host(data)
 
 
 def pending_roots():

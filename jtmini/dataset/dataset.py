@@ -18,14 +18,15 @@ permutation (seeded by ``seed`` and the epoch number, no communication) and cuts
 into ``world_size`` contiguous shards; see ``shard_bounds`` for who gets what.
 """
 import functools
+import numbers
 import queue
 import threading
-import weakref
 from collections.abc import Mapping
 
 import numpy as np
 
-from jtmini import world
+from .. import creation, world
+from ..var import Var
 
 
 def shard_bounds(n, rank, world_size):
@@ -93,24 +94,9 @@ def map_arrays(fn, batch):
     return batch
 
 
-@functools.lru_cache(maxsize=None)
-def _var_array():
-    # imported on first use, not at import: keeps `import jtmini` cheap and avoids an import
-    # cycle. Until jtmini.creation exists in a checkout, batches stay numpy arrays.
-    try:
-        from jtmini import creation
-    except ModuleNotFoundError as err:
-        if err.name != "jtmini.creation":
-            raise
-        return None
-    return creation.array
-
-
 def to_var(array):
-    """A numpy array as a framework ``Var`` (``jtmini.creation.array``, i.e. ``jt.array``); the
-    array itself in a checkout without that module."""
-    make = _var_array()
-    return array if make is None else make(array)
+    """A numpy array as a ``Var`` (``jt.array``)."""
+    return creation.array(array)
 
 
 _END = object()
@@ -162,23 +148,23 @@ def prefetched(source):
         thread.join()
 
 
-# What the optimizer weighs a rank's loss by, under mpirun: (samples on this rank, samples in the
-# global batch). Each Var of a yielded batch carries its batch's figures, so a cached batch, or a
-# loss built after other batches were drawn, still finds its own; ``_last_shard`` is the fallback
-# for a batch that reached the loss as numpy (``keep_numpy_array``).
-_shards = {}            # id(batch Var) -> (weak reference to it, shard); dead entries swept as it grows
-_sweep_at = 64
-_last_shard = None      # the shard of the batch a Dataset yielded last, until shard_of takes it
+class BatchVar(Var):
+    """A Var of a batch a Dataset yielded under mpirun, carrying its ``shard``: (samples on this
+    rank, samples in the global batch), what the optimizer weighs this rank's loss by. It travels
+    with the batch, so a cached batch, or a loss built after other batches were drawn, still
+    finds its own."""
+    __slots__ = ("shard",)
 
 
 def _with_shard(var, shard):
-    global _sweep_at
-    _shards[id(var)] = (weakref.ref(var), shard)
-    if len(_shards) >= _sweep_at:
-        for key in [key for key, (ref, _) in _shards.items() if ref() is None]:
-            del _shards[key]
-        _sweep_at = max(64, 2 * len(_shards))
-    return var
+    batch = BatchVar(None, (), {}, var.shape, var.dtype, var._data)
+    batch.shard = shard
+    return batch
+
+
+# The shard of the batch a Dataset yielded last, until shard_of takes it: the fallback for a
+# batch that reached the loss as numpy (``keep_numpy_array``), which carries nothing.
+_last_shard = None
 
 
 def _batch_shard(loss):
@@ -189,11 +175,9 @@ def _batch_shard(loss):
         if id(v) in seen:
             continue
         seen.add(id(v))
-        if v._data is not None:                     # a leaf: a batch, a parameter, a constant
-            ref, shard = _shards.get(id(v), (None, None))
-            if ref is not None and ref() is v:
-                return shard
-        else:
+        if isinstance(v, BatchVar):
+            return v.shard
+        if v._data is None:                         # not a leaf (a parameter, a constant)
             stack.extend(v.inputs)
     return None
 
@@ -212,8 +196,18 @@ def shard_of(loss):
     """
     global _last_shard
     last, _last_shard = _last_shard, None
-    found = _batch_shard(loss) if _shards else None
+    found = _batch_shard(loss)
     return found if found is not None else last
+
+
+def _size(dataset, name, value, least):
+    """``value`` as an int >= ``least``; TypeError/ValueError naming the data set and attribute."""
+    who = f"{type(dataset).__name__}.{name}"
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{who} must be an int >= {least}, got {value!r} ({type(value).__name__})")
+    if value < least:
+        raise ValueError(f"{who} must be an int >= {least}, got {value}")
+    return int(value)
 
 
 def _rank_and_size():
@@ -261,6 +255,15 @@ class Dataset:
         self.epoch_id = 0
         self.keep_numpy_array = keep_numpy_array
 
+    def __setattr__(self, name, value):
+        """Sizes are checked when set (a negative ``total_len`` would otherwise give an empty or
+        negative epoch far from its cause)."""
+        if name == "total_len" and value is not None:
+            value = _size(self, name, value, 0)
+        elif name == "batch_size":
+            value = _size(self, name, value, 1)
+        object.__setattr__(self, name, value)
+
     def __getitem__(self, index):
         raise NotImplementedError(f"{type(self).__name__} must define __getitem__")
 
@@ -299,7 +302,8 @@ class Dataset:
         if self.total_len is None:
             if type(self).__len__ is Dataset.__len__:
                 raise TypeError(f"{type(self).__name__}: define __len__ or set_attrs(total_len=...)")
-            self.total_len = len(self)
+            # called directly: len() would refuse a negative count without naming the data set
+            self.total_len = _size(self, "__len__()", type(self).__len__(self), 0)
         return self.total_len
 
     @property

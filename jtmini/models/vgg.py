@@ -76,7 +76,7 @@ def make_layers(cfg, batch_norm=False, in_channels=3):
     ``cfgs``); ``in_channels`` (not in Jittor) adapts the first convolution to other data.
 
         >>> [type(m).__name__ for m in make_layers([64, "M"], batch_norm=True)]
-        ['Conv2d', 'BatchNorm', 'ReLU', 'MaxPool2d']
+        ['Conv2d', 'BatchNorm2d', 'ReLU', 'MaxPool2d']
     """
     if isinstance(cfg, str) or not isinstance(cfg, (list, tuple)):
         raise TypeError(f"make_layers: cfg must be a list of channel counts and 'M', got {cfg!r}")

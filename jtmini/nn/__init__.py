@@ -26,7 +26,7 @@ from .losses import (BCELoss, BCEWithLogitsLoss, CrossEntropyLoss, KLDivLoss, L1
                      SmoothL1Loss)
 from .module import Module, Sequential
 from .norm import GroupNorm, InstanceNorm2d, LayerNorm, group_norm, layer_norm
-from .persist import load, save
+from ..persist import load, save
 from .pool import (AdaptiveAvgPool2d, AdaptiveMaxPool2d, AvgPool2d, MaxPool2d, Pool, adaptive_avg_pool2d,
                    adaptive_max_pool2d, avg_pool2d, max_pool2d, pool)
 from .rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNBase, RNNCell

@@ -1,8 +1,8 @@
-"""Activation functions and their layers: GELU (exact, through ``erf``), SiLU, ELU, PReLU,
+"""Activation functions and their layers: GELU (exact, one fused op), SiLU, ELU, PReLU,
 Softplus, ReLU6, Hardtanh, Softmax and LogSoftmax, with Jittor's names and PyTorch's semantics.
 
 Every function is a composition of jtmini's elementwise ops, so it fuses into its neighbours' kernel.
-Where the composition's own gradient would be wasteful or inexact (``erf``, ``gelu``, ``elu``,
+Where the composition's own gradient would be wasteful or inexact (``erf``, ``elu``,
 ``softplus``), a closed-form rule is attached with ``custom_grad``.
 
     >>> import jtmini as jt
@@ -19,7 +19,7 @@ from .. import dtypes
 from .. import init as initializers
 from ..autograd import custom_grad
 from ..ops.elementwise import where
-from ..ops.mathfns import erf, erfc
+from ..ops.mathfns import erf  # noqa: F401  (nn.erf, as in Jittor)
 from ..var import Var
 from . import functional as F
 from .arguments import count, real
@@ -61,10 +61,7 @@ def gelu(x, approximate="none"):
         return x * 0.5 * (inner.tanh() + 1.0)
     if approximate != "none":
         raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
-    # Phi(x) = erfc(-x/sqrt(2)) / 2 keeps its relative accuracy far into the left tail.
-    cdf = erfc(x * (-1 / math.sqrt(2))) * 0.5
-    density = (x * x * -0.5).exp() * (1 / math.sqrt(2 * math.pi))
-    return custom_grad(x * cdf, [x], lambda d: [d * (cdf + x * density)])
+    return Var.node("gelu", [x])          # one fused op, with its gradient (ops/elementwise.py)
 
 
 def silu(x):

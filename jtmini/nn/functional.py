@@ -48,8 +48,10 @@ def softmax(x, dim=1):
 def one_hot(x, num_classes=-1, dtype="float32"):
     """Class values ``x`` (bool or integer, any shape) -> ``x.shape + (num_classes,)`` with a 1 at
     each value's index, by comparing against ``arange`` (one fused kernel, no gather). As in
-    Jittor, ``num_classes=-1`` takes ``max(x) + 1``. A value outside ``0..num_classes-1`` raises
-    ValueError naming it (Jittor gives an all-zero row); checking reads ``x``, computing it if lazy.
+    Jittor, ``num_classes=-1`` takes ``max(x) + 1`` (reading ``x``, computing it if lazy). A value
+    outside ``0..num_classes-1`` raises ValueError naming it and ``num_classes`` (Jittor gives an
+    all-zero row) when ``x`` holds its values (numpy input, a computed Var); a lazy ``x`` with a
+    given ``num_classes`` is not computed to check it, as the losses' labels are not.
 
     >>> nn.one_hot(jt.array([0, 2]), 3).numpy()
     array([[1., 0., 0.],
@@ -58,10 +60,11 @@ def one_hot(x, num_classes=-1, dtype="float32"):
     x = creation.as_var(x)
     if x.dtype not in ("bool", "int32", "int64"):
         raise ValueError(f"one_hot: x must hold class indices (bool, int32 or int64), got dtype {x.dtype}")
-    values = np.asarray(x.data, dtype=np.int64)
+    known = num_classes == -1 or x.is_realized()
+    values = np.asarray(x.data, dtype=np.int64) if known else None
     num_classes = _num_classes(num_classes, values)
-    bad = values[(values < 0) | (values >= num_classes)]
-    if bad.size:
+    bad = values[(values < 0) | (values >= num_classes)] if known else ()
+    if len(bad):
         raise ValueError(f"one_hot: class value {bad.flat[0]} is out of range for num_classes="
                          f"{num_classes} (values must be in [0, {num_classes}))")
     classes = creation.arange(num_classes).reshape((1,) * x.ndim + (num_classes,))
@@ -209,13 +212,23 @@ def _classes_last(x):
     return x.reshape(n, c, -1).permute(0, 2, 1).reshape(-1, c)
 
 
+class LabelDtypeError(TypeError, ValueError):
+    """A loss's target of a dtype that cannot hold class indices: a TypeError (the dtype is what is
+    wrong) that is also a ValueError, which callers of earlier jtmini versions catch."""
+
+
+class LabelRangeError(IndexError, ValueError):
+    """A class label outside ``0..C-1``: an IndexError, as PyTorch raises it, and a ValueError,
+    the kind jtmini raises for a bad value."""
+
+
 def _class_target(target, who, hint=""):
     """``target`` as a Var of integer class indices; a float or bool one is refused: compared
     against class numbers it would silently match nothing."""
     target = creation.as_var(target)
     if target.dtype not in ("int32", "int64"):
-        raise ValueError(f"{who}: target must hold integer class indices (int32 or int64), got "
-                         f"dtype {target.dtype}{hint}")
+        raise LabelDtypeError(f"{who}: target must hold integer class indices (int32 or int64), "
+                              f"got dtype {target.dtype}{hint}")
     return target
 
 
@@ -230,9 +243,9 @@ def _check_labels(target, num_classes, ignore_index, who):
         labels = labels[labels != ignore_index]
     if labels.size and (labels.min() < 0 or labels.max() >= num_classes):
         bad = labels[(labels < 0) | (labels >= num_classes)][0]
-        raise IndexError(f"{who}: target label {bad} is out of range for {num_classes} classes "
-                         f"(labels must be in 0..{num_classes - 1}"
-                         f"{'' if ignore_index is None else f' or ignore_index={ignore_index}'})")
+        raise LabelRangeError(f"{who}: target label {bad} is out of range for {num_classes} classes "
+                              f"(labels must be in 0..{num_classes - 1}"
+                              f"{'' if ignore_index is None else f' or ignore_index={ignore_index}'})")
 
 
 def _class_losses(log_probs, target, weight, ignore_index, who, smoothing=0.0):
@@ -273,8 +286,9 @@ def nll_loss(output, target, weight=None, ignore_index=-100, reduction="mean"):
     """Negative log likelihood of integer ``target`` under ``log_probs``: (N, C) with target (N,),
     or (N, C, d1, ...) with target (N, d1, ...), as in PyTorch. ``weight`` (C,) rescales classes;
     samples labelled ``ignore_index`` (-100, as in Jittor and PyTorch) are dropped; the mean is
-    over the (weighted) samples kept. A float target raises ValueError; a label outside
-    ``0..C-1`` raises IndexError (checked when ``target`` holds its value).
+    over the (weighted) samples kept. A float target raises ``LabelDtypeError`` (a TypeError); a
+    label outside ``0..C-1`` raises ``LabelRangeError`` (an IndexError and a ValueError), checked
+    when ``target`` holds its value (numpy input, a computed Var): a lazy one is not computed.
 
     >>> nn.nll_loss(jt.array([[-0.1, -2.4], [-1.2, -0.4]]), jt.array([0, 1])).item()   # (0.1+0.4)/2
     0.25
@@ -294,7 +308,9 @@ def cross_entropy_loss(output, target, weight=None, ignore_index=None, reduction
     As in PyTorch, ``output`` may be (N, C, d1, ...) with ``target`` (N, d1, ...), and
     ``reduction="none"`` gives one loss per sample, shaped like that target. ``weight`` (C,)
     rescales classes in both forms; ``ignore_index`` applies to labels only. ``label_smoothing``
-    mixes the target with the uniform distribution over classes, as PyTorch defines it.
+    mixes the target with the uniform distribution over classes, as PyTorch defines it. A float
+    target of any other shape raises ``LabelDtypeError`` (a TypeError) naming its dtype; labels
+    are range-checked as in ``nll_loss``.
 
     >>> nn.cross_entropy_loss(jt.array([[2.0, 0.0]]), jt.array([0])).item()   # -log(e^2/(e^2+1))
     0.1269...

@@ -37,6 +37,9 @@ class Linear(Module):
         return F.linear(x, self.weight, self.bias)
 
 
+_BN_SHAPES = {2: "(N, C)", 3: "(N, C, L)", 4: "(N, C, H, W)"}
+
+
 class BatchNorm(Module):
     """Batch normalisation over dim 1 of (N, C), (N, C, L) or (N, C, H, W) input.
 
@@ -57,6 +60,8 @@ class BatchNorm(Module):
     >>> bn.eval(); y = bn(jt.randn(8, 16, 5, 5))
     """
 
+    NDIMS = None            # the input ranks the layer takes (None: any from 2 up, as Jittor's)
+
     def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=True, is_train=True, sync=True):
         who = type(self).__name__
         self.num_features = count(who, "num_features", num_features)
@@ -69,6 +74,7 @@ class BatchNorm(Module):
         self.running_var = init.constant(channels, "float32", 1.0).stop_grad()
 
     def execute(self, x):
+        self._check_rank(x)
         if x.ndim < 2 or x.shape[1] != self.num_features or x.dtype not in ("float32", "float64"):
             raise ValueError(f"BatchNorm({self.num_features}) needs float32 or float64 input of shape "
                              f"(N, {self.num_features}, ...), got {x.shape} {x.dtype}")
@@ -85,6 +91,15 @@ class BatchNorm(Module):
         y = x * bn.per_channel(table, 3, x.shape) + bn.per_channel(table, 4, x.shape)
         inputs = [x, self.weight, self.bias] if self.affine else [x]
         return custom_grad(y, inputs, lambda d: self._batch_grad(d, x, table))
+
+    def _check_rank(self, x):
+        """PyTorch's rule for BatchNorm1d (2-D or 3-D) and BatchNorm2d (4-D): a 2-D input to
+        BatchNorm2d would otherwise be normalised as if it were a batch of images."""
+        if self.NDIMS is not None and x.ndim not in self.NDIMS:
+            want = " or ".join(f"{n}-D {_BN_SHAPES[n].replace('C', str(self.num_features))}"
+                               for n in self.NDIMS)
+            raise ValueError(f"{type(self).__name__}({self.num_features}): expected {want} input, "
+                             f"got {x.ndim}-D input of shape {x.shape}")
 
     def _normalize_by_running_statistics(self, x):
         kept = (1, self.num_features) + (1,) * (x.ndim - 2)
@@ -116,7 +131,14 @@ class BatchNorm(Module):
         return [d_x, bn.row(factors, 3), bn.row(factors, 4)]
 
 
-BatchNorm1d = BatchNorm2d = BatchNorm
+class BatchNorm1d(BatchNorm):
+    """BatchNorm of (N, C) or (N, C, L) input, as PyTorch's."""
+    NDIMS = (2, 3)
+
+
+class BatchNorm2d(BatchNorm):
+    """BatchNorm of (N, C, H, W) input, as PyTorch's."""
+    NDIMS = (4,)
 
 
 class Dropout(Module):
@@ -142,7 +164,9 @@ class LeakyReLU(Module):
     """x where x > 0 else ``scale * x``; PyTorch's ``negative_slope`` is accepted too."""
 
     def __init__(self, scale=0.01, negative_slope=None):
-        self.scale = scale if negative_slope is None else negative_slope
+        # checked here: a string slope would otherwise fail at the first forward, far from its cause
+        self.scale = real("LeakyReLU", "scale" if negative_slope is None else "negative_slope",
+                          scale if negative_slope is None else negative_slope)
 
     def execute(self, x):
         return F.leaky_relu(x, self.scale)

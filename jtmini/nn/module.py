@@ -21,11 +21,11 @@ import collections
 
 import numpy as np
 
-from .. import sync, world
+from .. import persist, world
+from ..executor import sync
 from ..gc_pause import paused
 from ..ops.collective import mpi_broadcast_many
 from ..var import Var
-from . import persist
 
 
 def _members(name, value, kind, _open=()):
@@ -193,7 +193,7 @@ class Module:
 
     def load(self, path):
         """Load parameters saved by ``save`` (or a pickled dict of name -> array)."""
-        return self.load_state_dict(persist.load(path))
+        return self.load_state_dict(persist.load_dict(path, f"{type(self).__name__}.load"))
 
     load_parameters = load_state_dict
 

@@ -1,6 +1,7 @@
-"""Op declarations. Importing this package registers every op and its front-end functions."""
-from . import elementwise, reduce, reindex, matmul, indexing, collective, window, pooling, batch_norm  # noqa: F401  (registration side effects)
-from . import shaping, mathfns  # noqa: F401  (Jittor's front-end functions composed of the ops above)
+"""Op declarations: each module registers its ops and front-end functions when imported
+(``jtmini/__init__.py`` imports them all). This package itself imports only the registry, so
+that the layers below the ops (``var``, codegen, the runtimes) can read the registry without
+importing the ops, which build on them."""
 from .registry import FUNCTIONS, METHODS, OPS  # noqa: F401
 
 

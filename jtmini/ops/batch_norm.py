@@ -26,34 +26,34 @@ and 2-4% less time in all (steps alternating between the two in one process). Th
 take one kernel instead of two; the kernels' time is about what the generated reductions took.
 
 Every op has a gradient rule written with other ops, so BatchNorm's own gradient (built from the
-last two) can be differentiated again. They run as library ops, on whole buffers; on the GPU
-runtime they are staged through the host, as max pooling is.
+last two) can be differentiated again. They run as library ops, on whole buffers, through the
+backend (``runtime/base.py``), which builds and caches the template's kernels; the GPU runtime has
+its own kernels for them (``runtime/cuda_library.py``).
 """
 import math
 
 import numpy as np
 
-from .. import codegen, compiler, dtypes
-from ..runtime import cpu
-from ..var import Var
+from .. import dtypes
 from ..symbolic import sym
+from ..var import Var
 from .registry import IndexMap, OpSpec, register
 from .reindex import stack
 
-_kernels = {}        # (mode, dtype, affine, pooled) -> loaded function
+_kernels = {}        # (backend, mode, dtype, affine, pooled) -> HandKernel
 MODES = ("stats", "table", "grad_sums", "grad_table")
 
 
-def _kernel(mode, dtype, affine=True, pooled=False):
-    """The loaded kernel. The first call for a dtype (and kind of layer) builds all four at once,
-    in parallel: a training step needs every one."""
-    fn = _kernels.get(_key(mode, dtype, affine, pooled))
+def _kernel(backend, mode, dtype, affine=True, pooled=False):
+    """The kernel of ``templates/<dialect>/batch_norm``. The first call for a dtype (and kind of
+    layer) builds all four at once, in parallel: a training step needs every one."""
+    fn = _kernels.get((backend.name,) + _key(mode, dtype, affine, pooled))
     if fn is None:
         keys = [_key(m, dtype, affine, pooled) for m in MODES]
-        sources = [(codegen.batch_norm_source(m, dtypes.C_TYPES[d], a, p), False) for m, d, a, p in keys]
-        for k, path in zip(keys, compiler.build_many(sources)):
-            _kernels.setdefault(k, cpu.load(path))
-        fn = _kernels[_key(mode, dtype, affine, pooled)]
+        contexts = [dict(mode=m, ctype=dtypes.C_TYPES[d], affine=a, pooled=p) for m, d, a, p in keys]
+        for k, built in zip(keys, backend.kernels("batch_norm", contexts)):
+            _kernels.setdefault((backend.name,) + k, built)
+        fn = _kernels[(backend.name,) + _key(mode, dtype, affine, pooled)]
     return fn
 
 
@@ -140,19 +140,9 @@ def _per_channel_grad(d, out, inputs, a):
                      pads=((a["row"], table.shape[0] - 1 - a["row"]), (0, 0)), value=0)]
 
 
-def _per_channel_view(table, a):
-    """The numpy view: row ``row`` of the table, spread over the other dims without a copy."""
-    shape, line = a["shape"], table[a["row"]]
-    if math.prod(shape) == line.shape[0]:       # one value per channel: the row itself
-        return line.reshape(shape)
-    kept = [1] * len(shape)
-    kept[1] = line.shape[0]
-    return np.broadcast_to(line.reshape(kept), shape)
-
-
 register(OpSpec("per_channel", "reindex", infer=_per_channel_infer, grad=_per_channel_grad,
                 index=lambda a, nin, nout: IndexMap((a["row"], sym(f"i{_channel_dim(nout)}"))),
-                numpy_view=_per_channel_view))
+                view=True))
 
 
 def per_channel(table, row, shape):
@@ -175,10 +165,10 @@ def _stats_infer(inputs, a):
     return (3, x.shape[1]), "float64" if a["pooled"] else x.dtype
 
 
-def _stats_run(arrays, a):
+def _stats_run(arrays, a, backend):
     (x,), ints = _channel_layout(arrays[0])
     out = np.empty((3, x.shape[1]), np.float64 if a["pooled"] else x.dtype)
-    cpu.call_on_fastest_threads(_kernel("stats", dtypes.numpy_name(x.dtype), pooled=a["pooled"]), [x, out], ints, [], x.size)
+    _kernel(backend, "stats", dtypes.numpy_name(x.dtype), pooled=a["pooled"]).run_fastest([x, out], ints, [], x.size)
     return out
 
 
@@ -227,12 +217,12 @@ def _table_infer(inputs, a):
     return (TABLE_ROWS, c), dtype
 
 
-def _table_run(arrays, a):
+def _table_run(arrays, a, backend):
     arrays = [np.ascontiguousarray(arr) for arr in arrays]
     c = arrays[0].shape[1]
     out = np.empty((TABLE_ROWS, c), dtypes.NUMPY[a["dtype"]])
-    fn = _kernel("table", a["dtype"], affine=a["affine"], pooled=a["pooled"])
-    cpu.call(fn, arrays + [out], [c], [a["eps"], a["momentum"]], 1)
+    fn = _kernel(backend, "table", a["dtype"], affine=a["affine"], pooled=a["pooled"])
+    fn.run(arrays + [out], [c], [a["eps"], a["momentum"]])
     return out
 
 
@@ -284,11 +274,11 @@ def _grad_sums_infer(inputs, a):
     return (2, x.shape[1]), x.dtype
 
 
-def _grad_sums_run(arrays, a):
+def _grad_sums_run(arrays, a, backend):
     (d, x), ints = _channel_layout(*arrays[:2])
     table = np.ascontiguousarray(arrays[2])
     out = np.empty((2, x.shape[1]), x.dtype)
-    cpu.call_on_fastest_threads(_kernel("grad_sums", dtypes.numpy_name(x.dtype)), [d, x, table, out], ints, [], x.size)
+    _kernel(backend, "grad_sums", dtypes.numpy_name(x.dtype)).run_fastest([d, x, table, out], ints, [], x.size)
     return out
 
 
@@ -320,10 +310,10 @@ def _grad_table_infer(inputs, a):
     return (5, c), dtype
 
 
-def _grad_table_run(arrays, a):
+def _grad_table_run(arrays, a, backend):
     arrays = [np.ascontiguousarray(arr) for arr in arrays]
     out = np.empty((5, arrays[0].shape[1]), arrays[0].dtype)
-    cpu.call(_kernel("grad_table", dtypes.numpy_name(out.dtype)), arrays + [out], [out.shape[1]], [a["eps"]], 1)
+    _kernel(backend, "grad_table", dtypes.numpy_name(out.dtype)).run(arrays + [out], [out.shape[1]], [a["eps"]])
     return out
 
 

@@ -3,6 +3,10 @@
 Operands reaching a kernel always have equal shapes and dtypes: the front end (``binary``) applies
 numpy broadcasting (explicit ``broadcast_to`` nodes) and dtype promotion (explicit ``cast`` nodes).
 """
+import numbers
+
+import numpy as np
+
 from .. import dtypes
 from ..var import Var, untrack
 from .registry import OpSpec, export, register
@@ -27,7 +31,7 @@ register(OpSpec("cast", "elementwise", infer=lambda inputs, a: (inputs[0].shape,
                 c_expr="(({T})({0}))",
                 grad=lambda d, out, x, a: [d.cast(x[0].dtype) if dtypes.is_float(x[0].dtype) else None]))
 register(OpSpec("detach", "elementwise", infer=_same, c_expr="{0}", grad=lambda d, out, x, a: [None],
-                numpy_view=lambda arr, a: arr))
+                view=True))
 
 
 @export("cast", "astype")
@@ -60,6 +64,9 @@ UNARY = {
     "tanh": ("std::tanh({0})", lambda d, out, x: d * (1 - out * out), True),
     "sigmoid": ("(({T})1 / (({T})1 + std::exp(-{0})))", lambda d, out, x: d * out * (1 - out), True),
     "relu": ("({0} < ({T})0 ? ({T})0 : {0})", lambda d, out, x: Var.node("relu_grad", [d, x]), False),  # NaN stays NaN
+    # exact GELU, x * Phi(x); Phi through erfc keeps its relative accuracy deep in the left tail
+    "gelu": ("(({T})0.5 * {0} * std::erfc({0} * ({T})-0.7071067811865476))",
+             lambda d, out, x: Var.node("gelu_grad", [d, x]), True),
     "floor": ("std::floor({0})", None, False),
     "ceil": ("std::ceil({0})", None, False),
     "round": ("std::nearbyint({0})", None, False),       # half to even, as numpy
@@ -104,6 +111,16 @@ for _name, (_expr, _rule, _float_only) in UNARY.items():
 # wrt d is the same mask.
 register(OpSpec("relu_grad", "elementwise", infer=_same, c_expr="({1} <= ({T})0 ? ({T})0 : {0})",
                 grad=lambda dd, out, x, a: [Var.node("relu_grad", [dd, x[1]]), None]))
+
+
+# gelu's gradient as one node: d * (Phi(x) + x * phi(x)), phi the standard normal density; its own
+# gradient wrt x is d * dd * phi(x) * (2 - x^2).
+register(OpSpec("gelu_grad", "elementwise", infer=_same,
+                c_expr="({0} * (({T})0.5 * std::erfc({1} * ({T})-0.7071067811865476) + "
+                       "{1} * std::exp(({T})-0.5 * {1} * {1}) * ({T})0.3989422804014327))",
+                grad=lambda dd, out, x, a: [Var.node("gelu_grad", [dd, x[1]]),
+                                            dd * x[0] * (x[1] * x[1] * -0.5).exp() * 0.3989422804014327
+                                            * (2 - x[1] * x[1])]))
 
 
 # --- binary ------------------------------------------------------------------------------------
@@ -194,6 +211,7 @@ def _shared_const(shape, dtype, value):
     key = (shape, dtype, value.hex() if type(value) is float else value)   # hex: -0.0 is not 0.0
     const = _shared_consts.get(key)
     if const is None:
+        dtypes.check_scalar(value, dtype)        # only on a miss: a cached value was checked
         if len(_shared_consts) >= _SHARED_CONSTS_MAX:
             _shared_consts.clear()
         const = _shared_consts[key] = untrack(Var.node("const", [], shape=shape, dtype=dtype, value=value))
@@ -227,10 +245,47 @@ def _binary_front(name, result):
     return op
 
 
+def _is_integer_operand(v):
+    """Whether ``v`` (a Var or a Python/numpy number) computes as an integer in a binary op."""
+    if isinstance(v, Var):
+        return not dtypes.is_float(v.dtype)
+    return isinstance(v, (numbers.Integral, np.bool_))
+
+
+def _known_negative(exponent):
+    """A negative value of ``exponent`` when it is known without computing anything: a number, a
+    constant Var, or a Var holding its value on the host (a GPU one is not copied to check it)."""
+    if not isinstance(exponent, Var):
+        return exponent if exponent < 0 else None
+    if exponent.op == "const" and exponent._data is None:
+        value = exponent.attrs["value"]
+        return value if value < 0 else None
+    data = exponent._data
+    if isinstance(data, np.ndarray) and data.size and data.min() < 0:
+        return data.min()
+    return None
+
+
+def _checked_pow(pow_op):
+    """``pow`` refusing integers to negative integer powers, as numpy does: C's integer power
+    has no such value and the kernel would give 0 (or 1 for a base of 1) without a word."""
+    def checked(a, b):
+        if _is_integer_operand(a) and _is_integer_operand(b):
+            bad = _known_negative(b)
+            if bad is not None:
+                base = a.dtype if isinstance(a, Var) else type(a).__name__
+                raise ValueError(f"pow: integers to negative integer powers are not allowed (base of "
+                                 f"dtype {base}, exponent {bad}); cast the base to a float first")
+        return pow_op(a, b)
+    checked.__name__, checked.__doc__ = pow_op.__name__, pow_op.__doc__
+    return checked
+
+
 for _name, (_expr, _rule, _result) in BINARY.items():
     register(OpSpec(_name, "elementwise", c_expr=_expr, grad=_binary_grad(_rule),
                     infer=_to_bool if _result in ("bool", "logical") else _same))
-    export(_name)(_binary_front(_name, _result))
+    _front = _binary_front(_name, _result)
+    export(_name)(_checked_pow(_front) if _name == "pow" else _front)
 
 
 # --- fused multiply-add ------------------------------------------------------------------------

@@ -24,6 +24,7 @@ import numbers
 import numpy as np
 
 from .. import dtypes
+from ..state import services
 from ..var import Var
 from .elementwise import where
 from .reduce import _dims, all_, any_, max_, min_, prod, sum_
@@ -511,8 +512,7 @@ def fetch_sync(x):
     if isinstance(x, Var):
         return x.numpy()
     if isinstance(x, (list, tuple)) and all(isinstance(v, Var) for v in x):
-        from ..executor import realize
-        realize(list(x))
+        services.realize(list(x))
         return [v.numpy() for v in x]
     raise TypeError(f"fetch_sync needs a Var or a list of Vars, got {type(x).__name__}")
 

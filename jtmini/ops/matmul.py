@@ -1,7 +1,6 @@
 """Matrix product, the library-backed op: on the host, BLAS through numpy (``runtime/blas.py``
 splits it over ``flags.num_threads``); on the GPU, cuBLAS."""
 from .. import dtypes
-from ..runtime import blas, cpu
 from ..var import Var
 from .registry import OpSpec, export, register
 
@@ -39,11 +38,29 @@ def _matmul_grad(d, out, inputs, a):
 def _blas_reads(shape, strides):
     """Whether BLAS reads the matrices of a view as they are. The slice of a 3x3 conv weight at
     its center tap (a conv on 1x1 maps) is not: numpy would copy it on one thread, once per use."""
-    return blas.matrix_layout(shape[-2:], strides[-2:]) is not None
+    return matrix_layout(shape[-2:], strides[-2:]) is not None
+
+
+def matrix_layout(shape, strides):
+    """(transposed, leading dimension) of a matrix of ``shape`` whose elements are ``strides``
+    elements apart, as row-major BLAS reads it; None when it cannot: rows (or, transposed,
+    columns) must be unit-stride and at least one row (column) apart.
+
+    >>> matrix_layout((512, 512), (4608, 9)) is None      # the center tap of a 3x3 conv weight
+    True
+    >>> matrix_layout((3, 4), (1, 3))                      # a transposed (4, 3) matrix
+    (1, 3)
+    """
+    (rows, cols), (row_step, col_step) = shape, strides
+    if col_step == 1 and row_step >= max(cols, 1):
+        return 0, row_step
+    if row_step == 1 and col_step >= max(rows, 1):
+        return 1, col_step
+    return None
 
 
 register(OpSpec("matmul", "library", infer=_matmul_infer, grad=_matmul_grad, reads_view=_blas_reads,
-                run=lambda arrays, a: blas.matmul(*arrays, threads=cpu.thread_count())))
+                run=lambda arrays, a, backend: backend.matmul(*arrays)))
 
 
 @export("matmul")

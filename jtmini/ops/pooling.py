@@ -21,13 +21,12 @@ They run as library ops, on whole buffers. On the GPU runtime they are staged th
 """
 import numpy as np
 
-from .. import codegen, compiler, dtypes
-from ..runtime import cpu
+from .. import dtypes
 from ..var import Var
 from .registry import OpSpec, register
 
 GEOMETRY = ("kernel", "stride", "padding", "dilation")     # (h, w) pairs, compiled in
-_kernels = {}        # (mode, dtype, geometry, in_hw, out_hw) -> loaded function
+_kernels = {}        # (backend, mode, dtype, geometry, in_hw, out_hw) -> HandKernel
 
 
 def _infer(mode):
@@ -59,23 +58,37 @@ def check_padding(who, kernel, padding, dilation):
                              f"{tuple(kernel)} (dilation {tuple(dilation)})")
 
 
-def _kernel(mode, dtype, a, in_hw):
+def _kernel(backend, mode, dtype, a, in_hw):
     geometry = tuple(tuple(a[g]) for g in GEOMETRY)
-    key = (mode, dtype, geometry, in_hw, tuple(a["out_hw"]))
+    key = (backend.name, mode, dtype, geometry, in_hw, tuple(a["out_hw"]))
     fn = _kernels.get(key)
     if fn is None:
-        source = codegen.max_pool_source(mode, dtypes.C_TYPES[dtype], geometry, in_hw, a["out_hw"])
-        fn = _kernels[key] = cpu.load(compiler.build(source))
+        context = kernel_context(mode, dtypes.C_TYPES[dtype], geometry, in_hw, a["out_hw"])
+        fn = _kernels[key] = backend.kernel("max_pool", **context)
     return fn
 
 
+def kernel_context(mode, ctype, geometry, in_hw, out_hw):
+    """What ``templates/cpu/max_pool.cc.j2`` is rendered with: ``mode`` "pick" or "route",
+    ``geometry`` the (h, w) pairs kernel, stride, padding, dilation. Everything but the number of
+    planes is compiled in."""
+    (kh, kw), (sh, sw), (ph, pw), (dh, dw) = geometry
+    # the frame holds every window whole: padding both sides, and any overhang of ceil_mode
+    frame_h = max(in_hw[0] + 2 * ph, (out_hw[0] - 1) * sh + (kh - 1) * dh + 1)
+    frame_w = max(in_hw[1] + 2 * pw, (out_hw[1] - 1) * sw + (kw - 1) * dw + 1)
+    # the frame is split by phase modulo the strides: row r is row r // sh of phase r % sh
+    phase_h, phase_w = -(-frame_h // sh), -(-frame_w // sw)
+    return dict(mode=mode, ctype=ctype, kh=kh, kw=kw, sh=sh, sw=sw, ph=ph, pw=pw, dh=dh, dw=dw,
+                height=in_hw[0], width=in_hw[1], ho=out_hw[0], wo=out_hw[1], phase_h=phase_h, phase_w=phase_w)
+
+
 def _run(mode):
-    def run(arrays, a):
+    def run(arrays, a, backend):
         x, src = (np.ascontiguousarray(arr) for arr in arrays)
         n, c = x.shape[:2]
         out = np.empty((n, c) + (x.shape[2:] if mode == "route" else tuple(a["out_hw"])), x.dtype)
-        fn = _kernel(mode, dtypes.numpy_name(x.dtype), a, x.shape[2:])
-        cpu.call(fn, [x, src, out], [n * c], [], cpu.thread_count())
+        fn = _kernel(backend, mode, dtypes.numpy_name(x.dtype), a, x.shape[2:])
+        fn.run([x, src, out], [n * c], [], backend.thread_count())
         return out
     return run
 

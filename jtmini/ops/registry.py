@@ -21,6 +21,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
+from ..state import services
 from ..symbolic import as_expr
 
 KINDS = ("elementwise", "const", "reindex", "reduce", "argreduce", "scatter", "library", "collective")
@@ -35,8 +36,9 @@ class OpSpec:
     ``c_expr`` (elementwise) is a format string over ``{0} {1} {2}`` (operands) and ``{T}`` (the C
     type of the output), or a function ``(in_dtypes, out_dtype, attrs) -> str`` returning one.
     ``index(attrs, in_ndim, out_ndim) -> IndexMap`` (reindex, scatter) maps output indices to input
-    indices. ``run(arrays, attrs) -> array`` computes a library op. ``numpy_view(array, attrs)``
-    lets a movement op be applied to a buffer without a copy (used to feed library ops).
+    indices. ``run(arrays, attrs) -> array`` computes a library op. ``view``: the op is a view of
+    its input (its numpy view and strides are derived from its index map by ``numpy_views``), so
+    it can feed a library op or a copy without a kernel of its own.
     ``reads_view(shape, strides) -> bool`` (library) says whether the op reads an input view with
     these element strides as it is; the scheduler has a kernel gather any other view first.
     ``runtime_attrs`` are attrs passed to the kernel as arguments rather than compiled in.
@@ -48,7 +50,7 @@ class OpSpec:
     c_expr: object = None
     index: Optional[Callable] = None
     run: Optional[Callable] = None
-    numpy_view: Optional[Callable] = None
+    view: bool = False
     reads_view: Optional[Callable] = None
     runtime_attrs: tuple = ()
 
@@ -106,7 +108,6 @@ def _taking_arrays(fn):
     @functools.wraps(fn)
     def public(x, *args, **kwargs):
         if isinstance(x, np.ndarray):
-            from ..creation import array        # creation imports this module
-            x = array(x)
+            x = services.array(x)
         return fn(x, *args, **kwargs)
     return public

@@ -162,7 +162,7 @@ def _broadcast_grad(d, out, x, a):
 
 
 register(OpSpec("broadcast_to", "reindex", infer=_broadcast_infer, index=_broadcast_index,
-                grad=_broadcast_grad))
+                grad=_broadcast_grad, view=True))
 
 
 @export("broadcast_to")
@@ -205,8 +205,7 @@ def _reshape_index(a, nin, nout):
 
 
 register(OpSpec("reshape", "reindex", infer=lambda inputs, a: (a["shape"], inputs[0].dtype),
-                index=_reshape_index, grad=lambda d, out, x, a: [d.reshape(x[0].shape)],
-                numpy_view=lambda arr, a: arr.reshape(a["shape"])))
+                index=_reshape_index, grad=lambda d, out, x, a: [d.reshape(x[0].shape)], view=True))
 
 
 @export("reshape", "view")
@@ -252,8 +251,7 @@ def _inverse(perm):
 
 register(OpSpec("transpose", "reindex", infer=_transpose_infer,
                 index=lambda a, nin, nout: IndexMap(tuple(i[k] for k in _inverse(a["perm"]))),
-                grad=lambda d, out, x, a: [d.permute(_inverse(a["perm"]))],
-                numpy_view=lambda arr, a: arr.transpose(a["perm"])))
+                grad=lambda d, out, x, a: [d.permute(_inverse(a["perm"]))], view=True))
 
 
 @export("permute")
@@ -309,8 +307,7 @@ register(OpSpec("slice", "reindex", grad=_slice_grad,
                 infer=lambda inputs, a: (a["shape"], inputs[0].dtype),
                 index=lambda a, nin, nout: IndexMap(tuple(
                     start + step * i[k] for k, (start, step) in enumerate(zip(a["starts"], a["steps"])))),
-                numpy_view=lambda arr, a: arr[tuple(slice(s, s + st * n if s + st * n >= 0 else None, st)
-                                                    for s, st, n in zip(a["starts"], a["steps"], a["shape"]))]))
+                view=True))
 
 
 def slice_var(x, starts, steps, shape):
@@ -392,5 +389,7 @@ def stack(xs, dim=0):
     xs = [as_var(x) for x in xs]
     if not xs:
         raise ValueError("stack needs at least one Var")
+    if any(x.shape != xs[0].shape for x in xs):
+        raise ValueError(f"stack: all Vars must have one shape, got {[tuple(x.shape) for x in xs]}")
     dim = normalize_dim(dim, xs[0].ndim + 1)
     return concat([x.reshape(x.shape[:dim] + (1,) + x.shape[dim:]) for x in xs], dim)

@@ -26,6 +26,8 @@ from typing import NamedTuple
 import numpy as np
 
 from .. import compiler, numpy_views
+from ..ops.matmul import matrix_layout
+from ..state import register_cache
 from .pointers import address
 
 MIN_SPLIT_MACS = 1 << 20        # below ~1M multiply-adds (tens of microseconds) one call is faster
@@ -115,7 +117,7 @@ class _TeamPlan(NamedTuple):
     table: np.ndarray
 
 
-@functools.lru_cache(maxsize=512)
+@functools.lru_cache(maxsize=512)          # the operand layouts of a few training steps
 def _team_plan(a_shape, a_strides, b_shape, b_strides, batch, threads, itemsize, int_type):
     """The ``_TeamPlan`` for these operands, or None when a size does not fit BLAS's integers.
     A training step makes the same few dozen products every step, and building the table with
@@ -158,24 +160,6 @@ def _layout(shape, strides, itemsize):
     if any(step % itemsize for step in strides[-2:]):
         return None
     return matrix_layout(shape[-2:], [step // itemsize for step in strides[-2:]])
-
-
-def matrix_layout(shape, strides):
-    """(transposed, leading dimension) of a matrix of ``shape`` whose elements are ``strides``
-    elements apart, as row-major BLAS reads it; None when it cannot: rows (or, transposed,
-    columns) must be unit-stride and at least one row (column) apart.
-
-    >>> matrix_layout((512, 512), (4608, 9)) is None      # the center tap of a 3x3 conv weight
-    True
-    >>> matrix_layout((3, 4), (1, 3))                      # a transposed (4, 3) matrix
-    (1, 3)
-    """
-    (rows, cols), (row_step, col_step) = shape, strides
-    if col_step == 1 and row_step >= max(cols, 1):
-        return 0, row_step
-    if row_step == 1 and col_step >= max(rows, 1):
-        return 1, col_step
-    return None
 
 
 def _batch_offsets(shape, strides, batch):
@@ -232,3 +216,6 @@ def _source(int_type):
     import jinja2          # only on the first split product: keeps `import jtmini` cheap
     env = jinja2.Environment(loader=jinja2.PackageLoader("jtmini", "templates"), undefined=jinja2.StrictUndefined)
     return env.get_template("cpu/gemm.cc.j2").render(blas_int=int_type)
+
+
+register_cache("blas plans", _team_plan.cache_clear, "the 512 operand layouts used last")

@@ -1,6 +1,5 @@
-"""The host runtime: compile kernels to shared libraries, call them on numpy buffers, run library
-ops through numpy/BLAS and collectives through MPI. ``runtime/cuda.py`` has the same entry points
-(``build``, ``run_kernel``, ``run_library``, ``source_arrays``, ``run_collective``); the executor picks one.
+"""The host runtime (``BACKEND``, see ``runtime/base.py``): compile kernels to shared libraries,
+call them on numpy buffers, run library ops through numpy/BLAS and collectives through MPI.
 
 Every kernel has the signature ``void jt_kernel(void** bufs, const int64_t* ip, const double* fp,
 int nt)``: buffer pointers (inputs then output), integer arguments (dims, integer constants),
@@ -17,12 +16,16 @@ import time
 
 import numpy as np
 
-from .. import codegen, compiler, dtypes
+from .. import codegen, compiler, dtypes, numpy_views
 from ..flags import flags
 from ..ops.registry import OPS
+from ..state import register_cache
+from . import blas
+from .base import Backend, HandKernel
 from .pointers import address
 
-_loaded = {}
+_loaded = {}         # library path -> its loaded kernel function
+register_cache("kernel libraries", _loaded.clear, "one entry per kernel built or loaded")
 
 
 def build(kernels):
@@ -91,6 +94,7 @@ def call_on_fastest_threads(fn, arrays, ints, floats, size):
 TRIALS = 2
 # (id of the loaded function, output size, threads) -> {count: [seconds]}, then the count chosen
 _thread_trials = {}
+register_cache("thread trials", _thread_trials.clear, "one entry per kernel and output size timed")
 
 
 def _threads_do_not_change_values(kernel, n_out, threads):
@@ -123,7 +127,7 @@ def source_arrays(step, read):
     for src, chain in zip(step.sources, step.views):
         arr = read(src)
         for v in chain:
-            arr = OPS[v.op].numpy_view(arr, v.attrs)
+            arr = numpy_views.view(arr, v.op, v.attrs, v.shape)
         arrays.append(arr)
     return arrays
 
@@ -132,7 +136,7 @@ def run_library(step, read):
     """Run a ``schedule.LibraryCall`` (BLAS matmul, split over the kernels' thread count by
     ``runtime/blas.py``)."""
     root = step.root
-    out, dtype = OPS[root.op].run(source_arrays(step, read), root.attrs), dtypes.NUMPY[root.dtype]
+    out, dtype = OPS[root.op].run(source_arrays(step, read), root.attrs, BACKEND), dtypes.NUMPY[root.dtype]
     if out.dtype != dtype or out.shape != root.shape or not out.flags.c_contiguous:
         out = np.ascontiguousarray(out, dtype=dtype).reshape(root.shape)
     return out
@@ -142,3 +146,54 @@ def run_collective(step, read):
     """Run a ``schedule.Collective`` through MPI."""
     from . import mpi        # MPI is started by the first collective, never before
     return mpi.run_collective(step.root, source_arrays(step, read))
+
+
+class _Kernel(HandKernel):
+    """A hand-written kernel loaded on the host (its ``jt_kernel`` entry point)."""
+
+    def __init__(self, fn):
+        self.fn = fn
+
+    def run(self, arrays, ints, floats, threads=1):
+        call(self.fn, arrays, ints, floats, threads)
+
+    def run_fastest(self, arrays, ints, floats, size):
+        call_on_fastest_threads(self.fn, arrays, ints, floats, size)
+
+
+_hand_kernels = {}   # (template, context) -> _Kernel
+register_cache("hand-written kernels", _hand_kernels.clear, "one entry per template and context used")
+
+
+def kernels(template, contexts):
+    """The hand-written kernels ``templates/cpu/<template>.cc.j2`` of ``contexts``, the missing
+    ones compiled in parallel (a BatchNorm layer's four are needed together)."""
+    keys = [(template, tuple(sorted(c.items()))) for c in contexts]
+    missing = [k for k in dict.fromkeys(keys) if k not in _hand_kernels]
+    if missing:
+        sources = [(codegen.render("cpu", template, **dict(context)), False) for template, context in missing]
+        for key, path in zip(missing, compiler.build_many(sources)):
+            _hand_kernels[key] = _Kernel(load(path))
+    return [_hand_kernels[k] for k in keys]
+
+
+class _Cpu(Backend):
+    name = dialect = "cpu"
+    build = staticmethod(build)
+    run_kernel = staticmethod(run_kernel)
+    run_library = staticmethod(run_library)
+    run_collective = staticmethod(run_collective)
+    source_arrays = staticmethod(source_arrays)
+    kernels = staticmethod(kernels)
+    thread_count = staticmethod(thread_count)
+
+    @staticmethod
+    def to_host(array):
+        return array
+
+    @staticmethod
+    def matmul(a, b):
+        return blas.matmul(a, b, threads=thread_count())
+
+
+BACKEND = _Cpu()

@@ -1,7 +1,7 @@
-"""The GPU runtime (``jt.flags.use_cuda``): Vars' buffers are cupy arrays, kernels are the CUDA
-dialect of the generated source, compiled by NVRTC (``runtime/nvrtc.py``), GEMM is cuBLAS through
-cupy. Entry points as ``runtime/cpu.py``: ``build``, ``run_kernel``, ``run_library``,
-``run_collective``. cupy is imported inside functions only: ``import jtmini`` never loads it.
+"""The GPU runtime (``jt.flags.use_cuda``; ``BACKEND``, see ``runtime/base.py``): Vars' buffers
+are cupy arrays, kernels are the CUDA dialect of the generated source, compiled by NVRTC
+(``runtime/nvrtc.py``), GEMM is cuBLAS through cupy. cupy is imported inside functions only:
+``import jtmini`` never loads it.
 
 Data moves on its own and is counted in ``jt.stats()``: a host buffer a kernel reads is uploaded
 (``h2d``; a leaf keeps its device copy), and ``numpy()``/``item()``/``data`` download (``d2h``).
@@ -21,9 +21,11 @@ import numpy as np
 
 from .. import codegen, codegen_cuda, compiler, counters, world
 from ..ops.registry import OPS
+from ..state import services
 from . import cpu, cuda_library, mpi, nccl, nvrtc
+from .base import Backend
+from .cuda_library import max_blocks
 
-_MAX_BLOCKS_PER_SM = 32      # grid-stride kernels: enough blocks to fill the GPU, no more
 
 
 @functools.lru_cache(maxsize=None)
@@ -65,11 +67,6 @@ def device():
     if world.local_size > count:
         compiler._log(f"{world.local_size} ranks share {count} GPU(s) on this node")
     return dev
-
-
-@functools.lru_cache(maxsize=None)
-def max_blocks():
-    return device().attributes["MultiProcessorCount"] * _MAX_BLOCKS_PER_SM
 
 
 # --- transfers ----------------------------------------------------------------------------------
@@ -182,12 +179,11 @@ def run_library(step, read):
     import cupy
     root = step.root
     arrays = source_arrays(step, read)
-    if root.op == "matmul":
-        out = cupy.matmul(*arrays)
-    elif root.op in cuda_library.RUN:
-        out = cuda_library.RUN[root.op](arrays, root.attrs)
+    run = cuda_library.RUN.get(root.op)
+    if run is not None:
+        out = run(arrays, root.attrs)
     else:
-        out = to_device(OPS[root.op].run([to_host(a) for a in arrays], root.attrs))
+        out = to_device(OPS[root.op].run([to_host(a) for a in arrays], root.attrs, cpu.BACKEND))
     return cupy.ascontiguousarray(out, dtype=root.dtype).reshape(root.shape)
 
 
@@ -195,3 +191,28 @@ def run_collective(step, read):
     """Through NCCL on the device when every rank has a GPU of its own; else through the host (MPI
     on numpy buffers), and readers upload the result (``runtime/nccl.py``)."""
     return mpi.run_collective(step.root, source_arrays(step, read), nccl.transport)
+
+
+
+class _Cuda(Backend):
+    name = dialect = "cuda"
+    build = staticmethod(build)
+    run_kernel = staticmethod(run_kernel)
+    run_library = staticmethod(run_library)
+    run_collective = staticmethod(run_collective)
+    source_arrays = staticmethod(source_arrays)
+    to_host = staticmethod(to_host)
+    thread_count = staticmethod(cpu.thread_count)      # host threads, for library ops staged there
+
+    @staticmethod
+    def matmul(a, b):
+        import cupy
+        return cupy.matmul(a, b)
+
+    def kernels(self, template, contexts):
+        raise NotImplementedError(f"hand-written {template} kernels on the GPU are runtime/cuda_library.py's "
+                                  "own; an op without one there runs on the host")
+
+
+BACKEND = _Cuda()
+services.to_host = to_host

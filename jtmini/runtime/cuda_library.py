@@ -16,13 +16,21 @@ from .. import codegen, dtypes
 from . import nvrtc
 
 BLOCK = 256          # threads per block; the block sums are sized by it
+_MAX_BLOCKS_PER_SM = 32      # grid-stride kernels: enough blocks to fill the GPU, no more
 _POOL = np.dtype([(name, np.int64) for name in ("planes", "H", "W", "OH", "OW", "kh", "kw", "sh", "sw",
                                                   "ph", "pw", "dh", "dw")])
 
 
+@functools.lru_cache(maxsize=None)
+def max_blocks():
+    """Blocks of a grid-stride launch on the current GPU (runtime/cuda.py selected it)."""
+    import cupy
+    return cupy.cuda.Device().attributes["MultiProcessorCount"] * _MAX_BLOCKS_PER_SM
+
+
 def source(dtype):
     """The CUDA source of the six kernels for ``dtype`` (float32 or float64)."""
-    return codegen.library_source("cuda/library.cu.j2", ctype=dtypes.C_TYPES[dtype], block=BLOCK)
+    return codegen.render("cuda", "library", ctype=dtypes.C_TYPES[dtype], block=BLOCK)
 
 
 @functools.lru_cache(maxsize=None)
@@ -34,8 +42,8 @@ def _module(dtype, arch):
 @functools.lru_cache(maxsize=None)
 def _kernel(dtype, name):
     """The kernel ``name`` of ``dtype``'s module (cupy makes a new Function object per lookup)."""
-    from . import cuda
-    return _module(dtype, cuda.device().compute_capability).get_function(name)
+    import cupy
+    return _module(dtype, cupy.cuda.Device().compute_capability).get_function(name)
 
 
 def _channels(*arrays):
@@ -98,7 +106,6 @@ def _grad_table(arrays, a):
 def _max_pool(mode):
     def run(arrays, a):
         import cupy
-        from . import cuda
         x, src = (cupy.ascontiguousarray(arr) for arr in arrays)
         n, c, h, w = x.shape
         oh, ow = a["out_hw"]
@@ -108,12 +115,17 @@ def _max_pool(mode):
             geometry[name] = value
         out = cupy.empty((n, c, oh, ow) if mode == "pick" else x.shape, x.dtype)
         if out.size:
-            blocks = min(-(-out.size // BLOCK), cuda.max_blocks())
+            blocks = min(-(-out.size // BLOCK), max_blocks())
             _kernel(x.dtype.name, f"jt_max_pool_{mode}")((blocks,), (BLOCK,), (x, src, out, geometry))
         return out
     return run
 
 
-RUN = {"batch_norm_stats": _stats, "batch_norm_grad_sums": _grad_sums, "batch_norm_table": _table,
+def _matmul(arrays, a):
+    import cupy
+    return cupy.matmul(*arrays)         # cuBLAS
+
+
+RUN = {"matmul": _matmul, "batch_norm_stats": _stats, "batch_norm_grad_sums": _grad_sums, "batch_norm_table": _table,
        "batch_norm_grad_table": _grad_table, "max_pool_pick": _max_pool("pick"),
        "max_pool_route": _max_pool("route")}

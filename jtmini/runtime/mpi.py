@@ -31,6 +31,7 @@ import numpy as np
 
 from .. import compiler, counters, dtypes, world
 from ..flags import flags
+from ..state import services
 from ..var import _host
 from . import mpi_guard
 from .pointers import address
@@ -115,8 +116,7 @@ def flush(before=None):
         if v._data is not None:          # already issued by a realize that reached it
             _pending.popleft()
             continue
-        from ..executor import realize
-        realize([v])      # reaches run_collective(v), which dequeues it
+        services.realize([v])      # reaches run_collective(v), which dequeues it
 
 
 def run_collective(v, arrays, device_transport=None):
@@ -278,3 +278,6 @@ def at_exit():
         mpi_guard.departures.announce(_issued)
     except BaseException:
         mpi_guard.report_and_abort(*sys.exc_info())
+
+
+services.requeue_collective = requeue

@@ -16,15 +16,18 @@ Jittor's ``jt.save`` (pickled numpy arrays) load.
     >>> jt.load("/tmp/ckpt.pkl")["w"]
     array([1., 1., 1.], dtype=float32)
 """
+import contextlib
 import io
 import os
 import pickle
+import re
 import secrets
 import stat
 
 import numpy as np
 
-from ..var import Var
+from .compiler import owner_is_dead, temp_owner
+from .var import Var
 
 # (module, name) a checkpoint's pickle may call: how numpy rebuilds arrays, dtypes and scalars
 # (numpy 1 and 2 spell the module differently), and the containers pickle cannot spell itself
@@ -60,6 +63,7 @@ def save(obj, path):
     """
     obj = _values(obj)
     path = os.fspath(path)
+    _sweep_temps(path)
     fd, tmp = _create_temp(path)
     try:
         with os.fdopen(fd, "wb") as f:
@@ -67,9 +71,31 @@ def save(obj, path):
             f.flush()
             os.fsync(f.fileno())      # the bytes must be on disk before the name points at them
         os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
+    except BaseException as e:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        if isinstance(e, OSError) and e.filename is None:    # a full disk: say which save failed
+            raise OSError(e.errno, f"{e.strerror}: cannot save {path}") from e
         raise
+
+
+# a temporary name of _create_temp: .<name>.<pid>@<host>.<8 hex digits>.tmp
+_TEMP_NAME = re.compile(r"^\..+\.(\d+@[A-Za-z0-9-]+)\.[0-9a-f]{8}\.tmp$")
+
+
+def _sweep_temps(path):
+    """Remove the temporary files that saves killed mid-write (by dead processes of this host)
+    left in ``path``'s directory: each may be as big as a checkpoint."""
+    directory = os.path.dirname(os.path.abspath(path))
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return                          # _create_temp reports an unusable directory
+    for name in names:
+        match = _TEMP_NAME.match(name)
+        if match and owner_is_dead(match.group(1)):
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(directory, name))
 
 
 def _create_temp(path):
@@ -84,7 +110,8 @@ def _create_temp(path):
     except OSError:
         existing_mode = None
     for _ in range(100):
-        tmp = os.path.join(directory, f".{name}.{secrets.token_hex(4)}.tmp")
+        # the owner's pid in the name lets a later save tell a dead writer's leftover (_sweep_temps)
+        tmp = os.path.join(directory, f".{name}.{temp_owner()}.{secrets.token_hex(4)}.tmp")
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666)
         except FileExistsError:
@@ -119,9 +146,20 @@ def load(path):
     path = os.fspath(path)
     with open(path, "rb") as f:
         data = f.read()
+    if not data:
+        raise CheckpointError(f"{path}: the file is empty, not a checkpoint (an interrupted copy?)")
     try:
         return _Unpickler(io.BytesIO(data), path).load()
     except CheckpointError:
         raise
     except Exception as e:              # a truncated or foreign file: pickle raises many kinds
         raise CheckpointError(f"{path}: not a readable checkpoint ({type(e).__name__}: {e})") from None
+
+
+def load_dict(path, what):
+    """``load(path)``, which must be a dict (a state dict): CheckpointError naming the file and
+    what it holds otherwise, rather than a KeyError or TypeError from the loader that reads it."""
+    obj = load(path)
+    if not isinstance(obj, dict):
+        raise CheckpointError(f"{os.fspath(path)}: holds a {type(obj).__name__}, not the dict {what} needs")
+    return obj

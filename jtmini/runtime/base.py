@@ -1,0 +1,85 @@
+"""The backend interface: everything the executor and the ops ask of a runtime.
+
+A backend is one module of this package plus its templates (``templates/<dialect>/``): the module
+defines ``BACKEND``, an instance of a ``Backend`` subclass, and ``get(name)`` finds it by name.
+The executor runs every step through it, and a library op's ``run(arrays, attrs, backend)``
+reaches its hand-written kernels and library calls through it, so ``ops/`` imports neither a
+runtime nor the compiler nor codegen.
+
+    >>> from jtmini.runtime import base
+    >>> base.get("cpu").dialect
+    'cpu'
+"""
+import importlib
+
+
+class Backend:
+    """The entry points of a runtime. ``read(var)`` (in the ``run_*`` methods) gives the buffer
+    holding a Var's value on this backend."""
+    name = None          # what ``get`` finds it by
+    dialect = None       # the templates folder its kernels are written from
+
+    def build(self, kernels):
+        """``{id(kernel): compiled}`` for ``schedule.Kernel`` s, compiling the missing ones."""
+        raise NotImplementedError
+
+    def run_kernel(self, kernel, compiled, read):
+        """Run a generated kernel; returns the buffers of ``kernel.roots``."""
+        raise NotImplementedError
+
+    def run_library(self, step, read):
+        """Run a ``schedule.LibraryCall``: the op's ``run(arrays, attrs, backend)``, or this
+        backend's own implementation of the op."""
+        raise NotImplementedError
+
+    def run_collective(self, step, read):
+        """Issue a ``schedule.Collective`` (MPI, NCCL); returns its output buffer."""
+        raise NotImplementedError
+
+    def source_arrays(self, step, read):
+        """The arrays a library call, view or collective reads: its sources through their views."""
+        raise NotImplementedError
+
+    def to_host(self, array):
+        """A buffer of this backend as a numpy array."""
+        raise NotImplementedError
+
+    def kernel(self, template, **context):
+        """The hand-written kernel ``templates/<dialect>/<template>`` rendered with ``context``,
+        built, cached and loaded, as a ``HandKernel``."""
+        return self.kernels(template, [context])[0]
+
+    def kernels(self, template, contexts):
+        """``kernel`` for several contexts at once, built in parallel."""
+        raise NotImplementedError
+
+    def matmul(self, a, b):
+        """numpy-style batched matrix product of two arrays of this backend."""
+        raise NotImplementedError
+
+    def thread_count(self):
+        """Threads a kernel runs on."""
+        raise NotImplementedError
+
+
+class HandKernel:
+    """A loaded hand-written kernel: ``run(arrays, ints, floats, threads)`` with C-contiguous
+    arrays (the output last), integer and float arguments; ``run_fastest`` lets the backend pick
+    the thread count that ran this kernel fastest at ``size`` (results must not depend on it)."""
+
+    def run(self, arrays, ints, floats, threads=1):
+        raise NotImplementedError
+
+    def run_fastest(self, arrays, ints, floats, size):
+        raise NotImplementedError
+
+
+def get(name):
+    """The ``Backend`` of the runtime module ``name`` ("cpu", "cuda"), imported on first use."""
+    try:
+        module = importlib.import_module(f"{__package__}.{name}")
+    except ModuleNotFoundError as e:
+        if e.name != f"{__package__}.{name}":
+            raise
+        raise ValueError(f"no backend named {name!r}: jtmini/runtime/{name}.py does not exist") from None
+    return module.BACKEND

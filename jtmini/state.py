@@ -1,0 +1,56 @@
+"""Process-wide state, in one place: the services that the front end calls in the stages above it,
+and the caches of every stage.
+
+The layers import only downward (front end, ops, compile, runtime, training stack), yet a ``Var``
+must be able to ask for its value, which the executor computes. So each stage that serves a lower
+one installs its service here when it is imported (``services.realize = ...``), and the lower one
+calls through ``services``; ``import jtmini`` imports every stage, so all are in place before the
+first Var exists.
+
+Caches register here with what bounds them, so that ``jt.clear_caches()`` empties every one of
+them (compiled plans, generated code, loaded libraries, thread trials, shared constants):
+
+    >>> import jtmini as jt
+    >>> sorted(jt.state.caches)[:3]
+    ['blas plans', 'built kernels', 'code']
+    >>> jt.clear_caches()
+"""
+
+
+class _Services:
+    """What lower layers call in higher ones; each is set by the module that provides it."""
+
+    def __init__(self):
+        self.realize = _missing("realize", "jtmini.executor")      # compute a list of Vars
+        self.array = _missing("array", "jtmini.creation")          # a leaf Var from data
+        self.as_var = _missing("as_var", "jtmini.creation")        # a Var from a Var, array or number
+        self.to_host = _missing("to_host", "jtmini.runtime.cuda")  # a device buffer as numpy
+        # a collective node rebound before it was issued: its queue must keep the old node
+        self.requeue_collective = lambda new, old: None
+
+
+def _missing(name, provider):
+    def call(*args, **kwargs):
+        raise RuntimeError(f"jtmini.state.services.{name} is not installed: import {provider} "
+                           "(import jtmini does) before using it")
+    return call
+
+
+services = _Services()
+caches = {}          # name -> (clear function, what bounds it)
+
+
+def register_cache(name, clear, bound):
+    """Record a cache: ``clear()`` empties it, ``bound`` says in words what limits its size."""
+    caches[name] = (clear, bound)
+
+
+def clear_caches():
+    """Empty every registered cache: later steps compile (from the disk cache), plan and load
+    again. Use it to release memory between phases, or to measure a cold step in one process.
+
+    >>> import jtmini as jt
+    >>> jt.clear_caches()
+    """
+    for clear, _ in caches.values():
+        clear()
