@@ -5,7 +5,7 @@ setup(
     version="0.1.0",
     description="A small JIT-compiled deep-learning operator framework in the style of Jittor",
     packages=find_packages(include=["jtmini", "jtmini.*"]),
-    package_data={"jtmini": ["templates/*/*.j2"]},
+    package_data={"jtmini": ["templates/*/*.j2", "__init__.pyi", "py.typed"]},
     python_requires=">=3.9",
     install_requires=["numpy", "jinja2", "mpi4py", "tqdm", "threadpoolctl"],
     extras_require={"cuda": ["cupy-cuda12x"], "image": ["Pillow"], "test": ["pytest", "pytest-timeout", "Pillow"]},

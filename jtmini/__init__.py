@@ -5,10 +5,15 @@
     >>> (jt.relu(a * b + 1)).sum().item()     # one fused, compiled kernel
 """
 # The public API, re-exported (hence the noqa: these names are used by jtmini's users, not here).
+import importlib as _importlib
+import pkgutil as _pkgutil
+
 from . import creation, ops, state, world  # noqa: F401
-# every op module registers its ops and functions (shaping and mathfns compose the others')
-from .ops import elementwise, reduce, reindex, matmul, indexing, collective, window, pooling, batch_norm  # noqa: F401
-from .ops import shaping, mathfns  # noqa: F401
+
+# Every module of ops/ registers its ops and functions when imported: a new op module needs no
+# line here.
+for _module in _pkgutil.iter_modules(ops.__path__):
+    _importlib.import_module(f"{ops.__name__}.{_module.name}")
 from . import mpi as _mpi
 from .autograd import enable_grad, grad, no_grad  # noqa: F401
 from .compiler import VERSION as __version__  # noqa: F401

@@ -17,6 +17,7 @@ faster without them). Flat elementwise kernels gain nothing from that and stay s
 import math
 import numbers
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import jinja2
 import numpy as np
@@ -117,29 +118,60 @@ def launch_dims(kernel):
     return kernel.dims
 
 
+class Ref(NamedTuple):
+    """Where a node's operand is: ``where`` "in" (the kernel's input ``k``) or "t" (its node ``k``)."""
+    where: str
+    k: int
+
+
+class InputSig(NamedTuple):
+    dtype: str
+    ndim: int
+
+
+class NodeSig(NamedTuple):
+    """One node of a kernel's signature: its op, compiled-in attrs (sorted pairs), dtype, rank and
+    operands."""
+    op: str
+    attrs: tuple
+    dtype: str
+    ndim: int
+    inputs: tuple        # of Ref
+
+
+class KernelSig(NamedTuple):
+    """What a kernel's source depends on (with the dims, when compiled in): equal signatures give
+    equal source."""
+    kind: str
+    ins: tuple           # of InputSig
+    nodes: tuple         # of NodeSig
+    outputs: tuple       # node positions stored besides the root
+
+
 def _structural(v):
     skip = set(OPS[v.op].runtime_attrs) | {"shape"}
     return tuple(sorted((k, val) for k, val in v.attrs.items() if k not in skip))
 
 
 def signature(kernel):
-    where = {id(v): ("in", k) for k, v in enumerate(kernel.inputs)}
-    where.update({id(v): ("t", k) for k, v in enumerate(kernel.nodes)})
-    return (kernel.kind, tuple((v.dtype, v.ndim) for v in kernel.inputs),
-            tuple((v.op, _structural(v), v.dtype, v.ndim, tuple(where[id(i)] for i in v.inputs))
-                  for v in kernel.nodes),
-            tuple(where[id(v)][1] for v in kernel.outputs))
+    """The ``KernelSig`` of a ``schedule.Kernel``."""
+    where = {id(v): Ref("in", k) for k, v in enumerate(kernel.inputs)}
+    where.update({id(v): Ref("t", k) for k, v in enumerate(kernel.nodes)})
+    return KernelSig(kernel.kind, tuple(InputSig(v.dtype, v.ndim) for v in kernel.inputs),
+                     tuple(NodeSig(v.op, _structural(v), v.dtype, v.ndim, tuple(where[id(i)] for i in v.inputs))
+                           for v in kernel.nodes),
+                     tuple(where[id(v)].k for v in kernel.outputs))
 
 
 def is_flat(sig):
     """Whether a kernel runs as one 1-D loop: maps and full reductions with no index math."""
-    kind, _, nodes, _ = sig
-    if kind not in ("map", "reduce") or any(OPS[op].kind == "reindex" for op, *_ in nodes):
+    if sig.kind not in ("map", "reduce") or any(OPS[node.op].kind == "reindex" for node in sig.nodes):
         return False
-    if kind == "reduce":        # flat only when everything is reduced
-        _, attrs, _, _, ((where, k),) = nodes[-1]
-        src_ndim = sig[1][k][1] if where == "in" else nodes[k][3]
-        return len(dict(attrs)["dims"]) == src_ndim
+    if sig.kind == "reduce":        # flat only when everything is reduced
+        root = sig.nodes[-1]
+        (src,) = root.inputs
+        src_ndim = sig.ins[src.k].ndim if src.where == "in" else sig.nodes[src.k].ndim
+        return len(dict(root.attrs)["dims"]) == src_ndim
     return True
 
 
@@ -187,7 +219,7 @@ class _Builder:
         self.lines, self.counter = [], 0
         self.flat = is_flat(sig)
         self.symbols = [f"in{k}_{d}" for k, (_, nd) in enumerate(self.ins) for d in range(nd)]
-        self.symbols += [f"t{k}_{d}" for k, node in enumerate(self.nodes) for d in range(node[3])]
+        self.symbols += [f"t{k}_{d}" for k, node in enumerate(self.nodes) for d in range(node.ndim)]
         self.dims_in_source = dims      # each symbol's value, or None: read from ip at run time
         self.computed = {}              # (node position, index, guarded) -> C expression
         self.pinned = []                # loop indices known to take only the value 0 (see nest)
@@ -200,7 +232,7 @@ class _Builder:
 
     def dims(self, ref):
         kind, k = ref
-        ndim = self.ins[k][1] if kind == "in" else self.nodes[k][3]
+        ndim = self.ins[k].ndim if kind == "in" else self.nodes[k].ndim
         return [f"{kind}{k}_{d}" for d in range(ndim)]
 
     def fresh(self, prefix):
@@ -233,7 +265,7 @@ class _Builder:
         return self.reindexed(k, idx, guarded)
 
     def in_dtypes(self, refs):
-        return [self.ins[k][0] if kind == "in" else self.nodes[k][2] for kind, k in refs]
+        return [self.ins[k].dtype if kind == "in" else self.nodes[k].dtype for kind, k in refs]
 
     def read(self, k, offset):
         """The C read of input ``k`` at the Expr ``offset``, recorded for ``affine_strides``."""
@@ -261,7 +293,7 @@ class _Builder:
         spec = OPS[op]
         src_dims = self.dims(inputs[0])
         imap = spec.index(dict(attrs), len(src_dims), ndim)
-        subst = self.substituter(idx, src_dims, self.dims(("t", k)), inputs[1:])
+        subst = self.substituter(idx, src_dims, self.dims(Ref("t", k)), inputs[1:])
         names, conds = self.indices(imap, subst, src_dims, imap.checked)
         return names, conds, imap
 
@@ -301,8 +333,8 @@ class _Builder:
 
     def reindexed(self, k, idx, guarded):
         op, attrs, dtype, ndim, inputs = self.nodes[k]
-        if op == "reshape" and inputs[0][0] == "in":    # same row-major layout: no divisions
-            return self.read(inputs[0][1], self.offset(("t", k), idx, guarded))
+        if op == "reshape" and inputs[0].where == "in":    # same row-major layout: no divisions
+            return self.read(inputs[0].k, self.offset(Ref("t", k), idx, guarded))
         names, conds, imap = self.index_map(k, idx)
         if not conds:
             return self.value(inputs[0], names, guarded)
@@ -334,11 +366,11 @@ class _Builder:
 
     # --- kernels ---------------------------------------------------------------------------------
     def build(self):
-        root = ("t", len(self.nodes) - 1)
-        out_dtype = self.nodes[-1][2]
+        root = Ref("t", len(self.nodes) - 1)
+        out_dtype = self.nodes[-1].dtype
         context = getattr(self, f"build_{self.kind}")(root)
         buffers = [{"name": f"in{k}", "ctype": "const " + dtypes.C_TYPES[dt]} for k, (dt, _) in enumerate(self.ins)]
-        buffers += [{"name": f"out{k}", "ctype": dtypes.C_TYPES[self.nodes[n][2]]} for k, n in enumerate(self.outputs)]
+        buffers += [{"name": f"out{k}", "ctype": dtypes.C_TYPES[self.nodes[n].dtype]} for k, n in enumerate(self.outputs)]
         buffers.append({"name": "out", "ctype": dtypes.C_TYPES[out_dtype]})
         int_consts, float_consts, consts = [], [], []
         for k, (op, attrs, dtype, *_rest) in enumerate(self.nodes):
@@ -431,7 +463,7 @@ class _Builder:
         if self.conditional_reads:
             return None
         # the strides along loop_vars do not depend on the other loops' indices: those are 0
-        env = {f"i{k}": 0 for k in range(max(node[3] for node in self.nodes) + 1)}
+        env = {f"i{k}": 0 for k in range(max(node.ndim for node in self.nodes) + 1)}
         env.update(zip(self.symbols, self.dims_in_source))
         strides = []
         for offset in self.accesses + list(offsets):
@@ -451,7 +483,7 @@ class _Builder:
             numel, loops, idx = " * ".join(dims) or "1", self.loops(dims), [sym(f"i{d}") for d in range(len(dims))]
             self.loop_ranges(loops)
         # the other outputs have root's shape: stored at root's index
-        stores = [(f"out{k}", self.value(("t", n), idx)) for k, n in enumerate(self.outputs)]
+        stores = [(f"out{k}", self.value(Ref("t", n), idx)) for k, n in enumerate(self.outputs)]
         value = self.value(root, idx)
         out_index = self.offset(root, idx, False)
         loops = self.coalesce(self.nest(loops), [out_index])
@@ -462,7 +494,7 @@ class _Builder:
                 "value": value, "stores": stores, "out_index": out_index.render()}
 
     def build_reduce(self, root, arg=False):
-        op, attrs, dtype, ndim, (src,) = self.nodes[root[1]]
+        op, attrs, dtype, ndim, (src,) = self.nodes[root.k]
         attrs = dict(attrs)
         src_dims = self.dims(src)
         reduced = (attrs["dim"],) if arg else attrs["dims"]
@@ -493,7 +525,7 @@ class _Builder:
         return self.build_reduce(root, arg=True)
 
     def build_scatter(self, root):
-        k = root[1]
+        k = root.k
         op, attrs, dtype, ndim, inputs = self.nodes[k]
         attrs = dict(attrs)
         src_dims = self.dims(inputs[0])

@@ -18,7 +18,7 @@ def context(kind, root, base, n_ip, n_fp):
     ``root``; ``base`` is the dialect-neutral context, ``n_ip``/``n_fp`` the argument counts."""
     # C++ has no zero-length arrays: an unused slot keeps the struct valid (runtime pads alike).
     extra = {"block": BLOCK, "n_ip": max(1, n_ip), "n_fp": max(1, n_fp)}
-    attrs, dtype = dict(root[1]), root[2]
+    attrs, dtype = dict(root.attrs), root.dtype
     if kind in ("map", "scatter"):
         extra["unflatten"] = unflatten(base["loops"], "flat")
     if kind == "scatter":

@@ -13,6 +13,7 @@ that change code. Runtime attrs (constants' values) are left out: kernels read t
 a new learning rate still hits.
 """
 import collections
+from typing import NamedTuple
 
 from . import codegen, counters, schedule
 from .flags import flags
@@ -24,10 +25,27 @@ _cache = collections.OrderedDict()  # signature -> _Template
 register_cache("plans", _cache.clear, f"the {CAPACITY} graphs used last")
 
 
+class KernelRow(NamedTuple):
+    """A stored ``schedule.Kernel``, its Vars as positions in the graph's order."""
+    kind: str
+    root: int
+    nodes: tuple
+    inputs: tuple
+    outputs: tuple
+    dims: object         # the launch's dims (``codegen.launch_dims``), the same for every replay
+
+
+class StepRow(NamedTuple):
+    """A stored library call, view or collective (``cls``), its Vars as positions."""
+    cls: type
+    root: int
+    sources: tuple
+    views: tuple
+
+
 class _Template:
-    """A plan with every Var replaced by its position: topological order first, then leaves. A
-    kernel's row is ``(Kernel, kind, root, nodes, inputs, outputs, dims)``; a library call's or
-    collective's ``(its class, root, sources, views)``."""
+    """A plan with every Var replaced by its position: topological order first, then leaves; one
+    ``KernelRow`` or ``StepRow`` per step."""
 
     def __init__(self, steps, compiled, position):
         def at(vars_):
@@ -36,21 +54,21 @@ class _Template:
         self.rows = []
         for step in steps:
             if isinstance(step, schedule.Kernel):
-                self.rows.append((schedule.Kernel, step.kind, position[id(step.root)], at(step.nodes),
-                                  at(step.inputs), at(step.outputs), codegen.launch_dims(step)))
+                self.rows.append(KernelRow(step.kind, position[id(step.root)], at(step.nodes), at(step.inputs),
+                                           at(step.outputs), codegen.launch_dims(step)))
             else:
-                self.rows.append((type(step), position[id(step.root)], at(step.sources),
-                                  tuple(at(chain) for chain in step.views)))
+                self.rows.append(StepRow(type(step), position[id(step.root)], at(step.sources),
+                                         tuple(at(chain) for chain in step.views)))
         self.compiled = compiled
 
     def steps(self, vars_):
         """The plan's steps on ``vars_`` (a graph with the same signature)."""
         steps = []
-        for row in self.rows:
-            if row[0] is schedule.Kernel:
-                cls, kind, root, nodes, inputs, outputs, dims = row
-                steps.append(cls(kind, vars_[root], [vars_[k] for k in nodes], [vars_[k] for k in inputs],
-                                 [vars_[k] for k in outputs], dims))
+        for row in self.rows:           # unpacked: a replayed step reads ~300 rows
+            if type(row) is KernelRow:
+                kind, root, nodes, inputs, outputs, dims = row
+                steps.append(schedule.Kernel(kind, vars_[root], [vars_[k] for k in nodes], [vars_[k] for k in inputs],
+                                             [vars_[k] for k in outputs], dims))
             else:
                 cls, root, sources, views = row
                 steps.append(cls(vars_[root], [vars_[k] for k in sources], [[vars_[k] for k in c] for c in views]))

@@ -13,9 +13,11 @@ the deviations (not E[x^2] - E[x]^2, which cancels badly far from zero), then on
     >>> norm.GroupNorm(2, 6)(jt.randn(3, 6, 5, 5)).shape
     (3, 6, 5, 5)
 """
+import math
+
 from .. import dtypes
 from .. import init
-from ..autograd import custom_grad
+from ..ops.layer_norm import standardize_rows
 from ..var import Var
 from .activation import _float_input
 from .arguments import count, is_count, items, real
@@ -52,17 +54,11 @@ def _affine_arg(who, name, value, shape):
 
 
 def _standardize(x, dims, eps):
-    """(x - mean) / sqrt(var + eps) with the mean and biased variance taken over ``dims``, and
-    its gradient in closed form (about a third of the nodes differentiating the ops would build):
-    rstd * (d - mean(d) - xhat * mean(d * xhat))."""
-    centred = x - x.mean(dims=dims, keepdims=True)
-    rstd = 1.0 / ((centred * centred).mean(dims=dims, keepdims=True) + eps).sqrt()
-    xhat = centred * rstd
-
-    def rule(d):
-        mean_d = d.mean(dims=dims, keepdims=True)
-        return [(d - mean_d - xhat * (d * xhat).mean(dims=dims, keepdims=True)) * rstd]
-    return custom_grad(xhat, [x], rule)
+    """(x - mean) / sqrt(var + eps) with the mean and biased variance taken over ``dims`` (the
+    trailing dims of ``x``), by LayerNorm's hand-written kernels (``ops/layer_norm.py``), with
+    its gradient in closed form: rstd * (d - mean(d) - xhat * mean(d * xhat))."""
+    rows, values = math.prod(x.shape[:dims[0]]), math.prod(x.shape[dims[0]:])
+    return standardize_rows(x.reshape(rows, values), eps).reshape(x.shape)
 
 
 def _scale_shift(y, weight, bias, shape):
