@@ -27,21 +27,18 @@ install_methods()
 globals().update(ops.FUNCTIONS)
 globals().update(creation.DTYPES)        # jt.float32, jt.int64, ...: dtypes that cast when called
 
-in_mpi = world.in_mpi
-rank = world.rank
-world_size = world.world_size
-local_rank = world.local_rank
-mpi = _mpi if in_mpi else None          # as in Jittor: `if jt.mpi:` is False outside mpirun
+mpi = _mpi if world.in_mpi else None    # as in Jittor: `if jt.mpi:` is False outside mpirun
 single_process_scope = _mpi.single_process_scope
-if in_mpi:
+if world.in_mpi:
     _mpi.install_hooks()                # an uncaught exception on any rank ends the whole job
 
 
 def __getattr__(name):
+    if name in ("in_mpi", "rank", "world_size", "local_rank"):    # live: single_process_scope changes them
+        return getattr(world, name)
     # the training stack is imported on first use, so `import jtmini` stays cheap
     if name in ("nn", "optim", "init", "models", "lr_scheduler", "misc", "transform", "dataset"):
-        import importlib
-        return importlib.import_module(f"{__name__}.{name}")
+        return _importlib.import_module(f"{__name__}.{name}")
     if name == "Module":
         from .nn import Module
         return Module

@@ -11,7 +11,7 @@ step 1.5x slower on a 2-core VM: a 2-thread kernel waits for its thread that the
 displaced, and at one thread each the lanes share a memory bandwidth that one core nearly fills.
 
 Launching each run of consecutive kernels from one table in C, rather than one ctypes call per
-kernel, did not pay either: ResNet-18's ~370 kernels took 51.4 ms a step that way against 52.6
+kernel, did not pay either: ResNet-18's kernels (~370 then) took 51.4 ms a step that way against 52.6
 (steps alternating in one process). A small kernel costs ~20 us in a step against ~10 us in a
 tight loop, and most of the difference is cache misses in the kernel itself, not the call.
 """

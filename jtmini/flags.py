@@ -23,8 +23,12 @@ def _cores():
 
 
 def _default_threads():
-    """This process's cores, divided among the ranks mpirun started on this node (ranks that each
-    take every core fight over them and all run slower)."""
+    """``OMP_NUM_THREADS`` when set (users and launchers set it per process); else this process's
+    cores, divided among the ranks mpirun started on this node (ranks that each take every core
+    fight over them and all run slower)."""
+    omp = os.environ.get("OMP_NUM_THREADS", "").split(",")[0].strip()     # "4,2": nested levels
+    if omp.isdigit() and int(omp) >= 1:
+        return int(omp)
     from . import world
     return max(1, _cores() // max(1, world.local_size))
 

@@ -59,6 +59,7 @@ def barrier():
     _runtime.flush()          # lazy collectives created earlier go first, as in program order
     comm = _runtime.comm()
     mpi_guard.check_same(comm, "barrier()")
+    mpi_guard.fingerprints.record(_runtime.BARRIER)
     with mpi_guard.watch(f"barrier() on rank {world.rank}", collective=_runtime.next_collective()):
         comm.Barrier()
 
@@ -93,8 +94,9 @@ def send(x, dst, tag=0):
 
 
 def recv(shape, dtype, src, tag=0):
-    """Receive a message of ``shape`` and ``dtype`` from rank ``src``; returns it as a Var."""
-    return irecv(shape, dtype, src, tag).wait()
+    """Receive a message of ``shape`` and ``dtype`` from rank ``src``; returns it as a Var. A
+    message of another size is a ValueError naming both sizes."""
+    return _irecv("recv", shape, dtype, src, tag).wait()
 
 
 class Request:
@@ -108,16 +110,47 @@ class Request:
     def wait(self):
         if self._request is not None:
             with mpi_guard.watch(f"wait for {self._what} on rank {world.rank}"):
-                self._request.Wait()
-            self._request = None
-            if self._receives:
-                self._result = array(self._buffer)
-            self._buffer = None
+                self._complete(lambda status: self._request.Wait(status) or True)
         return self._result
 
     def test(self):
         """True when the transfer has completed (``wait()`` then returns at once)."""
-        return self._request is None or self._request.Test()
+        return self._request is None or self._complete(self._request.Test)
+
+    def _complete(self, call):
+        """``call(status)`` (Wait or Test); once the transfer is done, check the size of what
+        arrived (a longer message fails as MPI_ERR_TRUNCATE) and keep it. False while not done."""
+        from mpi4py import MPI
+        status, truncated = MPI.Status(), False
+        try:
+            if not call(status):
+                return False
+        except MPI.Exception as e:
+            if not (self._receives and e.Get_error_class() == MPI.ERR_TRUNCATE):
+                raise
+            truncated = True
+        self._request, buffer, self._buffer = None, self._buffer, None
+        if self._receives:
+            _check_received(self._what, status, buffer, truncated)
+            self._result = array(buffer)
+        return True
+
+
+def _check_received(what, status, buffer, truncated):
+    """ValueError on the receiver unless the message had the size of ``buffer``. Open MPI reports
+    a truncated message's full size; an MPI that does not is told only that it was longer."""
+    from mpi4py import MPI
+    sent = status.Get_count(MPI.BYTE)
+    if not truncated and sent == buffer.nbytes:
+        return
+    if truncated and sent <= buffer.nbytes:
+        told = "more bytes than that"
+    else:
+        values = sent // buffer.itemsize
+        told = f"{sent} bytes" + (f" ({values} {buffer.dtype} values)" if values * buffer.itemsize == sent else "")
+    raise ValueError(f"{what} on rank {world.rank}: rank {status.Get_source()} sent {told}, but this receive "
+                     f"expects {buffer.nbytes} bytes ({buffer.size} {buffer.dtype} values, shape {buffer.shape}); "
+                     "a receive's shape and dtype must match the message sent")
 
 
 def isend(x, dst, tag=0):
@@ -131,17 +164,22 @@ def isend(x, dst, tag=0):
 
 
 def irecv(shape, dtype, src, tag=0):
-    """Start receiving a message of ``shape``/``dtype`` from rank ``src``; ``wait()`` returns it.
+    """Start receiving a message of ``shape``/``dtype`` from rank ``src``; ``wait()`` returns it (a
+    message of another size: ValueError naming both sizes).
 
         >>> req = jt.mpi.irecv((2,), "float32", src=0)    # on rank 1
         >>> y = req.wait()                                 # rank 1: what rank 0 sent
     """
-    src = _check_peer("irecv", src)
+    return _irecv("irecv", shape, dtype, src, tag)
+
+
+def _irecv(name, shape, dtype, src, tag):
+    src = _check_peer(name, src)
     shape = tuple(shape) if isinstance(shape, (tuple, list)) else (int(shape),)
     data = np.empty(shape, dtype=dtypes.canonical(dtype))
     comm = _runtime.comm()
     _runtime.flush()
-    what = f"irecv({data.dtype} {data.shape}, src={src}, tag={tag})"
+    what = f"{name}({data.dtype} {data.shape}, src={src}, tag={tag})"
     return Request(comm.Irecv(data, source=src, tag=tag), data, what, receives=True)
 
 
@@ -173,7 +211,7 @@ _ALONE = {"in_mpi": False, "rank": 0, "world_size": 1, "local_rank": 0, "local_s
 
 @contextlib.contextmanager
 def _world_of_one():
-    """This process is alone for a while: the world module and the ``jt.*`` copies of it."""
+    """This process is alone for a while (``jt.rank`` and the like read the world module)."""
     saved = {name: getattr(world, name) for name in _ALONE}
     try:
         _set_world(_ALONE)
@@ -183,8 +221,5 @@ def _world_of_one():
 
 
 def _set_world(values):
-    import jtmini
     for name, value in values.items():
         setattr(world, name, value)
-        if hasattr(jtmini, name):
-            setattr(jtmini, name, value)

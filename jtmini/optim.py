@@ -31,8 +31,7 @@ from .creation import array
 from .dataset.dataset import shard_of
 from .executor import sync
 from .gc_pause import paused
-from .nn.module import broadcast_in_place
-from .ops.collective import mpi_all_reduce_many
+from .ops.collective import broadcast_in_place, mpi_all_reduce_many
 from .ops.elementwise import axpby
 from .ops.reindex import stack
 from .var import Var, pending_roots

@@ -1,9 +1,9 @@
 """Reuse the plan and the compiled kernels of a graph seen before.
 
 A training loop builds the same graph every step: the same ops, shapes, dtypes and wiring, on new
-Var objects holding new values. Planning it (``schedule.plan``) and finding its ~650 kernels
+Var objects holding new values. Planning it (``schedule.plan``) and finding its kernels
 (``runtime.build``: signatures, memo and cache lookups) cost about 20 ms of Python per ResNet-18
-step; reading the graph's *signature* costs about 3. So ``steps_for`` keys each planned graph by
+step when this was written; reading the graph's *signature* costs about 3. So ``steps_for`` keys each planned graph by
 its signature and, on a hit, rebuilds the steps from the stored positions on the new Vars.
 
 The signature holds everything the plan and the generated sources depend on: per Var in

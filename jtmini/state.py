@@ -11,8 +11,8 @@ Caches register here with what bounds them, so that ``jt.clear_caches()`` emptie
 them (compiled plans, generated code, loaded libraries, thread trials, shared constants):
 
     >>> import jtmini as jt
-    >>> sorted(jt.state.caches)[:3]
-    ['blas plans', 'built kernels', 'code']
+    >>> "code" in jt.state.caches and "plans" in jt.state.caches
+    True
     >>> jt.clear_caches()
 """
 
@@ -25,6 +25,8 @@ class _Services:
         self.array = _missing("array", "jtmini.creation")          # a leaf Var from data
         self.as_var = _missing("as_var", "jtmini.creation")        # a Var from a Var, array or number
         self.to_host = _missing("to_host", "jtmini.runtime.cuda")  # a device buffer as numpy
+        self.enqueue_collective = _missing("enqueue_collective", "jtmini.runtime.mpi")   # queue a new collective
+        self.enqueue_collective = _missing("enqueue_collective", "jtmini.runtime.mpi")   # queue a new collective
         # a collective node rebound before it was issued: its queue must keep the old node
         self.requeue_collective = lambda new, old: None
 

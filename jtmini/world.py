@@ -29,7 +29,7 @@ alone_in_mpi_job = False
 
 
 def as_rank(value):
-    """``value`` as an int when it names a rank of this job (numpy integers too), else None.
+    """``value`` as an int when it names a rank of this job, numpy integers too; else None.
 
         >>> world.as_rank(np.int64(1)), world.as_rank(2.0), world.as_rank(True)    # 2 ranks
         (1, None, None)

@@ -4,7 +4,7 @@
     done, seconds = run_mpi(2, ["-m", "jtmini.test.test_resnet"], timeout=300, TEST_ITERS="30")
     by_rank = reports(done, 2)                                     # the JSON line of each rank
 
-The environment is what a small machine needs (DESIGN.md, "Hard-won facts"): root may run
+The environment is what a small machine needs (docs/DESIGN.md, toolchain facts): root may run
 mpirun, more ranks than cores may share them, traffic stays on loopback and shared memory, and
 each rank computes with one thread.
 """

@@ -133,3 +133,16 @@ def test_ops_and_misc_namespaces_hold_the_functions():
     assert jt.misc.topk is jt.topk and jt.ops.relu is jt.relu
     with pytest.raises(AttributeError, match="module 'jtmini.misc' has no attribute 'nope'"):
         jt.misc.nope
+
+
+@pytest.mark.parametrize("env,threads", [({"OMP_NUM_THREADS": "3"}, 3), ({"OMP_NUM_THREADS": "3,1"}, 3),
+                                         ({"OMP_NUM_THREADS": "3", "JTMINI_NUM_THREADS": "2"}, 2)])
+def test_num_threads_follows_omp_num_threads_unless_jtmini_num_threads_is_set(env, threads):
+    import os
+    import subprocess
+    import sys
+    clean = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "JTMINI_NUM_THREADS")}
+    done = subprocess.run([sys.executable, "-c", "import jtmini; print(jtmini.flags.num_threads)"],
+                          env={**clean, **env}, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == str(threads)

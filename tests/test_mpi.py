@@ -79,8 +79,10 @@ def test_mistake_ends_job_with_error_naming_rank(name):
 def test_outside_mpirun_collectives_are_identities():
     assert jt.mpi is None and not jt.in_mpi and (jt.rank, jt.world_size) == (0, 1)
     x = jt.array(np.arange(6.0).reshape(3, 2))
-    for y in (x.mpi_all_reduce("mean"), x.mpi_reduce("max", root=3), x.mpi_broadcast(root=1)):
-        assert y is x                                   # root is not checked outside mpirun
+    for y in (x.mpi_all_reduce("mean"), x.mpi_reduce("max", root=0), x.mpi_broadcast(root=0)):
+        assert y is x
+    with pytest.raises(ValueError, match="root=1 is not a rank of this job"):
+        x.mpi_broadcast(root=1)                         # checked outside mpirun too: the job would refuse it
     np.testing.assert_array_equal(x.mpi_all_gather().numpy(), x.numpy()[None])
     np.testing.assert_array_equal(x.reshape(1, 3, 2).mpi_scatter().numpy(), x.numpy())
     assert jt.array([1, 2]).mpi_all_reduce("mean").dtype == "float32"
@@ -91,7 +93,7 @@ def test_outside_mpirun_collectives_are_identities():
     with pytest.raises(TypeError, match="mpi_all_reduce: dtype bool is not supported"):
         jt.array([True]).mpi_all_reduce()            # as under mpirun: one process fails the same way
     from jtmini.mpi import mpi_all_reduce_many, mpi_broadcast_many
-    assert mpi_broadcast_many([x], root=2)[0] is x and mpi_all_reduce_many([x], "sum")[0] is x
+    assert mpi_broadcast_many([x], root=0)[0] is x and mpi_all_reduce_many([x], "sum")[0] is x
 
 
 def test_a_collective_reads_reshapes_of_computed_values_as_views():

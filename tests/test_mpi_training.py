@@ -111,5 +111,7 @@ def test_outside_mpirun_the_optimizer_neither_broadcasts_nor_reduces():
     np.testing.assert_array_equal(model.weight.numpy(), before)
     grads = [jt.ones(2)]
     assert optimizer._sync_gradients(grads) is grads
-    model.mpi_param_broadcast(root=3)            # a world of one: nothing to do, root unchecked
+    model.mpi_param_broadcast(root=0)            # a world of one: nothing to do
+    with pytest.raises(ValueError, match="root=3 is not a rank of this job"):
+        model.mpi_param_broadcast(root=3)
     np.testing.assert_array_equal(model.weight.numpy(), before)

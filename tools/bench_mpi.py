@@ -15,10 +15,12 @@ and the MPI call. Target: ratio (mpi4py time / jtmini time) >= 0.9 from 1 MB up.
 Training: the test_resnet recipe (ResNet-18, MNIST, global batch 100, SGD momentum) for a few
 steps after a warm-up, as one plain process with one thread against ``mpirun -np 2`` with one
 thread per rank; images per second of the global batch, MPI calls and megabytes all-reduced per
-optimizer step, and the wall time per step spent inside MPI calls (waiting for the slower rank
-included). Target: speed-up >= 1.8x on a machine with two free cores. A third row runs two plain
-processes at once on half the batch each, with no MPI at all: the ceiling this machine sets when
-both cores work (they share caches and memory bandwidth). When PyTorch is installed, the same
+optimizer step, the wall time per step spent inside MPI calls (waiting for the slower rank
+included), and the CPU time per step of the always-on checks (each collective's fingerprint, the
+watchdog thread's heartbeats and comparisons; target: under 1% of a step). Target: speed-up >=
+1.8x on a machine with two free cores. A third row runs two plain processes at once on half the
+batch each, with no MPI at all: the ceiling this machine sets when both cores work (they share
+caches and memory bandwidth). When PyTorch is installed, the same
 model trained by PyTorch as one process and as DistributedDataParallel (gloo) at np 2 follows:
 the scaling and throughput a torch.distributed user would get on the same machine. Every row is
 its best of ``--rounds`` runs, all rows taking turns.
@@ -94,6 +96,27 @@ def _time_mpi_calls():
     return lambda: spent[0]
 
 
+def _time_checks():
+    """Wrap what the always-on check adds to every collective (``runtime.signature`` and
+    ``mpi_guard.fingerprints.record``) to add up the seconds spent in them; returns a function
+    reading that total plus the CPU time of the watchdog thread (heartbeats, comparisons)."""
+    from jtmini.runtime import mpi as runtime
+    from jtmini.runtime import mpi_guard
+    spent = [0.0]
+
+    def timed(fn):
+        def run(*args):
+            start = time.perf_counter()
+            try:
+                return fn(*args)
+            finally:
+                spent[0] += time.perf_counter() - start
+        return run
+    runtime.signature = timed(runtime.signature)
+    mpi_guard.fingerprints.record = timed(mpi_guard.fingerprints.record)
+    return lambda: spent[0] + mpi_guard.watchdog_cpu_seconds()
+
+
 def measure_training(batch):
     """On each rank (or the one process): train the test_resnet model on batches of ``batch``
     (the global batch under mpirun); rank 0 prints one JSON line."""
@@ -101,7 +124,7 @@ def measure_training(batch):
     from jtmini import nn
     from jtmini.dataset import MNIST
     from jtmini.models import Resnet18
-    mpi_seconds = _time_mpi_calls()
+    mpi_seconds, check_seconds = _time_mpi_calls(), _time_checks()
     jt.seed(1)
     model = Resnet18(num_classes=10, in_channels=1)
     optimizer = nn.SGD(model.parameters(), 0.1, 0.9, 1e-4)
@@ -110,6 +133,7 @@ def measure_training(batch):
         if step == TRAIN_WARMUP:          # compiled, caches and buffers warm: start the clock
             jt.mpi and jt.mpi.barrier()
             start, cpu, in_mpi, before = time.perf_counter(), time.process_time(), mpi_seconds(), jt.stats()
+            checking = check_seconds()
         images, labels = next(batches)
         optimizer.step(nn.cross_entropy_loss(model(images), labels))
     seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu
@@ -122,6 +146,7 @@ def measure_training(batch):
                           "calls_per_step": per_step("mpi_calls"),
                           "mb_summed_per_step": per_step("mpi_values_summed") * 4 / 1e6,
                           "mpi_ms_per_step": (mpi_seconds() - in_mpi) * per_step_ms,
+                          "check_ms_per_step": (check_seconds() - checking) * per_step_ms,
                           "cpu_ms_per_step": cpu_seconds * per_step_ms}), flush=True)
 
 
@@ -250,17 +275,20 @@ def training_tables(rounds):
     print(f"\ntest_resnet model, global batch {TRAIN_BATCH}, 1 thread per process, {TRAIN_STEPS} steps, "
           f"best of {rounds} runs taken in turns")
     print(f"{'':>16} {'img/s':>8} {'speed-up':>8} {'MPI calls/step':>15} {'MB summed/step':>15} "
-          f"{'ms in MPI/step':>15} {'CPU ms/step':>12}")
+          f"{'ms in MPI/step':>15} {'CPU ms/step':>12} {'check ms/step':>14}")
     for name in ("one process", "mpirun -np 2", "2 x half, no MPI"):
         row = best[name]
+        step_ms = 1e3 * TRAIN_BATCH / row["img_s"]
         print(f"{name:>16} {row['img_s']:>8.1f} {row['img_s'] / alone['img_s']:>7.2f}x "
               f"{row['calls_per_step']:>15.1f} {row['mb_summed_per_step']:>15.1f} {row['mpi_ms_per_step']:>15.1f} "
-              f"{row['cpu_ms_per_step']:>12.0f}")
+              f"{row['cpu_ms_per_step']:>12.0f} {row['check_ms_per_step']:>6.2f} "
+              f"({100 * row['check_ms_per_step'] / step_ms:.2f}%)")
     print("(MB summed: float32 values all-reduced, gradients sent without the zeros around a window;\n"
           " ms in MPI: wall time inside collectives, waiting for the slower rank included; CPU ms: rank 0's\n"
-          " process time, which other programs on the machine do not inflate; 2 x half: two plain\n"
-          " processes at once on half the batch each, never waiting for each other: the most two ranks\n"
-          " could reach on this machine, img/s summed)")
+          " process time, which other programs on the machine do not inflate; check ms: rank 0's CPU time\n"
+          " in the always-on collective check (fingerprints, heartbeats), and its share of a step; 2 x half:\n"
+          " two plain processes at once on half the batch each, never waiting for each other: the most two\n"
+          " ranks could reach on this machine, img/s summed)")
     if not torch_version:
         print("\nPyTorch is not installed: no PyTorch rows (pip install torch)")
         return

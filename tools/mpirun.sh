@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# mpirun with the Open MPI settings a single small machine needs (DESIGN.md, "Hard-won facts"):
+# mpirun with the Open MPI settings a single small machine needs (docs/DESIGN.md, toolchain facts):
 #   bash tools/mpirun.sh -np 4 python3 -m jtmini.test.test_resnet
 #   JTMINI_MPI_DEBUG=1 bash tools/mpirun.sh -np 2 python3 my_script.py
 # - as root, Open MPI refuses to start without OMPI_ALLOW_RUN_AS_ROOT(_CONFIRM);

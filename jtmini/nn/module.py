@@ -22,9 +22,8 @@ import collections
 import numpy as np
 
 from .. import persist, world
-from ..executor import sync
 from ..gc_pause import paused
-from ..ops.collective import mpi_broadcast_many
+from ..ops.collective import broadcast_in_place
 from ..var import Var
 
 
@@ -39,20 +38,6 @@ def _members(name, value, kind, _open=()):
         for key, item in items:
             if isinstance(item, (kind, list, tuple, dict)):
                 yield from _members(f"{name}.{key}", item, kind, _open + (id(value),))
-
-
-def broadcast_in_place(vars_, root=0):
-    """Under mpirun, give every rank ``root``'s values of ``vars_`` (each Var is assigned its new
-    value, computed now); nothing outside mpirun. A few bucketed MPI calls, not one per Var.
-
-        >>> broadcast_in_place([w], root=0)     # rank 0: w unchanged    rank 1: w = rank 0's w
-    """
-    if not world.in_mpi:
-        return
-    vars_ = list(vars_)
-    for var, value in zip(vars_, mpi_broadcast_many(vars_, root)):
-        var.assign(value)
-    sync(vars_)       # now: after the call every rank holds root's values, as documented
 
 
 class Module:

@@ -5,8 +5,9 @@ the order the nodes were created, the same on every rank whatever order values a
 Supported dtypes: float32, float64, int32, int64 (gradients for the floats).
 
 Outside mpirun, and inside ``jt.single_process_scope``, each collective acts as in a world of one
-rank: ``mpi_all_reduce``, ``mpi_reduce`` and ``mpi_broadcast`` return ``x`` itself and ``root`` is
-not checked, so the same script runs with and without mpirun (dtypes are checked in both).
+rank: ``mpi_all_reduce``, ``mpi_reduce`` and ``mpi_broadcast`` return ``x`` itself, so the same
+script runs with and without mpirun. Dtypes and ``root`` are checked in both (outside mpirun the
+only rank is 0), so a single-process test catches a root the job would refuse.
 
 Gradients assume the loss is the sum of every rank's loss, as in data parallel training: the
 gradient of a collective is the adjoint collective (broadcast <-> reduce, gather <-> scatter,
@@ -25,10 +26,15 @@ rank 0 holds ``[1, 2]``, rank 1 holds ``[3, 4]``.
 import math
 
 from .. import dtypes, world
-from ..runtime import mpi as runtime_mpi
+from ..state import services
 from ..var import Var
 from .registry import OpSpec, export, register
 from .reindex import slice_var
+
+# A packed all-reduce of at least this many bytes (output, the same on every rank) may carry
+# windows sent without their zeros (see ``jt_all_reduce_packed``), and checks its layout with one
+# more, small all-reduce; a smaller one (a BatchNorm's statistics) is sent whole, unchecked.
+WINDOWS_FROM_BYTES = 1 << 20
 
 SUPPORTED = ("float32", "float64", "int32", "int64")
 REDUCE_OPS = {"add": "add", "sum": "add", "mean": "mean", "max": "max", "min": "min"}
@@ -48,12 +54,12 @@ def _check_dtype(name, x):
     return x
 
 
-def _check_root(name, root):
-    """``root`` as an int (a numpy integer is fine), or ValueError naming it."""
+def check_root(name, root):
+    """``root`` as an int (a numpy integer is fine), or ValueError naming it and the world size."""
     rank = world.as_rank(root)
     if rank is None:
-        raise ValueError(f"{name}: root={root!r} is not a rank of this job (ranks are 0..{world.world_size - 1}) "
-                         f"{_where()}")
+        raise ValueError(f"{name}: root={root!r} is not a rank of this job (world_size={world.world_size}: ranks "
+                         f"are 0..{world.world_size - 1}{'' if world.in_mpi else ', outside mpirun'}) {_where()}")
     return rank
 
 
@@ -78,7 +84,7 @@ def _infer(name, out_shape, blocks):
         if blocks:
             _check_leading(name, x)
         if "root" in a:
-            _check_root(name, a["root"])
+            check_root(name, a["root"])
         return out_shape(x.shape), x.dtype
     return infer
 
@@ -143,7 +149,7 @@ for _name, (_shape, _blocks, _grad) in _DECLARED.items():
 def _node(name, inputs, **attrs):
     """Build and queue a collective node (runtime/mpi.py issues queued nodes in creation order)."""
     v = Var.node(name, inputs, **attrs)
-    runtime_mpi.enqueue(v)
+    services.enqueue_collective(v)
     return v
 
 
@@ -180,7 +186,8 @@ def mpi_reduce(x, op="add", root=0):
     """
     op = _reduce_op("mpi_reduce", op)
     x = _check_dtype("mpi_reduce", _floats_for_mean(x, op))
-    return _node("mpi_reduce", [x], op=op, root=_check_root("mpi_reduce", root)) if world.in_mpi else x
+    root = check_root("mpi_reduce", root)
+    return _node("mpi_reduce", [x], op=op, root=root) if world.in_mpi else x
 
 
 @export("mpi_broadcast")
@@ -192,7 +199,8 @@ def mpi_broadcast(x, root=0):
     Gradient: the output gradients summed onto ``root`` (mpi_reduce add); zeros elsewhere.
     """
     x = _check_dtype("mpi_broadcast", x)
-    return _node("mpi_broadcast", [x], root=_check_root("mpi_broadcast", root)) if world.in_mpi else x
+    root = check_root("mpi_broadcast", root)
+    return _node("mpi_broadcast", [x], root=root) if world.in_mpi else x
 
 
 @export("mpi_all_gather")
@@ -216,7 +224,8 @@ def mpi_gather(x, root=0):
     Gradient: mpi_scatter of the root's output gradient.
     """
     x = _check_dtype("mpi_gather", x)
-    return _node("mpi_gather", [x], root=_check_root("mpi_gather", root)) if world.in_mpi else x.reshape((1,) + x.shape)
+    root = check_root("mpi_gather", root)
+    return _node("mpi_gather", [x], root=root) if world.in_mpi else x.reshape((1,) + x.shape)
 
 
 @export("mpi_scatter")
@@ -230,10 +239,11 @@ def mpi_scatter(x, root=0):
     Gradient: mpi_gather of the output gradients onto ``root``; zeros elsewhere.
     """
     x = _check_dtype("mpi_scatter", x)
+    root = check_root("mpi_scatter", root)
     if not world.in_mpi:
         _check_leading("mpi_scatter", x)
         return x.reshape(x.shape[1:])
-    return _node("mpi_scatter", [x], root=_check_root("mpi_scatter", root))
+    return _node("mpi_scatter", [x], root=root)
 
 
 @export("mpi_reduce_scatter")
@@ -282,7 +292,7 @@ def _packed_infer(name):
         if len({x.dtype for x in inputs}) != 1:
             raise TypeError(f"{name}: one bucket holds one dtype, got {sorted({x.dtype for x in inputs})} {_where()}")
         if "root" in a:
-            _check_root(name, a["root"])
+            check_root(name, a["root"])
         return (sum(math.prod(shape) for shape in _packed_shapes(inputs, a)),), inputs[0].dtype
     return infer
 
@@ -380,7 +390,7 @@ def mpi_all_reduce_many(xs, op="mean", bucket_bytes=BUCKET_BYTES):
     def all_reduce(bucket):
         cores, placements = zip(*map(_without_zeros, bucket))
         full_bytes = sum(x.numel() for x in bucket) * dtypes.SIZES[bucket[0].dtype]
-        if not any(placements) or full_bytes < runtime_mpi.WINDOWS_FROM_BYTES:
+        if not any(placements) or full_bytes < WINDOWS_FROM_BYTES:
             return _node("mpi_all_reduce_packed", bucket, op=op)
         return _node("mpi_all_reduce_packed", list(cores), op=op, placements=placements)
     return _bucketed(xs, bucket_bytes, all_reduce)
@@ -396,7 +406,23 @@ def mpi_broadcast_many(xs, root=0, bucket_bytes=BUCKET_BYTES):
     Gradient: each output's gradient summed onto ``root``, as for mpi_broadcast.
     """
     xs = [_check_dtype("mpi_broadcast_many", x) for x in xs]
+    root = check_root("mpi_broadcast_many", root)
     if not world.in_mpi:
         return xs
-    root = _check_root("mpi_broadcast_many", root)
     return _bucketed(xs, bucket_bytes, lambda bucket: _node("mpi_broadcast_packed", bucket, root=root))
+
+
+def broadcast_in_place(vars_, root=0):
+    """Under mpirun, give every rank ``root``'s values of ``vars_`` (each Var is assigned its new
+    value, computed now); outside mpirun nothing but the check of ``root``. A few bucketed MPI
+    calls, not one per Var.
+
+        >>> broadcast_in_place([w], root=0)     # rank 0: w unchanged    rank 1: w = rank 0's w
+    """
+    root = check_root("broadcast_in_place", root)
+    if not world.in_mpi:
+        return
+    vars_ = list(vars_)
+    for var, value in zip(vars_, mpi_broadcast_many(vars_, root)):
+        var.assign(value)
+    services.realize(vars_)      # now: after the call every rank holds root's values, as documented

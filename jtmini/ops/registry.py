@@ -36,7 +36,8 @@ class OpSpec:
     ``c_expr`` (elementwise) is a format string over ``{0} {1} {2}`` (operands) and ``{T}`` (the C
     type of the output), or a function ``(in_dtypes, out_dtype, attrs) -> str`` returning one.
     ``index(attrs, in_ndim, out_ndim) -> IndexMap`` (reindex, scatter) maps output indices to input
-    indices. ``run(arrays, attrs) -> array`` computes a library op. ``view``: the op is a view of
+    indices. ``run(arrays, attrs, backend) -> array`` computes a library op (its hand-written
+    kernels and library calls go through ``backend``, a ``runtime.base.Backend``). ``view``: the op is a view of
     its input (its numpy view and strides are derived from its index map by ``numpy_views``), so
     it can feed a library op or a copy without a kernel of its own.
     ``reads_view(shape, strides) -> bool`` (library) says whether the op reads an input view with

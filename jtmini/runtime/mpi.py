@@ -31,6 +31,7 @@ import numpy as np
 
 from .. import compiler, counters, dtypes, world
 from ..flags import flags
+from ..ops.collective import WINDOWS_FROM_BYTES
 from ..state import services
 from ..var import _host
 from . import mpi_guard
@@ -61,10 +62,6 @@ _RECYCLE_BYTES = 1 << 20      # outputs from this size up come from _recycled
 _RECYCLE_SHAPES = 16          # (shape, dtype) keys kept, two buffers each
 _recycled = {}
 
-# A packed all-reduce of at least this many bytes (output, the same on every rank) may carry
-# windows sent without their zeros (see ``jt_all_reduce_packed``), and checks its layout with one
-# more, small all-reduce; a smaller one (a BatchNorm's statistics) is sent whole, unchecked.
-WINDOWS_FROM_BYTES = 1 << 20
 _NO_LAYOUT = np.zeros(0, np.int64)
 _summed = np.zeros(1, np.int64)     # values the last packed all-reduce summed (windows or whole)
 _pending = collections.deque()      # collective Vars created and not yet issued, oldest first
@@ -74,12 +71,12 @@ _issued = 0                         # collectives this rank has issued: the same
 
 def comm():
     """mpi4py's COMM_WORLD, initialising MPI on the first call (and, with every other rank, the
-    communicator of exit notices: see ``mpi_guard.departures``)."""
+    communicator of heartbeats and exit notices: see ``mpi_guard.peers``)."""
     global _comm
     if _comm is None:
         from mpi4py import MPI
         with mpi_guard.watch(lambda: f"MPI start-up (MPI_Comm_dup) on rank {world.rank}"):
-            mpi_guard.departures.open(MPI.COMM_WORLD)
+            mpi_guard.peers.open(MPI.COMM_WORLD)
         _comm = MPI.COMM_WORLD
     return _comm
 
@@ -135,6 +132,7 @@ def run_collective(v, arrays, device_transport=None):
 def _issue_and_keep(v, buffers, issue_on_device=None):
     """Issue ``v`` on its input buffers and keep the output as its value: recomputing it would
     issue the collective again."""
+    mpi_guard.fingerprints.record(signature(v))
     out = (issue_on_device or issue)(v, buffers)
     v._set_value(out)
     return out
@@ -149,6 +147,35 @@ def describe(v):
     return f"{v.op}({attrs}) {v.inputs[0].dtype} {v.inputs[0].shape}"
 
 
+# every op a collective's signature can name, "barrier" first (jt.mpi.barrier)
+_SIGNED_OPS = ("barrier", *_ENTRIES, *_PACKED)
+_SIGNED_CODES = {name: k for k, name in enumerate(_SIGNED_OPS)}
+BARRIER = (0, -1, -1, -1, ())
+
+
+def signature(v):
+    """What every rank's call must agree on, as ints and a shape (``mpi_guard.fingerprints``): op,
+    reduce op, root, dtype, shape; -1 where the op has no such attribute."""
+    attrs = v.attrs
+    return (_SIGNED_CODES[v.op], _OP_CODES[attrs["op"]] if "op" in attrs else -1, attrs.get("root", -1),
+            _DTYPE_CODES[v.dtype], v.shape if v.op in _PACKED else v.inputs[0].shape)
+
+
+def describe_signature(sig):
+    """``mpi_reduce(op='add', root=1) float32 (4, 3)``, as ``describe`` words it, from a signature."""
+    op, reduce_op, root, dtype, shape = sig
+    if op == 0:
+        return "barrier()"
+    attrs = [f"op={list(_OP_CODES)[reduce_op]!r}"] if 0 <= reduce_op < len(_OP_CODES) else []
+    attrs += [f"root={root}"] if root >= 0 else []
+    name = _SIGNED_OPS[op] if 0 <= op < len(_SIGNED_OPS) else f"unknown op {op}"
+    dtype = list(DTYPES)[dtype] if 0 <= dtype < len(DTYPES) else f"dtype {dtype}"
+    return f"{name}({', '.join(attrs)}) {dtype} {'packed into ' if name in _PACKED else ''}{tuple(shape)}"
+
+
+mpi_guard.fingerprints.describe = describe_signature
+
+
 def issue(v, arrays):
     """Run the collective of node ``v`` on this rank's input buffers (a GPU buffer is copied to the
     host); returns the output."""
@@ -156,10 +183,11 @@ def issue(v, arrays):
     out = _output(v.shape, v.dtype)
     args = _arguments(v, arrays, out)
     mpi_guard.check_same(comm(), lambda: describe(v))
-    with mpi_guard.watch(lambda: f"{describe(v)} on rank {world.rank}", collective=next_collective()):
+    index = next_collective()
+    with mpi_guard.watch(lambda: f"{describe(v)} on rank {world.rank}", collective=index):
         err = _kernels()[v.op](*args)
     if err != 0:
-        raise RuntimeError(f"{describe(v)} failed on rank {world.rank}: MPI error code {err}")
+        raise RuntimeError(mpi_guard.error_message(err, f"{describe(v)} (collective {index + 1} of this rank)"))
     counters.bump("mpi_calls")
     if v.op == "mpi_all_reduce_packed":
         counters.bump("mpi_values_summed", int(_summed[0]))
@@ -269,15 +297,16 @@ def at_exit():
     queued (other ranks may be waiting on it), then, in debug mode, check that every rank reached
     the end, so a rank that skipped a collective is named; and tell the other ranks how many
     collectives this one issued, so one waiting in a later collective aborts the job now rather
-    than at its timeout (``mpi_guard.departures``). MPI is started here if this rank never used
-    it: other ranks may be waiting for this one, and only a started rank can be waited on with a
-    timeout. Python ignores exceptions raised in exit handlers, so a failure aborts the job."""
+    than at its timeout, then wait for theirs, comparing fingerprints (``mpi_guard.peers``). MPI
+    is started here if this rank never used it: other ranks may be waiting for this one, and only
+    a started rank can be waited on with a timeout. Python ignores exceptions raised in exit
+    handlers, so a failure aborts the job."""
     try:
         flush()
         mpi_guard.check_same(comm(), "program exit")
-        mpi_guard.departures.announce(_issued)
+        mpi_guard.peers.depart()
     except BaseException:
         mpi_guard.report_and_abort(*sys.exc_info())
 
 
-services.requeue_collective = requeue
+services.enqueue_collective, services.requeue_collective = enqueue, requeue

@@ -1,7 +1,7 @@
 """The address of a numpy array's data, for passing buffers to compiled code.
 
 ``array.ctypes.data`` builds a helper object and costs ~1.3 us; a kernel launch passes five or six
-buffers, and a ResNet-18 step launches ~350 kernels. numpy's C ABI keeps the data pointer right
+buffers, and a ResNet-18 step launches a few hundred kernels and library calls. numpy's C ABI keeps the data pointer right
 after the object header (the field ``PyArray_DATA`` reads, which every compiled extension relies
 on), so ``address`` reads it there in ~0.2 us. The offset is checked against ``ctypes.data`` when
 this module loads; if it does not hold (another Python build), ``address`` is ``ctypes.data``.
