@@ -20,6 +20,7 @@ from .compiler import VERSION as __version__  # noqa: F401
 from .counters import reset_stats, stats  # noqa: F401
 from .executor import sync, sync_all  # noqa: F401
 from .flags import flag_scope, flags  # noqa: F401
+from .profiler import profile_scope  # noqa: F401
 from .state import clear_caches  # noqa: F401
 from .var import Var, install_methods, pending_roots  # noqa: F401
 

@@ -666,6 +666,9 @@ def pow(a: Any, b: Any) -> Var:
 
 def prod(x: Any, dims: Any = ..., keepdims: Any = ..., *, dim: Any = ..., axis: Any = ..., keepdim: Any = ...) -> Var: ...
 
+def profile_scope(trace: Any = ..., show: Any = ...) -> Any:
+    """Profile the steps computed inside the ``with`` block (see the module doc); ``trace``: a"""
+
 def rand(*shape: Any, dtype: Any = ...) -> Var:
     """Uniform on [0, 1)."""
 

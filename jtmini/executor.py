@@ -15,7 +15,9 @@ kernel, did not pay either: ResNet-18's kernels (~370 then) took 51.4 ms a step 
 (steps alternating in one process). A small kernel costs ~20 us in a step against ~10 us in a
 tight loop, and most of the difference is cache misses in the kernel itself, not the call.
 """
-from . import counters, replay, schedule
+import time
+
+from . import counters, profiler, replay, schedule
 from .flags import flags
 from .gc_pause import paused
 from .runtime import base
@@ -33,9 +35,12 @@ def realize(targets):
             todo.append(t)
     if not todo:
         return
+    recorder, began = profiler.active, time.perf_counter()
     runtime = _runtime()
     steps, compiled = replay.steps_for(todo, runtime)
-    _run(steps, compiled, seen, runtime)
+    _run(steps, compiled, seen, runtime, recorder)
+    if recorder is not None:
+        recorder.record("realize", "realize", began, time.perf_counter(), in_steps=False)
 
 
 def _runtime():
@@ -51,13 +56,15 @@ def _last_uses(steps):
     return last
 
 
-def _run(steps, compiled, target_ids, runtime):
+def _run(steps, compiled, target_ids, runtime, recorder=None):
+    """Run ``steps``; with a ``profiler`` recorder, time each."""
     buffers, last, kernels, library_calls = {}, _last_uses(steps), 0, 0
 
     def read(v):
         return v._data if v._data is not None else buffers[id(v)]
 
     for n, (step, built) in enumerate(zip(steps, compiled)):
+        began = time.perf_counter() if recorder is not None else 0.0
         if isinstance(step, schedule.Kernel):
             roots, outs = step.roots, runtime.run_kernel(step, built, read)
             kernels += 1
@@ -68,6 +75,9 @@ def _run(steps, compiled, target_ids, runtime):
             roots, outs = [step.root], runtime.source_arrays(step, read)
         else:
             roots, outs = [step.root], [runtime.run_collective(step, read)]
+        if recorder is not None:
+            recorder.record(profiler.step_name(step), _KINDS.get(type(step)) or step.kind, began,
+                            time.perf_counter())
         for root, out in zip(roots, outs):
             if id(root) in target_ids:
                 root._set_value(out)
@@ -78,6 +88,9 @@ def _run(steps, compiled, target_ids, runtime):
                 buffers.pop(id(src), None)
     counters.bump("kernels_run", kernels)         # once a schedule: a counter takes a lock
     counters.bump("library_calls", library_calls)
+
+
+_KINDS = {schedule.LibraryCall: "library", schedule.View: "view", schedule.Collective: "collective"}
 
 
 def sync(vars_):

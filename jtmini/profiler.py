@@ -1,0 +1,113 @@
+"""``jt.profile_scope()``: where the time of the code inside goes, per kernel, library call,
+collective and view, and how much of it is host (Python) work between them.
+
+    >>> with jt.profile_scope(trace="step.json") as report:
+    ...     optimizer.step(model(x).sum())
+    >>> report.rows[0]                  # the costliest entry: (name, kind, calls, seconds)
+
+On leaving the scope a table is printed (rank 0 only under mpirun): each entry's calls, total and
+mean time and share of the scope's wall time, costliest first, then the host time, the scope's
+wall time less the steps'. With ``trace`` a Chrome trace (JSON) is written as well: open it in
+https://ui.perfetto.dev or chrome://tracing; each Python thread that computed Vars is a track,
+with each ``realize`` (planning included) and, inside it, each step.
+
+A kernel is named by its ops (``add relu sum``); times are wall-clock on the host thread that
+launched the step (a GPU step is timed to its launch, not its completion). Nothing is recorded
+outside a scope, and the executor's loop pays one test per step for the possibility.
+"""
+import collections
+import contextlib
+import json
+import os
+import threading
+import time
+
+from . import world
+
+_NAME_CHARS = 60          # a long fused kernel's name is cut to this many characters
+active = None             # the _Recorder of the open scope, read by the executor
+
+
+class _Recorder:
+    def __init__(self):
+        self.start = time.perf_counter()
+        self.totals = collections.defaultdict(lambda: [0, 0.0])     # (name, kind) -> [calls, seconds]
+        self.events = []
+        self.lock = threading.Lock()
+
+    def record(self, name, kind, began, ended, in_steps=True):
+        """One timed span (``time.perf_counter`` readings); steps count towards the table."""
+        with self.lock:
+            if in_steps:
+                total = self.totals[(name, kind)]
+                total[0] += 1
+                total[1] += ended - began
+            self.events.append({"name": name, "cat": kind, "ph": "X", "pid": world.rank,
+                                "tid": threading.get_ident(), "ts": (began - self.start) * 1e6,
+                                "dur": (ended - began) * 1e6})
+
+
+class Report:
+    """What a ``profile_scope`` measured: ``rows`` as ``(name, kind, calls, seconds)``, costliest
+    first; ``wall`` and ``host`` seconds (host: the wall time not spent in steps)."""
+
+    def __init__(self):
+        self.rows, self.wall, self.host = [], 0.0, 0.0
+
+    def table(self):
+        """The report as text, one line per entry."""
+        lines = [f"{'seconds':>9} {'share':>6} {'calls':>7} {'mean ms':>9}  {'kind':<10} name"]
+        for name, kind, calls, seconds in self.rows:
+            share = seconds / self.wall if self.wall else 0.0
+            lines.append(f"{seconds:9.4f} {share:6.1%} {calls:7d} {seconds / calls * 1e3:9.3f}  {kind:<10} {name}")
+        lines.append(f"{self.host:9.4f} {self.host / self.wall if self.wall else 0:6.1%} {'':7} {'':9}  "
+                     f"{'host':<10} between steps: building graphs and gradients, planning, compiling")
+        lines.append(f"{self.wall:9.4f} {'100.0%':>6} {'':7} {'':9}  {'wall':<10} the whole scope")
+        return "\n".join(lines)
+
+
+def step_name(step):
+    """How a profile names a schedule step: a kernel by its ops, others by their op."""
+    nodes = getattr(step, "nodes", None)
+    name = " ".join(v.op for v in nodes) if nodes else step.root.op
+    return name if len(name) <= _NAME_CHARS else name[:_NAME_CHARS - 3] + "..."
+
+
+@contextlib.contextmanager
+def profile_scope(trace=None, show=True):
+    """Profile the steps computed inside the ``with`` block (see the module doc); ``trace``: a
+    path for a Chrome trace JSON; ``show``: print the table (rank 0). Yields a ``Report``, filled
+    when the block ends. Scopes do not nest.
+
+    >>> with jt.profile_scope(show=False) as report:
+    ...     _ = (jt.randn(100) * 2).sum().sync()
+    >>> report.rows[0][:3]
+    ('const mul reduce', 'reduce', 1)
+    """
+    global active
+    if active is not None:
+        raise RuntimeError("jt.profile_scope: a profile scope is open already (scopes do not nest)")
+    recorder = active = _Recorder()
+    report = Report()
+    try:
+        yield report
+    finally:
+        active = None
+        _fill(report, recorder, time.perf_counter() - recorder.start)
+        if trace is not None:
+            _write_trace(os.fspath(trace), recorder.events)
+        if show and world.rank == 0:
+            print(report.table())
+
+
+def _fill(report, recorder, wall):
+    rows = [(name, kind, calls, seconds) for (name, kind), (calls, seconds) in recorder.totals.items()]
+    report.rows = sorted(rows, key=lambda row: -row[3])
+    report.wall = wall
+    report.host = max(0.0, wall - sum(row[3] for row in rows))
+
+
+def _write_trace(path, events):
+    """The Chrome trace event format: a JSON object with ``traceEvents``, times in microseconds."""
+    with open(path, "w") as f:
+        json.dump({"traceEvents": events, "displayTimeUnit": "ms"}, f)

@@ -1,0 +1,65 @@
+"""Kernels call glibc's vector math (libmvec) where it is there: the elementwise functions stay
+within a few ulp of numpy's (libm's) over the whole float range, NaN and infinities included,
+and the loops that call them are vectorised (the library references the SIMD forms)."""
+import re
+import subprocess
+
+import numpy as np
+import pytest
+
+import jtmini as jt
+from jtmini import compiler
+
+ULPS = 4                 # libmvec's documented bound
+
+
+def _grid(dtype):
+    """Values across the whole range of ``dtype``: dense near 0, spread over every exponent,
+    and the special values."""
+    info = np.finfo(dtype)
+    rng = np.random.default_rng(0)
+    logs = rng.uniform(np.log(info.tiny), np.log(info.max), 20000)
+    spread = np.exp(logs) * rng.choice([-1, 1], logs.size)
+    near = np.linspace(-20, 20, 20001)
+    special = [0.0, -0.0, np.inf, -np.inf, np.nan, info.max, -info.max, info.tiny, 1.0, -1.0]
+    return np.concatenate([near, spread, special]).astype(dtype)
+
+
+FUNCTIONS = {"exp": np.exp, "log": np.log, "tanh": np.tanh, "sin": np.sin, "cos": np.cos,
+             "sqrt": np.sqrt, "sigmoid": lambda x: 1 / (1 + np.exp(-x))}
+
+
+def _ulps(got, want, dtype):
+    """Distance in units in the last place of ``dtype``, 0 where both are the same NaN or inf."""
+    same = (got == want) | (np.isnan(got) & np.isnan(want))
+    spacing = np.spacing(np.abs(want).astype(dtype)).astype(np.float64)
+    return np.where(same, 0.0, np.abs(got.astype(np.float64) - want.astype(np.float64)) / spacing)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("name", FUNCTIONS)
+def test_within_a_few_ulp_of_libm_everywhere(name, dtype):
+    x = _grid(dtype)
+    if name in ("sin", "cos"):
+        x = x[np.abs(x) < 1e5]          # huge arguments: both sides reduce, neither is meaningful
+    with np.errstate(all="ignore"):
+        want = FUNCTIONS[name](x.astype(np.float64)).astype(dtype)
+        got = getattr(jt, name)(jt.array(x)).numpy()
+    assert np.array_equal(np.isnan(got), np.isnan(want)), name
+    assert np.array_equal(np.isinf(got) & (got > 0), np.isinf(want) & (want > 0)), name
+    finite = np.isfinite(want) & (np.abs(want) >= np.finfo(dtype).tiny)
+    assert _ulps(got[finite], want[finite], dtype).max() <= ULPS + (1 if name == "sigmoid" else 0), name
+
+
+def test_gelu_is_vectorised_where_the_vector_math_is_there():
+    tc = compiler.toolchain()
+    argv = compiler._argv(tc, "SRC", "OUT", "SONAME")
+    if not tc.vector_math:           # glibc < 2.35 or not x86-64: kernels call scalar libm
+        assert "-lmvec" not in argv and "-DJT_VECTOR_MATH" not in argv
+        return
+    assert "-lmvec" in argv and "-fno-math-errno" in argv
+    x = jt.array(np.linspace(-3, 3, 4096, dtype=np.float32))
+    jt.gelu(x * 2 + 1).sync()
+    libraries = [path for path in compiler._memo.values() if path.endswith(".so")]
+    symbols = subprocess.run(["nm", "-D", "--undefined-only", *libraries], capture_output=True, text=True).stdout
+    assert re.search(r"_ZGV\w+_erfcf", symbols), symbols      # SSE, AVX2 or AVX-512 lanes
