@@ -14,6 +14,7 @@ their tensor: GCC had not proven them all (ResNet's dense 2x2 convolution spread
 faster without them). Flat elementwise kernels gain nothing from that and stay shape-generic.
 ``generate`` memoises on the signature plus, when compiled in, the dims.
 """
+import functools
 import math
 import numbers
 from dataclasses import dataclass
@@ -33,7 +34,24 @@ _env = jinja2.Environment(loader=jinja2.PackageLoader("jtmini", "templates"), un
                           trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
 _memo = {}           # (dialect, signature, dims) -> KernelCode
 register_cache("code", _memo.clear, "one entry per kernel signature (and dims compiled in) met")
-_EXTENSIONS = {"cpu": "cc", "cuda": "cu"}
+# what a dialect's templates need besides the dialect-neutral context (see register_dialect)
+_DIALECT_CONTEXT = {"cuda": codegen_cuda.context}
+
+
+def register_dialect(dialect, context):
+    """Let ``templates/<dialect>`` have extra template variables: ``context(kind, root node
+    signature, base context, ip count, fp count) -> dict`` (a backend calls this from its runtime
+    module when its templates need more than the C++ ones do)."""
+    _DIALECT_CONTEXT[dialect] = context
+
+
+@functools.lru_cache(maxsize=None)
+def _template_path(dialect, name):
+    """``<dialect>/<name>.<extension>.j2``: each dialect's templates share one file extension."""
+    found = [t for t in _env.list_templates() if t.startswith(f"{dialect}/{name}.") and t.endswith(".j2")]
+    if len(found) != 1:
+        raise ValueError(f"no single template {dialect}/{name}.*.j2 in jtmini/templates (found {found})")
+    return found[0]
 
 
 @dataclass(frozen=True)
@@ -101,7 +119,7 @@ def render(dialect, template, **context):
     >>> "jt_kernel" in render("cpu", "batch_norm", mode="stats", ctype="float", affine=True, pooled=False)
     True
     """
-    return _env.get_template(f"{dialect}/{template}.{_EXTENSIONS[dialect]}.j2").render(grain=GRAIN, **context)
+    return _env.get_template(_template_path(dialect, template)).render(grain=GRAIN, **context)
 
 
 def kernel_dims(kernel):
@@ -379,11 +397,11 @@ class _Builder:
                 source = f"fp[{len(pool)}]" if pool is float_consts else f"ip[{len(self.symbols)} + {len(pool)}]"
                 pool.append(k)
                 consts.append({"name": f"c{k}", "ctype": dtypes.C_TYPES[dtype], "source": source})
-        if self.dialect == "cuda":
-            context.update(codegen_cuda.context(self.kind, self.nodes[-1], context,
+        if self.dialect in _DIALECT_CONTEXT:
+            context.update(_DIALECT_CONTEXT[self.dialect](self.kind, self.nodes[-1], context,
                                                 len(self.symbols) + len(int_consts), len(float_consts)))
         template = "reduce" if self.kind == "argreduce" else self.kind
-        source = _env.get_template(f"{self.dialect}/{template}.{_EXTENSIONS[self.dialect]}.j2").render(
+        source = _env.get_template(_template_path(self.dialect, template)).render(
             title=" ".join(op for op, *_ in self.nodes), buffers=buffers, symbols=self.symbol_values(),
             consts=consts, pinned=self.pinned, body=self.lines, grain=GRAIN, out_ctype=dtypes.C_TYPES[out_dtype],
             conditional_reads=self.conditional_reads, **context)

@@ -45,7 +45,7 @@ def realize(targets):
 
 def _runtime():
     # the cuda module imports cupy only once a GPU buffer is made
-    return base.get("cuda" if flags.use_cuda else "cpu")
+    return base.get(flags.backend or ("cuda" if flags.use_cuda else "cpu"))
 
 
 def _last_uses(steps):

@@ -66,6 +66,14 @@ def _check_seconds(name, value):
     return float(value)
 
 
+def _check_backend(name, value):
+    """The name of a runtime module (``runtime/<name>.py``), or "" for the default."""
+    if not isinstance(value, str) or (value and not value.isidentifier()):
+        raise ValueError(f"flag {name} must be the name of a backend such as 'cpu' or 'cuda' (or '' for the "
+                         f"default), got {value!r}")
+    return value
+
+
 def _check_path(name, value):
     """A non-empty directory path (str or os.PathLike), kept as a str."""
     if not isinstance(value, (str, os.PathLike)):
@@ -87,6 +95,8 @@ _SPECS = {
     "compile_timeout": (600.0, float, _check_seconds,
                         "seconds one compiler run may take before its process group is killed and the build fails"),
     "use_cuda": (False, _parse_bool, _check_bool, "run on the GPU (CUDA backend)"),
+    "backend": ("", str, _check_backend,
+                "the runtime that computes Vars, by name (runtime/<name>.py); '' is 'cuda' with use_cuda, else 'cpu'"),
     "no_grad": (False, _parse_bool, _check_bool,
                 "Vars built now record no backward (jt.no_grad() sets it for a block)"),
     "nccl": (True, _parse_bool, _check_bool,

@@ -280,7 +280,7 @@ def pending_roots():
 _OPERATORS = {
     "add": "add", "sub": "sub", "mul": "mul", "truediv": "div", "floordiv": "floordiv",
     "mod": "mod", "pow": "pow", "matmul": "matmul", "and": "bitwise_and", "or": "bitwise_or",
-    "xor": "bitwise_xor",
+    "xor": "bitwise_xor", "lshift": "left_shift", "rshift": "right_shift",
 }
 _COMPARISONS = {"eq": "equal", "ne": "not_equal", "lt": "less", "le": "less_equal",
                 "gt": "greater", "ge": "greater_equal"}

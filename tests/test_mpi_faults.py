@@ -77,6 +77,14 @@ def test_a_rank_busy_in_c_or_a_subprocess_does_not_end_the_job():
     assert by_rank[0]["waited"] >= 18
 
 
+@needs_mpirun
+def test_a_rank_busy_for_60_s_in_one_kernel_does_not_end_the_job_with_default_settings():
+    done, _ = launch(2, "faults.py", "busy", 60, 0, timeout=150)
+    by_rank = reports(done, 2)
+    assert all(r["total"] == [2.0, 2.0, 2.0] for r in by_rank.values())
+    assert by_rank[0]["waited"] >= 60
+
+
 # --- ranks whose collectives differ ----------------------------------------------------------------
 DIFFER = {
     # the ranks run through, and exit: the fingerprints in their exit notices differ

@@ -73,6 +73,34 @@ UNARY = {
     "sign": ("({0} != {0} ? {0} : ({T})(({T})({0} > ({T})0) - ({T})({0} < ({T})0)))", None, False),  # NaN too
     "logical_not": ("(!{0})", None, False),
     "bitwise_not": ("jt_invert({0})", None, False),        # ~: bitwise on integers, logical on bools
+    # computed in double by the kernel helper; the gradient is 1 / erf'(erfinv(x))
+    "erfinv": ("jt_erfinv({0})", lambda d, out, x: d * (out * out).exp() * 0.886226925452758, True),
+}
+
+# docstrings of the rows whose behaviour needs more than a name (the others say "Elementwise <name>.")
+DOCS = {
+    "erfinv": """The inverse error function, elementwise: +-inf at +-1 and NaN outside [-1, 1].
+
+    ``erf(erfinv(x)) = x`` on (-1, 1); integers are cast to float32.
+
+    >>> jt.array([0.0, 0.5, 1.0]).erfinv().numpy()
+    array([0.        , 0.47693628,        inf], dtype=float32)
+    """,
+    "left_shift": """``a << b`` for integer Vars and ints, with numpy's broadcasting and dtype rules.
+
+    A count that is negative or at least the bit width gives 0, as numpy does.
+
+    >>> jt.left_shift(jt.array([1, -3]), 2).numpy()
+    array([  4, -12])
+    """,
+    "right_shift": """``a >> b`` (arithmetic) for integer Vars and ints, with numpy's broadcasting and dtypes.
+
+    Negatives stay negative; a count that is negative or at least the bit width gives 0, or -1 for
+    a negative ``a``, as numpy does.
+
+    >>> jt.right_shift(jt.array([17, -17]), 2).numpy()
+    array([ 4, -5])
+    """,
 }
 
 
@@ -96,7 +124,7 @@ def _unary_front(name, float_only):
             return x
         return Var.node(name, [x])
     op.__name__ = name
-    op.__doc__ = f"Elementwise {name}."
+    op.__doc__ = DOCS.get(name, f"Elementwise {name}.")
     return op
 
 
@@ -141,7 +169,8 @@ def _pow_grad(d, out, x, a):
 
 # name: (C expression, gradient as fn(dout, out, inputs, attrs) or None, result kind)
 # result kind: "same" keeps the promoted dtype, "float" forces a float, "bool" for predicates,
-# "logical" casts operands to bool first, "integer" takes only bool and integer operands (as numpy)
+# "logical" casts operands to bool first, "integer" takes only bool and integer operands (as numpy),
+# "shift" only integer ones
 BINARY = {
     "add": ("({0} + {1})", lambda d, out, x, a: [d, d], "same"),
     "sub": ("({0} - {1})", lambda d, out, x, a: [d, -d], "same"),
@@ -164,6 +193,8 @@ BINARY = {
     "bitwise_and": ("({0} & {1})", None, "integer"),
     "bitwise_or": ("({0} | {1})", None, "integer"),
     "bitwise_xor": ("({0} ^ {1})", None, "integer"),
+    "left_shift": ("jt_shl({0}, {1})", None, "shift"),     # helpers define the counts C leaves undefined
+    "right_shift": ("jt_shr({0}, {1})", None, "shift"),
 }
 
 
@@ -234,15 +265,31 @@ def _binary_front(name, result):
     def op(a, b):
         if result == "logical":
             a, b = (cast(v, "bool") if isinstance(v, Var) else bool(v) for v in (a, b))
+        if result == "shift":
+            _check_shift(name, a, b)
         a, b = operands(a, b)
         if result == "float":
             a, b = _floats(a), _floats(b)
-        if result == "integer" and dtypes.is_float(a.dtype):
-            raise TypeError(f"{name} is defined for bool and integer Vars, got {a.dtype}")
+        if result in ("integer", "shift") and dtypes.is_float(a.dtype):
+            raise TypeError(f"{name} is defined for {'bool and ' * (result == 'integer')}integer Vars, "
+                            f"got {a.dtype}")
         return Var.node(name, [a, b])
     op.__name__ = name
-    op.__doc__ = f"Elementwise {name} with numpy broadcasting."
+    op.__doc__ = DOCS.get(name, f"Elementwise {name} with numpy broadcasting.")
     return op
+
+
+def _check_shift(name, a, b):
+    """TypeError naming the dtype of a bool or float operand of a shift (numpy refuses floats; a
+    bool shifted would come back an integer, which is not what ``mask << 1`` meant)."""
+    for v in (a, b):
+        if isinstance(v, Var):
+            bad = v.dtype == "bool" or dtypes.is_float(v.dtype)
+        else:
+            bad = isinstance(v, (bool, np.bool_, float, np.floating))
+        if bad:
+            kind = v.dtype if isinstance(v, Var) else type(v).__name__
+            raise TypeError(f"{name} is defined for integer Vars and ints, got an operand of dtype {kind}")
 
 
 def _is_integer_operand(v):

@@ -11,7 +11,9 @@ slice, concat, reindex with extras, where, reductions, matmul): no kernels of th
 
 Index-taking ops (``index_select``, ``gather``) read their index Var's values on the host to
 check their range, so an out-of-range entry is an IndexError instead of a read of another
-element; ``nonzero`` and one-argument ``where`` are eager, since their shape is data.
+element; ``scatter`` checks an index whose values are on the host already and drops the
+out-of-range entries of a lazy one. ``nonzero`` and one-argument ``where`` are eager, since their
+shape is data.
 """
 import math
 import numbers
@@ -23,7 +25,7 @@ from ..var import Var
 from .elementwise import broadcast_shapes, cast, where
 from .matmul import matmul
 from .registry import export
-from .reindex import broadcast_to, concat, normalize_dim, permute, reindex, reshape, slice_var
+from .reindex import broadcast_to, concat, normalize_dim, permute, reindex, reindex_reduce, reshape, slice_var
 
 
 def _ints(args, what):
@@ -263,7 +265,10 @@ def _index_var(index, what):
 
 def _check_range(index, dim, size, what):
     """IndexError naming the first out-of-range entry; reads the index's values (eager)."""
-    values = index.data
+    _check_values(index.data, dim, size, what)
+
+
+def _check_values(values, dim, size, what):
     if values.size:
         lo, hi = int(values.min()), int(values.max())
         bad = lo if lo < -size else hi if hi >= size else None
@@ -271,9 +276,10 @@ def _check_range(index, dim, size, what):
             raise IndexError(f"{what}: index {bad} is out of range for dim {dim} with size {size}")
 
 
-def _entry(value, dim):
-    """C expression of an index entry, a negative one counting from the end of x's ``dim``."""
-    return f"(({value}) < 0 ? ({value}) + xshape{dim} : ({value}))"
+def _entry(value, dim, shape_name="xshape"):
+    """C expression of an index entry, a negative one counting from the end of x's ``dim`` (named
+    ``yshape`` where x's shape is a scatter's result)."""
+    return f"(({value}) < 0 ? ({value}) + {shape_name}{dim} : ({value}))"
 
 
 @export("index_select")
@@ -313,9 +319,115 @@ def gather(x, dim, index):
         raise ValueError(f"gather along dim {dim}: index of shape {index.shape} does not fit a Var of "
                          f"shape {x.shape} (same number of dims, no larger off dim {dim})")
     _check_range(index, dim, x.shape[dim], "gather")
-    at = ", ".join(f"i{k}" for k in range(x.ndim))
-    exprs = [_entry(f"@e0({at})", dim) if k == dim else f"i{k}" for k in range(x.ndim)]
-    return reindex(x, index.shape, exprs, extras=[index])
+    return _gather_at(x, dim, index)
+
+
+def _along_index(ndim, dim, shape_name):
+    """Index expressions reading position ``index[i0, i1, ...]`` along ``dim`` and ``i<k>`` off it."""
+    at = ", ".join(f"i{k}" for k in range(ndim))
+    return [_entry(f"@e0({at})", dim, shape_name) if k == dim else f"i{k}" for k in range(ndim)]
+
+
+def _gather_at(x, dim, index):
+    """``gather`` without its checks: shapes fit and the index is in range (or is dropped)."""
+    return reindex(x, index.shape, _along_index(x.ndim, dim, "xshape"), extras=[index])
+
+
+def _scatter_at(v, op, shape, dim, index):
+    """``v`` (of index's shape) sent to ``index`` along ``dim`` in a Var of ``shape``, combined by
+    ``op`` (reindex_reduce's replace, add or mul): gather's map run backwards."""
+    return reindex_reduce(v, op, shape, _along_index(len(shape), dim, "yshape"), extras=[index])
+
+
+_SCATTER_OPS = {"void": "replace", None: "replace", "add": "add", "multiply": "mul"}
+
+
+@export("scatter")
+def scatter(x, dim, index, src, reduce="void"):
+    """PyTorch's scatter as a new Var: ``src`` written into a copy of ``x`` at ``index`` along ``dim``.
+
+    ``out[index[i][j]][j] = src[i][j]`` for ``dim=0``, and so on for other dims; ``reduce`` "add"
+    or "multiply" combines with x's entry instead of replacing it (repeated indices accumulate;
+    with "void" which of them lands is unspecified). ``index`` has x's number of dims, sizes no
+    larger than src's, nor than x's off ``dim``; a negative entry counts from the end. ``src`` is
+    a Var or a number, cast to x's dtype.
+
+    >>> jt.zeros(2, 3).scatter(0, jt.array([[1, 0, 1]]), jt.array([[1.0, 2.0, 3.0]])).numpy()
+    array([[0., 2., 0.],
+           [1., 0., 3.]], dtype=float32)
+    """
+    if reduce not in _SCATTER_OPS:
+        raise ValueError(f"scatter: reduce must be 'void', 'add' or 'multiply', got {reduce!r}")
+    index = _index_var(index, "scatter")
+    if x.ndim == 0:      # a 0-d Var scatters as a 1-element row, as in PyTorch
+        src = reshape(src, (-1,)) if isinstance(src, Var) and src.ndim else src
+        return reshape(scatter(reshape(x, (1,)), dim, reshape(index, (-1,)), src, reduce), ())
+    dim = normalize_dim(dim, x.ndim)
+    src = _scatter_src(x, dim, index, src)
+    if index.numel() == 0:
+        return clone(x)
+    if isinstance(index._data, np.ndarray):     # known values only: a lazy index is not computed to check
+        _check_values(index._data, dim, x.shape[dim], "scatter")
+    op = _SCATTER_OPS[reduce]
+    if op == "mul":
+        return _scatter_multiply(x, dim, index, src)
+    placed = _scatter_at(src, op, x.shape, dim, index)
+    if op == "add":
+        return x + placed
+    written = _scatter_at(creation.full(index.shape, True, "bool"), "replace", x.shape, dim, index)
+    return where(written, placed, x)
+
+
+def _scatter_src(x, dim, index, src):
+    """``src`` in x's dtype and index's shape: a number (or 0-d Var) spread over it, a Var cut to
+    its extent; ValueError naming the shapes where index does not fit x or src."""
+    if index.ndim != x.ndim or any(n > s for k, (n, s) in enumerate(zip(index.shape, x.shape)) if k != dim):
+        raise ValueError(f"scatter along dim {dim}: index of shape {index.shape} does not fit a Var of "
+                         f"shape {x.shape} (same number of dims, no larger off dim {dim})")
+    src = creation.as_var(src, like=x)
+    if src.ndim == 0:
+        return broadcast_to(cast(src, x.dtype), index.shape)
+    if src.ndim != index.ndim or any(n > s for n, s in zip(index.shape, src.shape)):
+        raise ValueError(f"scatter: index of shape {index.shape} does not fit src of shape {src.shape} "
+                         f"(same number of dims, no larger in any)")
+    src = cast(src, x.dtype)
+    return src if src.shape == index.shape else slice_var(src, [0] * src.ndim, [1] * src.ndim, index.shape)
+
+
+def _scatter_multiply(x, dim, index, src):
+    """``x`` times the product of the src entries sent to each position, with the product rule as
+    its gradient (reindex_reduce's mul has none). An entry's factor is the product of the others
+    at its position: their nonzero product divided by it where none is 0, that product where it is
+    the only 0, and 0 where another entry is 0."""
+    from ..autograd import custom_grad    # here: autograd imports creation, still loading as ops register
+    x, src = clone(x), clone(src)         # own nodes: the rule must not see the caller's handles rebound
+
+    def put(v, op):
+        return _scatter_at(v, op, x.shape, dim, index)
+    factor = put(src, "mul")
+
+    def rule(d):
+        zero = src == 0
+        nonzero_product = _gather_at(put(where(zero, 1, src), "mul"), dim, index)
+        zeros = _gather_at(put(cast(zero, src.dtype), "add"), dim, index)
+        others = where(zero, where(zeros == 1, nonzero_product, 0),
+                       where(zeros == 0, nonzero_product / where(zero, 1, src), 0))
+        return [d * factor, _gather_at(d * x, dim, index) * others]
+    out = x * factor
+    return custom_grad(out, [x, src], rule) if dtypes.is_float(x.dtype) else out
+
+
+@export("scatter_")
+def scatter_(x, dim, index, src, reduce="void"):
+    """``scatter`` in place: the handle ``x`` is rebound to the result; returns ``x``.
+
+    Vars built from ``x`` earlier keep the old value, as with ``x[i] = v``.
+
+    >>> x = jt.zeros(3); x.scatter_(0, jt.array([2]), 5.0).numpy()
+    array([0., 0., 5.], dtype=float32)
+    """
+    x._rebind(scatter(x, dim, index, src, reduce))
+    return x
 
 
 def _band(x, diagonal, upper):

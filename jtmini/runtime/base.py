@@ -82,4 +82,7 @@ def get(name):
         if e.name != f"{__package__}.{name}":
             raise
         raise ValueError(f"no backend named {name!r}: jtmini/runtime/{name}.py does not exist") from None
-    return module.BACKEND
+    backend = getattr(module, "BACKEND", None)
+    if not isinstance(backend, Backend):
+        raise ValueError(f"jtmini/runtime/{name}.py is not a backend: it defines no BACKEND (a runtime.base.Backend)")
+    return backend

@@ -5,6 +5,7 @@ the call, or, for a rank that is merely busy, that the job completes.
     mpirun -np 2 python tests/mpi_progs/faults.py freeze 1         # rank 1 stops itself (SIGSTOP)
     mpirun -np 2 python tests/mpi_progs/faults.py hold_gil 60      # rank 1: 60 s in C holding the GIL
     mpirun -np 2 python tests/mpi_progs/faults.py busy 9           # rank 1: 9 s in C, 9 s in a subprocess
+    mpirun -np 2 python tests/mpi_progs/faults.py busy 60 0        # rank 1: 60 s in one C call
     mpirun -np 2 python tests/mpi_progs/faults.py roots_differ     # mpi_broadcast(root=jt.rank), then exit
     mpirun -np 2 python tests/mpi_progs/faults.py late_root        # the same after 200 collectives, then 200 more
     mpirun -np 2 python tests/mpi_progs/faults.py ops_differ       # "max" on rank 0, "add" elsewhere, go on
@@ -53,14 +54,15 @@ def hold_gil(seconds):
     jt.ones(3).mpi_all_reduce().numpy()
 
 
-def busy(seconds):
+def busy(in_c, in_subprocess):
     """Rank 1 is silent in its main thread, as in a long C kernel and a long compile, while the
     others wait in a collective: the GIL is free, so its heartbeat thread still answers."""
     started()
     start = time.monotonic()
     if jt.rank == 1:
-        ctypes.CDLL(None).sleep(int(seconds))         # libc sleep(3): a C call that releases the GIL
-        subprocess.run(["sleep", str(seconds)], check=True)
+        ctypes.CDLL(None).sleep(int(in_c))            # libc sleep(3): a C call that releases the GIL
+        if in_subprocess:
+            subprocess.run(["sleep", str(in_subprocess)], check=True)
     total = jt.ones(3).mpi_all_reduce().numpy()
     report(waited=time.monotonic() - start, total=total.tolist())
 
@@ -122,7 +124,7 @@ def recv_sizes():
 if __name__ == "__main__":
     scenario, args = sys.argv[1], sys.argv[2:]
     {"freeze": lambda: freeze(int(args[0])), "hold_gil": lambda: hold_gil(float(args[0])),
-     "busy": lambda: busy(float(args[0])),
+     "busy": lambda: busy(float(args[0]), float(args[-1])),
      "roots_differ": roots_differ, "late_root": late_root, "ops_differ": ops_differ,
      "sizes_differ": lambda: sizes_differ(extra=False), "extra": lambda: sizes_differ(extra=True),
      "recv_sizes": recv_sizes}[scenario]()
