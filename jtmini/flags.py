@@ -68,7 +68,9 @@ def _check_seconds(name, value):
 
 def _check_backend(name, value):
     """The name of a runtime module (``runtime/<name>.py``), or "" for the default."""
-    if not isinstance(value, str) or (value and not value.isidentifier()):
+    if not isinstance(value, str):
+        raise TypeError(f"flag {name} must be the name of a backend (a str), got {value!r} ({type(value).__name__})")
+    if value and not value.isidentifier():
         raise ValueError(f"flag {name} must be the name of a backend such as 'cpu' or 'cuda' (or '' for the "
                          f"default), got {value!r}")
     return value

@@ -21,6 +21,15 @@ inline int __float_as_int(float x) { int b; std::memcpy(&b, &x, 4); return b; }
 inline float __int_as_float(int b) { float x; std::memcpy(&x, &b, 4); return x; }
 inline long long __double_as_longlong(double x) { long long b; std::memcpy(&b, &x, 8); return b; }
 inline double __longlong_as_double(long long b) { double x; std::memcpy(&x, &b, 8); return x; }
+// CUDA's erfinv: here by bisection on std::erf (slow, exact enough for the comparisons made)
+inline double erfinv(double y) {
+  if (std::isnan(y) || y < -1 || y > 1) return NAN;
+  if (y == 1 || y == -1) return y * INFINITY;
+  double lo = -6, hi = 6;
+  for (int k = 0; k < 200 && lo < hi; ++k) { const double mid = 0.5 * (lo + hi); (std::erf(mid) < y ? lo : hi) = mid; }
+  return 0.5 * (lo + hi);
+}
+inline float erfinvf(float y) { return (float)erfinv((double)y); }
 template <class T> T atomicAdd(T* p, T v) { std::lock_guard<std::mutex> g(jt_mutex); T o = *p; *p = o + v; return o; }
 template <class T> T atomicMax(T* p, T v) { std::lock_guard<std::mutex> g(jt_mutex); T o = *p; *p = o > v ? o : v; return o; }
 template <class T> T atomicMin(T* p, T v) { std::lock_guard<std::mutex> g(jt_mutex); T o = *p; *p = o < v ? o : v; return o; }
