@@ -5,7 +5,6 @@ Every test uses a private cache folder (and children a private TMPDIR), never th
 """
 import ctypes
 import errno
-import json
 import logging
 import os
 import pickle

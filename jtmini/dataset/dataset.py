@@ -17,7 +17,6 @@ Under mpirun (``world.in_mpi``) ``batch_size`` is the GLOBAL batch. Every rank d
 permutation (seeded by ``seed`` and the epoch number, no communication) and cuts each global batch
 into ``world_size`` contiguous shards; see ``shard_bounds`` for who gets what.
 """
-import functools
 import numbers
 import queue
 import threading

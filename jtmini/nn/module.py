@@ -21,7 +21,7 @@ import collections
 
 import numpy as np
 
-from .. import persist, world
+from .. import persist
 from ..gc_pause import paused
 from ..ops.collective import broadcast_in_place
 from ..var import Var
