@@ -3,13 +3,14 @@
     >>> jt.seed(0)
     >>> w = jt.randn(3, 4)                     # float32, a leaf
     >>> b = jt.zeros((4,))                     # a constant: no buffer until used
-    >>> jt.array(np.arange(6).reshape(2, 3))   # int64 numpy -> int64 Var (a copy)
+    >>> jt.array(np.arange(6).reshape(2, 3))   # int64 numpy -> int32 Var (a copy), as in Jittor
 """
 import numbers
 
 import numpy as np
 
 from . import dtypes
+from .flags import flags
 from .ops.registry import export
 from .state import services
 from .var import Var
@@ -42,11 +43,27 @@ def array(data, dtype=None):
     elif arr.dtype.kind == "f" and not isinstance(data, np.ndarray):
         name = dtypes.DEFAULT_FLOAT            # Python floats default to float32, as in Jittor
     else:
-        name = dtypes.from_numpy(arr.dtype)
+        name = _narrowed(arr, dtypes.from_numpy(arr.dtype))
     _check_fits(arr, name)
     arr = np.array(arr, dtype=name, order="C", copy=True)
     arr.flags.writeable = False
     return Var(None, (), {}, arr.shape, name, arr)
+
+
+def _narrowed(arr, name):
+    """Jittor's ``auto_convert_64_to_32``: 64-bit data given without a dtype is stored as 32-bit,
+    since 32-bit is what kernels and BLAS are fast at; integers past int32 stay int64 rather than
+    wrap, so no value changes but a float's rounding."""
+    if not flags.auto_convert_64_to_32:
+        return name
+    if name == "float64":
+        return "float32"
+    if name == "int64" and (arr.size == 0 or _INT32_MIN <= arr.min() and arr.max() <= _INT32_MAX):
+        return "int32"
+    return name
+
+
+_INT32_MIN, _INT32_MAX = -2**31, 2**31 - 1
 
 
 def _check_fits(arr, dtype):

@@ -99,6 +99,9 @@ _SPECS = {
     "use_cuda": (False, _parse_bool, _check_bool, "run on the GPU (CUDA backend)"),
     "backend": ("", str, _check_backend,
                 "the runtime that computes Vars, by name (runtime/<name>.py); '' is 'cuda' with use_cuda, else 'cpu'"),
+    "auto_convert_64_to_32": (True, _parse_bool, _check_bool,
+                              "jt.array of float64/int64 data without a dtype gives float32/int32 (as Jittor); "
+                              "integers that do not fit int32 stay int64"),
     "no_grad": (False, _parse_bool, _check_bool,
                 "Vars built now record no backward (jt.no_grad() sets it for a block)"),
     "nccl": (True, _parse_bool, _check_bool,

@@ -52,6 +52,23 @@ def untrack(v):
     return v
 
 
+class Shape(tuple):
+    """A Var's shape: a tuple (numpy-style code indexes, unpacks and hashes it) that also compares
+    equal to the list Jittor's ``Var.shape`` is, so ``x.shape == [2, 3]`` holds as in Jittor.
+
+        >>> jt.zeros(2, 3).shape == [2, 3] == list(jt.zeros(2, 3).shape)
+        True
+    """
+    __slots__ = ()
+    __hash__ = tuple.__hash__
+
+    def __eq__(self, other):
+        return tuple.__eq__(self, tuple(other) if type(other) is list else other)
+
+    def __ne__(self, other):
+        return not self == other
+
+
 class Var:
     __slots__ = ("op", "inputs", "attrs", "shape", "dtype", "_data", "_stop_grad", "_backward", "_consumers",
                  "id", "__weakref__")
@@ -65,7 +82,7 @@ class Var:
             leaf = services.array(op, inputs if inputs is not None else dtype)
             op, inputs, attrs, shape, dtype, data = None, (), {}, leaf.shape, leaf.dtype, leaf._data
         self.op, self.inputs, self.attrs = op, tuple(inputs), attrs
-        self.shape, self.dtype = tuple(shape), dtype
+        self.shape, self.dtype = Shape(shape), dtype
         self._data, self._stop_grad, self._consumers = data, False, []
         self._backward = None        # (inputs, rule) set by autograd.custom_grad
         self.id = next(_ids)

@@ -5,16 +5,32 @@ Kernels are cached in the default ``jt.flags.cache_dir``, so a second run reuses
     >>> x, leaf = make_input(rng.standard_normal((3, 4)), "transposed")   # x reads leaf through a transpose
     >>> check_grad(lambda a: a.exp(), torch.exp, [arr], layouts=["sliced"])
 """
+import os
 import zlib
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-import jtmini as jt
+# Child processes (mpirun jobs, examples, benchmarks) import the jtmini under test, not whichever
+# one is installed: they inherit this PYTHONPATH.
+_ROOT = str(Path(__file__).resolve().parent.parent)
+os.environ["PYTHONPATH"] = os.pathsep.join([_ROOT] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
+
+import jtmini as jt  # noqa: E402
 
 LAYOUTS = ("contig", "transposed", "sliced")
 TOL = {"float32": dict(rtol=1e-5, atol=1e-6), "float64": dict(rtol=1e-10, atol=1e-12)}
 GRAD_TOL = {"float32": dict(rtol=1e-4, atol=1e-5), "float64": dict(rtol=1e-7, atol=1e-9)}
+
+
+@pytest.fixture(autouse=True)
+def exact_dtypes():
+    """The op tests build float64 and int64 inputs on purpose (float64 gradient checks at 1e-7):
+    they run with Jittor's 64-to-32 conversion off. The default, on, is tested in
+    tests/test_dtype_convert.py and by every program run in a child process."""
+    with jt.flag_scope(auto_convert_64_to_32=False):
+        yield
 
 
 @pytest.fixture

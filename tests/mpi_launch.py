@@ -24,7 +24,10 @@ needs_mpirun = pytest.mark.skipif(shutil.which("mpirun") is None, reason="needs 
 
 MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
            "OMPI_MCA_rmaps_base_oversubscribe": "1", "OMPI_MCA_btl": "self,vader",
-           "OMPI_MCA_oob_tcp_if_include": "lo", "JTMINI_NUM_THREADS": "1"}
+           "OMPI_MCA_oob_tcp_if_include": "lo", "JTMINI_NUM_THREADS": "1",
+           # the programs check collectives on float64 and int64 data at exact tolerances, as the
+           # op tests do (conftest.exact_dtypes); tests/test_examples.py runs Jittor's default
+           "JTMINI_AUTO_CONVERT_64_TO_32": "0"}
 
 
 def run_mpi(ranks, python_args, timeout=120, **env):

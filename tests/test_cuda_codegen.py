@@ -30,7 +30,7 @@ DTYPES = ("float32", "float64", "int32", "int64", "bool")
 
 def _leaf(shape, dtype, seed=0):
     values = np.random.default_rng(seed).standard_normal(shape) * 4
-    return jt.array(values.astype(dtype) if dtype != "bool" else values > 0)
+    return jt.array(values.astype(dtype) if dtype != "bool" else values > 0, dtype)
 
 
 def _chain(dtype):

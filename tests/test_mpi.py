@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import jtmini as jt
-from mpi_launch import PROGS, launch, needs_mpirun, reports
+from mpi_launch import MPI_ENV, PROGS, launch, needs_mpirun, reports
 
 
 # --- values and gradients of every collective, every root, every dtype ----------------------------
@@ -27,6 +27,7 @@ def test_collectives_match_numpy_on_every_rank(ranks):
 
 def test_collectives_without_mpirun_act_as_one_rank():
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "PMI_"))}
+    env["JTMINI_AUTO_CONVERT_64_TO_32"] = MPI_ENV["JTMINI_AUTO_CONVERT_64_TO_32"]
     done = subprocess.run([sys.executable, str(PROGS / "collectives.py")], env=env,
                           capture_output=True, text=True, timeout=120)
     assert reports(done, 1)[0]["world_size"] == 1
