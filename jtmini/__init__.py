@@ -18,7 +18,7 @@ from . import mpi as _mpi
 from .autograd import enable_grad, grad, no_grad  # noqa: F401
 from .compiler import VERSION as __version__  # noqa: F401
 from .counters import reset_stats, stats  # noqa: F401
-from .executor import sync, sync_all  # noqa: F401
+from .executor import fetch, sync, sync_all  # noqa: F401
 from .flags import flag_scope, flags  # noqa: F401
 from .profiler import profile_scope  # noqa: F401
 from .state import clear_caches  # noqa: F401
@@ -38,7 +38,8 @@ def __getattr__(name):
     if name in ("in_mpi", "rank", "world_size", "local_rank"):    # live: single_process_scope changes them
         return getattr(world, name)
     # the training stack is imported on first use, so `import jtmini` stays cheap
-    if name in ("nn", "optim", "init", "models", "lr_scheduler", "misc", "transform", "dataset"):
+    if name in ("nn", "optim", "init", "models", "lr_scheduler", "misc", "transform", "dataset",
+                "compile_extern"):
         return _importlib.import_module(f"{__name__}.{name}")
     if name == "Module":
         from .nn import Module

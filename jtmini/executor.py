@@ -15,6 +15,7 @@ kernel, did not pay either: ResNet-18's kernels (~370 then) took 51.4 ms a step 
 (steps alternating in one process). A small kernel costs ~20 us in a step against ~10 us in a
 tight loop, and most of the difference is cache misses in the kernel itself, not the call.
 """
+import sys
 import time
 
 from . import counters, profiler, replay, schedule
@@ -98,9 +99,34 @@ def sync(vars_):
     realize(list(vars_))
 
 
-def sync_all():
-    """Compute every Var that is still pending."""
+def sync_all(device_sync=False):
+    """Compute every Var that is still pending; with ``device_sync`` (Jittor's
+    ``jt.sync_all(True)``) also wait until the GPU, if one was used, has finished its queued work."""
     realize(pending_roots())
+    cupy = sys.modules.get("cupy")      # loaded only if the CUDA backend ran something
+    if device_sync and cupy is not None:
+        cupy.cuda.Device().synchronize()
+
+
+def fetch(*args):
+    """Jittor's ``jt.fetch(*values, callback)``: compute the Vars among ``values`` and call
+    ``callback`` with all values, each Var replaced by its numpy array. Jittor may run the
+    callback later; here it runs before ``fetch`` returns, so it has always run by ``sync_all``.
+
+    >>> out = []
+    >>> jt.fetch(jt.array([1, 2]) * 2, 5, lambda a, b: out.append((a.tolist(), b))); out
+    [([2, 4], 5)]
+    """
+    from .var import Var
+    if not args or not callable(args[-1]):
+        raise TypeError(f"fetch: the last argument must be the callback, got {args[-1:]!r}")
+    *values, callback = args
+    for i, v in enumerate(values):
+        if isinstance(v, (list, tuple)) and any(isinstance(x, Var) for x in v):
+            raise TypeError(f"fetch: argument {i} is a {type(v).__name__} holding Vars; pass the "
+                            f"Vars themselves: jt.fetch(a, b, callback)")
+    realize([v for v in values if isinstance(v, Var)])
+    callback(*(v.numpy() if isinstance(v, Var) else v for v in values))
 
 
 services.realize = realize

@@ -79,6 +79,25 @@ def _buffer(x):
     return np.ascontiguousarray(x.numpy() if hasattr(x, "numpy") else x)
 
 
+def broadcast(array, root):
+    """Jittor's ``mpi.broadcast``: overwrite the numpy ``array`` in place, on every rank, with
+    rank ``root``'s values (eager; the shapes and dtypes must agree on all ranks).
+
+        >>> a = np.zeros(3) + jt.rank; jt.mpi.broadcast(a, 0)     # every rank: a == [0, 0, 0]
+    """
+    if world.as_rank(root) is None:
+        raise ValueError(f"broadcast: root {root!r} is not a rank of this job (ranks are "
+                         f"0..{world.world_size - 1})")
+    root = world.as_rank(root)
+    if not isinstance(array, np.ndarray) or not array.flags.writeable or not array.flags.c_contiguous:
+        raise TypeError(f"broadcast: array must be a writeable C-contiguous numpy array, got "
+                        f"{type(array).__name__}")
+    comm = _runtime.comm()
+    _runtime.flush()
+    with mpi_guard.watch(f"broadcast({array.dtype} {array.shape}, root={root}) on rank {world.rank}"):
+        comm.Bcast(array, root=root)
+
+
 def send(x, dst, tag=0):
     """Send ``x`` (a Var or numpy array) to rank ``dst``; returns when the buffer may be reused.
 

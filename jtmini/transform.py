@@ -324,11 +324,15 @@ class RandomCrop:
         width, height = img.size
         h, w = self.size
         if h > height or w > width:
-            raise ValueError(f"RandomCrop: crop size {self.size} (h, w) exceeds the image size "
-                             f"{(height, width)} (h, w)")
+            raise _CropTooLarge(f"RandomCrop: crop size {self.size} (h, w) exceeds the image size "
+                                f"{(height, width)} (h, w)")
         top = int(creation.rng().integers(0, height - h + 1))
         left = int(creation.rng().integers(0, width - w + 1))
         return crop(img, top, left, h, w)
+
+
+class _CropTooLarge(ValueError, AssertionError):
+    """A crop box larger than the image: a ValueError, and an AssertionError as Jittor raises."""
 
 
 class RandomHorizontalFlip:
@@ -467,3 +471,395 @@ class Gray:
         if self.num_output_channels == 1:
             return img[np.newaxis, :]
         return np.dstack([img, img, img])
+
+
+# ---- more of Jittor's transforms: flips, random composition, colour, multi-crop, geometry ------
+
+def vflip(img):
+    """PIL image ``img`` mirrored top to bottom.
+
+    >>> vflip(Image.new("L", (3, 2))).size
+    (3, 2)
+    """
+    if not _is_pil(img):
+        raise TypeError(f"vflip: img must be a PIL image, got {type(img).__name__}")
+    return img.transpose(_image_module().FLIP_TOP_BOTTOM)
+
+
+class RandomVerticalFlip:
+    """Mirror the image top to bottom with probability ``p`` (jtmini's seeded generator).
+
+    >>> RandomVerticalFlip(p=1.0)(Image.new("L", (3, 2))).size
+    (3, 2)
+    """
+
+    def __init__(self, p=0.5):
+        self.p = _check_probability(p, "RandomVerticalFlip")
+
+    def __call__(self, img):
+        img = _as_pil(img, "RandomVerticalFlip")
+        return vflip(img) if creation.rng().random() < self.p else img
+
+
+class Lambda:
+    """Wrap a function as a transform.
+
+    >>> Lambda(lambda x: x + 1)(1)
+    2
+    """
+
+    def __init__(self, lambd):
+        if not callable(lambd):
+            raise TypeError(f"Lambda: expected a callable, got {type(lambd).__name__}")
+        self.lambd = lambd
+
+    def __call__(self, img):
+        return self.lambd(img)
+
+
+def _transform_list(transforms, who):
+    if not isinstance(transforms, (list, tuple)) or not transforms:
+        raise TypeError(f"{who}: transforms must be a non-empty list or tuple, got {transforms!r}")
+    for i, t in enumerate(transforms):
+        if not callable(t):
+            raise TypeError(f"{who}: transforms[{i}] ({type(t).__name__}) is not callable")
+    return list(transforms)
+
+
+class RandomApply:
+    """Apply all ``transforms`` in order with probability ``p``, else none of them.
+
+    >>> RandomApply([Lambda(lambda x: x * 2)], p=1.0)(3)
+    6
+    """
+
+    def __init__(self, transforms, p=0.5):
+        self.transforms = _transform_list(transforms, "RandomApply")
+        self.p = _check_probability(p, "RandomApply")
+
+    def __call__(self, img):
+        if creation.rng().random() >= self.p:
+            return img
+        for t in self.transforms:
+            img = t(img)
+        return img
+
+
+class RandomChoice:
+    """Apply one of ``transforms``, picked uniformly at random.
+
+    >>> RandomChoice([Lambda(lambda x: x + 1)])(1)
+    2
+    """
+
+    def __init__(self, transforms):
+        self.transforms = _transform_list(transforms, "RandomChoice")
+
+    def __call__(self, img):
+        return self.transforms[int(creation.rng().integers(len(self.transforms)))](img)
+
+
+class RandomOrder:
+    """Apply all ``transforms`` in a random order.
+
+    >>> RandomOrder([Lambda(lambda x: x + 1), Lambda(lambda x: x + 2)])(0)
+    3
+    """
+
+    def __init__(self, transforms):
+        self.transforms = _transform_list(transforms, "RandomOrder")
+
+    def __call__(self, img):
+        for i in creation.rng().permutation(len(self.transforms)):
+            img = self.transforms[i](img)
+        return img
+
+
+def _enhance(img, kind, factor, who):
+    """PIL's ImageEnhance ``kind`` (Brightness, Contrast, Color) by ``factor`` >= 0."""
+    if not _is_pil(img):
+        raise TypeError(f"{who}: img must be a PIL image, got {type(img).__name__}")
+    if not (isinstance(factor, numbers.Real) and factor >= 0):
+        raise ValueError(f"{who}: the factor must be a number >= 0, got {factor!r}")
+    from PIL import ImageEnhance
+    return getattr(ImageEnhance, kind)(img).enhance(factor)
+
+
+def adjust_brightness(img, brightness_factor):
+    """Scale brightness: 0 gives black, 1 the image itself, 2 twice as bright (clipped).
+
+    >>> np.asarray(adjust_brightness(Image.new("L", (1, 1), 100), 0.5)).item()
+    50
+    """
+    return _enhance(img, "Brightness", brightness_factor, "adjust_brightness")
+
+
+def adjust_contrast(img, contrast_factor):
+    """Blend with the image's mean grey: 0 gives a flat grey image, 1 the image itself."""
+    return _enhance(img, "Contrast", contrast_factor, "adjust_contrast")
+
+
+def adjust_saturation(img, saturation_factor):
+    """Blend with the greyscale image: 0 gives grey, 1 the image itself, 2 doubles saturation."""
+    return _enhance(img, "Color", saturation_factor, "adjust_saturation")
+
+
+def adjust_hue(img, hue_factor):
+    """Rotate the hue by ``hue_factor`` turns, in [-0.5, 0.5], in HSV space (8-bit hue, so it
+    wraps around); a greyscale image ("L", "1", "I", "F") has no hue and is returned as is.
+
+    >>> adjust_hue(Image.new("RGB", (1, 1), (255, 0, 0)), 0.5).getpixel((0, 0))[2] > 200
+    True
+    """
+    if not (isinstance(hue_factor, numbers.Real) and -0.5 <= hue_factor <= 0.5):
+        raise ValueError(f"adjust_hue: hue_factor must be in [-0.5, 0.5], got {hue_factor!r}")
+    if not _is_pil(img):
+        raise TypeError(f"adjust_hue: img must be a PIL image, got {type(img).__name__}")
+    if img.mode in ("L", "1", "I", "F"):
+        return img
+    Image = _image_module()
+    h, s, v = img.convert("HSV").split()
+    # uint8 addition wraps modulo 256, which is the hue circle
+    shifted = np.asarray(h, np.uint8) + np.uint8(np.int64(hue_factor * 255) % 256)
+    return Image.merge("HSV", (Image.fromarray(shifted, "L"), s, v)).convert(img.mode)
+
+
+def adjust_gamma(img, gamma, gain=1):
+    """Map each 8-bit value ``x`` to ``255 * gain * (x / 255) ** gamma`` (truncated).
+
+    >>> np.asarray(adjust_gamma(Image.new("L", (1, 1), 64), 0.5)).item()
+    128
+    """
+    if not _is_pil(img):
+        raise TypeError(f"adjust_gamma: img must be a PIL image, got {type(img).__name__}")
+    if not (isinstance(gamma, numbers.Real) and gamma >= 0):
+        raise ValueError(f"adjust_gamma: gamma must be a number >= 0, got {gamma!r}")
+    mode = img.mode
+    rgb = img.convert("RGB")
+    # 255.999: so 255 maps to 255 after truncation despite rounding in the power
+    table = [int((255 + 1 - 1e-3) * gain * (i / 255.0) ** gamma) for i in range(256)] * 3
+    return rgb.point(table).convert(mode)
+
+
+def _jitter_range(value, who, name, center=1.0, bound=None):
+    """``(lo, hi)`` of a jitter factor: a number v gives ``[center - v, center + v]`` (clipped at
+    0 for factors), a pair is taken as given."""
+    if isinstance(value, numbers.Real):
+        if value < 0:
+            raise ValueError(f"{who}: {name} must be >= 0, got {value!r}")
+        lo, hi = center - value, center + value
+        lo = max(lo, 0.0) if bound is None else lo
+    elif isinstance(value, Sequence) and len(value) == 2:
+        lo, hi = float(value[0]), float(value[1])
+    else:
+        raise TypeError(f"{who}: {name} must be a number or a (min, max) pair, got {value!r}")
+    if bound is not None and not -bound <= lo <= hi <= bound:
+        raise ValueError(f"{who}: {name} must lie in [-{bound}, {bound}], got ({lo}, {hi})")
+    if lo > hi:
+        raise ValueError(f"{who}: {name} range ({lo}, {hi}) has min > max")
+    return lo, hi
+
+
+class ColorJitter:
+    """Randomly change brightness, contrast, saturation (factors drawn from ``[1 - v, 1 + v]``)
+    and hue (drawn from ``[-hue, hue]``, hue <= 0.5), applied in a random order.
+
+    >>> ColorJitter(0.4, 0.4, 0.4, 0.1)(Image.new("RGB", (4, 4), (10, 100, 200))).mode
+    'RGB'
+    """
+
+    def __init__(self, brightness=0, contrast=0, saturation=0, hue=0):
+        self.brightness = _jitter_range(brightness, "ColorJitter", "brightness")
+        self.contrast = _jitter_range(contrast, "ColorJitter", "contrast")
+        self.saturation = _jitter_range(saturation, "ColorJitter", "saturation")
+        self.hue = _jitter_range(hue, "ColorJitter", "hue", center=0.0, bound=0.5)
+
+    def __call__(self, img):
+        img, rng = _as_pil(img, "ColorJitter"), creation.rng()
+        steps = [(adjust_brightness, self.brightness), (adjust_contrast, self.contrast),
+                 (adjust_saturation, self.saturation), (adjust_hue, self.hue)]
+        for i in rng.permutation(len(steps)):
+            fn, (lo, hi) = steps[i]
+            if lo != hi or lo != (0.0 if fn is adjust_hue else 1.0):
+                img = fn(img, float(rng.uniform(lo, hi)))
+        return img
+
+
+class RandomGray:
+    """With probability ``p``, make the image grey, keeping its mode: an RGB image gets three
+    equal channels, an "L" image stays as it is.
+
+    >>> RandomGray(p=1.0)(Image.new("RGB", (2, 2), (255, 0, 0))).getpixel((0, 0))
+    (76, 76, 76)
+    """
+
+    def __init__(self, p=0.1):
+        self.p = _check_probability(p, "RandomGray")
+
+    def __call__(self, img):
+        img = _as_pil(img, "RandomGray")
+        if creation.rng().random() >= self.p:
+            return img
+        gray = img.convert("L")
+        return gray if img.mode == "L" else gray.convert(img.mode)
+
+
+def five_crop(img, size):
+    """The four corner crops and the central crop of ``size``, as a tuple of PIL images."""
+    height, width = _setup_size(size, "FiveCrop")
+    img = _as_pil(img, "FiveCrop")
+    W, H = img.size
+    if height > H or width > W:
+        raise ValueError(f"FiveCrop: crop size {(height, width)} (h, w) exceeds the image size {(H, W)} (h, w)")
+    corners = [(0, 0), (0, W - width), (H - height, 0), (H - height, W - width)]
+    center = CenterCrop((height, width))(img)
+    return tuple(crop(img, t, l, height, width) for t, l in corners) + (center,)
+
+
+class FiveCrop:
+    """Crop the four corners and the centre (``five_crop``); ``ToTensor`` stacks the tuple.
+
+    >>> [c.size for c in FiveCrop(2)(Image.new("L", (4, 3)))][-1]
+    (2, 2)
+    """
+
+    def __init__(self, size):
+        self.size = _setup_size(size, "FiveCrop")
+
+    def __call__(self, img):
+        return five_crop(img, self.size)
+
+
+class TenCrop:
+    """``FiveCrop`` of the image and of its mirror image (vertical mirror if ``vertical_flip``).
+
+    >>> len(TenCrop(2)(Image.new("L", (4, 3))))
+    10
+    """
+
+    def __init__(self, size, vertical_flip=False):
+        self.size = _setup_size(size, "TenCrop")
+        self.vertical_flip = bool(vertical_flip)
+
+    def __call__(self, img):
+        img = _as_pil(img, "TenCrop")
+        flipped = vflip(img) if self.vertical_flip else hflip(img)
+        return five_crop(img, self.size) + five_crop(flipped, self.size)
+
+
+def _degrees_range(degrees, who):
+    if isinstance(degrees, numbers.Real):
+        if degrees < 0:
+            raise ValueError(f"{who}: a single degrees value must be >= 0, got {degrees!r}")
+        return -float(degrees), float(degrees)
+    if isinstance(degrees, Sequence) and len(degrees) == 2 and degrees[0] <= degrees[1]:
+        return float(degrees[0]), float(degrees[1])
+    raise ValueError(f"{who}: degrees must be a number >= 0 or a (min, max) pair, got {degrees!r}")
+
+
+class RandomRotation:
+    """Rotate by an angle drawn from ``[-degrees, degrees]`` (or the ``(min, max)`` given),
+    counter-clockwise, about ``center`` (default the image centre); ``expand`` grows the canvas
+    to hold the whole rotated image, ``fill`` colours the uncovered pixels.
+
+    >>> RandomRotation(30)(Image.new("RGB", (8, 6))).size
+    (8, 6)
+    """
+
+    def __init__(self, degrees, resample=False, expand=False, center=None, fill=None):
+        self.degrees = _degrees_range(degrees, "RandomRotation")
+        self.resample, self.expand, self.center, self.fill = resample, expand, center, fill
+
+    def __call__(self, img):
+        img = _as_pil(img, "RandomRotation")
+        angle = float(creation.rng().uniform(*self.degrees))
+        return img.rotate(angle, int(self.resample), self.expand, self.center, fillcolor=self.fill)
+
+
+def _affine_inverse(size, angle, translate, scale, shear):
+    """PIL's AFFINE data: the 2x3 map from output to input pixels of rotating by ``angle``
+    degrees, shearing by ``shear`` (x, y) degrees, scaling and translating about the centre."""
+    cx, cy = size[0] * 0.5, size[1] * 0.5
+    a, sx, sy = math.radians(angle), math.radians(shear[0]), math.radians(shear[1])
+    rot = np.array([[math.cos(a), math.sin(a), 0], [-math.sin(a), math.cos(a), 0], [0, 0, 1]])
+    shr = np.array([[1, math.tan(sx), 0], [math.tan(sy), 1, 0], [0, 0, 1]])
+    move = lambda dx, dy: np.array([[1, 0, dx], [0, 1, dy], [0, 0, 1]], float)  # noqa: E731
+    forward = move(cx + translate[0], cy + translate[1]) @ rot @ shr @ np.diag([scale, scale, 1]) @ move(-cx, -cy)
+    return tuple(np.linalg.inv(forward)[:2].ravel())
+
+
+class RandomAffine:
+    """Random rotation (``degrees``), translation (``translate=(fx, fy)``: at most that fraction
+    of the width / height), scaling (``scale=(min, max)``) and shear (``shear``: a number or
+    (min, max) for x, or four values for x and y), all about the image centre.
+
+    >>> RandomAffine(10, translate=(0.1, 0.1), scale=(0.9, 1.1), shear=5)(Image.new("L", (8, 6))).size
+    (8, 6)
+    """
+
+    def __init__(self, degrees, translate=None, scale=None, shear=None, resample=False, fillcolor=0):
+        self.degrees = _degrees_range(degrees, "RandomAffine")
+        if translate is not None and not (len(translate) == 2 and all(0 <= t <= 1 for t in translate)):
+            raise ValueError(f"RandomAffine: translate must be two fractions in [0, 1], got {translate!r}")
+        if scale is not None and not (len(scale) == 2 and 0 < scale[0] <= scale[1]):
+            raise ValueError(f"RandomAffine: scale must be (min, max) with 0 < min <= max, got {scale!r}")
+        if shear is None or isinstance(shear, numbers.Real) or len(shear) == 2:
+            self.shear = _degrees_range(shear or 0, "RandomAffine") + (0.0, 0.0)
+        elif len(shear) == 4:
+            self.shear = tuple(float(s) for s in shear)
+        else:
+            raise ValueError(f"RandomAffine: shear must be a number or 2 or 4 values, got {shear!r}")
+        self.translate, self.scale, self.resample, self.fillcolor = translate, scale, resample, fillcolor
+
+    def __call__(self, img):
+        img, rng = _as_pil(img, "RandomAffine"), creation.rng()
+        angle = float(rng.uniform(*self.degrees))
+        fx, fy = self.translate or (0, 0)
+        shift = (round(rng.uniform(-fx, fx) * img.size[0]), round(rng.uniform(-fy, fy) * img.size[1]))
+        scale = float(rng.uniform(*self.scale)) if self.scale else 1.0
+        shear = (float(rng.uniform(*self.shear[:2])), float(rng.uniform(*self.shear[2:])))
+        data = _affine_inverse(img.size, angle, shift, scale, shear)
+        return img.transform(img.size, _image_module().AFFINE, data, int(self.resample),
+                             fillcolor=self.fillcolor)
+
+
+def _perspective_data(start, end):
+    """PIL's PERSPECTIVE data: the 8 coefficients mapping the ``end`` corners (output) onto the
+    ``start`` corners (input)."""
+    rows, rhs = [], []
+    for (u, v), (x, y) in zip(start, end):
+        rows += [[x, y, 1, 0, 0, 0, -u * x, -u * y], [0, 0, 0, x, y, 1, -v * x, -v * y]]
+        rhs += [u, v]
+    return tuple(np.linalg.solve(np.array(rows, float), np.array(rhs, float)))
+
+
+class RandomPerspective:
+    """With probability ``p``, warp the image so that each corner moves inwards by a random
+    amount of up to ``distortion_scale`` times half the width / height.
+
+    >>> RandomPerspective(p=1.0)(Image.new("RGB", (8, 6))).size
+    (8, 6)
+    """
+
+    def __init__(self, distortion_scale=0.5, p=0.5, interpolation=3):
+        if not (isinstance(distortion_scale, numbers.Real) and 0 <= distortion_scale <= 1):
+            raise ValueError(f"RandomPerspective: distortion_scale must be in [0, 1], got {distortion_scale!r}")
+        self.distortion_scale, self.interpolation = float(distortion_scale), interpolation
+        self.p = _check_probability(p, "RandomPerspective")
+
+    def __call__(self, img):
+        img, rng = _as_pil(img, "RandomPerspective"), creation.rng()
+        if rng.random() >= self.p:
+            return img
+        w, h = img.size
+        dx, dy = int(self.distortion_scale * w / 2), int(self.distortion_scale * h / 2)
+        start = [(0, 0), (w - 1, 0), (w - 1, h - 1), (0, h - 1)]
+        inward = [(1, 1), (-1, 1), (-1, -1), (1, -1)]
+        end = [(x + sx * int(rng.integers(0, dx + 1)), y + sy * int(rng.integers(0, dy + 1)))
+               for (x, y), (sx, sy) in zip(start, inward)]
+        return img.transform(img.size, _image_module().PERSPECTIVE, _perspective_data(start, end),
+                             self.interpolation)
+
+
+# Jittor's older name for RandomResizedCrop
+RandomCropAndResize = RandomResizedCrop

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from jtmini import world
-from jtmini.dataset import MNIST, Dataset, ToNormalizedTensor, collate, shard_bounds
+from jtmini.dataset import MNIST, Dataset, ToNormalizedTensor, collate, rank_slice
 from jtmini.dataset import mnist
 
 
@@ -127,37 +127,40 @@ def rank_epochs(monkeypatch, world_size, **attrs):
 
 
 @pytest.mark.parametrize("world_size", [2, 3, 4])
-def test_mpi_shards_cover_every_sample_once(monkeypatch, world_size):
+def test_mpi_shards_cover_every_sample(monkeypatch, world_size):
     single = ids(Indices(23, batch_size=10, shuffle=True, seed=7, epoch_id=1))
     per_rank = rank_epochs(monkeypatch, world_size)
     assert all(n_batches == len(single) == 3 for _, _, _, n_batches in per_rank)
-    for b, global_batch in enumerate(single):
-        # contiguous shards in rank order rebuild the single-process batch: same order everywhere
+    for b, global_batch in enumerate(single[:-1]):
+        # full batches: contiguous shards in rank order rebuild the single-process batch
         assert sum((batches[b] for batches, _, _, _ in per_rank), []) == global_batch
         sizes = [len(batches[b]) for batches, _, _, _ in per_rank]
-        assert sizes == [hi - lo for lo, hi in (shard_bounds(len(global_batch), r, world_size)
-                                                for r in range(world_size))]
-        assert max(sizes) - min(sizes) <= 1 and sizes == sorted(sizes, reverse=True)
+        assert sizes == [hi - lo for lo, hi in (rank_slice(10, r, world_size) for r in range(world_size))]
+    # the short last batch (3 samples) is shared out as Jittor does: no rank is empty, windows overlap
+    last = [batches[-1] for batches, _, _, _ in per_rank]
+    share = -(-3 // world_size)
+    assert all(len(shard) == share for shard in last)
+    assert set(sum(last, [])) == set(single[-1])
     for rank, (batches, real_batch_size, real_len, _) in enumerate(per_rank):
-        assert real_batch_size == 10 // world_size + (rank < 10 % world_size)
+        assert real_batch_size == len(batches[0])
         assert real_len == sum(map(len, batches))
     seen = sum((sum(batches, []) for batches, _, _, _ in per_rank), [])
-    assert sorted(seen) == list(range(23))
+    assert sorted(set(seen)) == list(range(23))
 
 
 def test_mpi_drop_last(monkeypatch):
     per_rank = rank_epochs(monkeypatch, 3, drop_last=True)
-    assert [real_len for _, _, real_len, _ in per_rank] == [8, 6, 6]
+    assert [real_len for _, _, real_len, _ in per_rank] == [8, 8, 4]
     assert sum(sum(map(len, batches)) for batches, _, _, _ in per_rank) == 20
 
 
-def test_mpi_tiny_last_batch_gives_empty_shards(monkeypatch):
+def test_mpi_tiny_last_batch_is_shared_out(monkeypatch):
     shapes = []
     for rank in range(3):
         as_rank(monkeypatch, rank, 3)
         shapes.append([x.shape for x, _ in Indices(9, batch_size=4)])
-    # the last global batch holds 1 sample: ranks 1 and 2 still yield it, empty, to stay in step
-    assert shapes == [[(2,), (2,), (1,)], [(1,), (1,), (0,)], [(1,), (1,), (0,)]]
+    # the last global batch holds 1 sample: every rank gets it, as in Jittor, so none is empty
+    assert shapes == [[(2,), (2,), (1,)], [(1,), (1,), (1,)], [(1,), (1,), (1,)]]
 
 
 def test_mpi_batch_smaller_than_world_is_an_error(monkeypatch):

@@ -15,7 +15,7 @@ Image = pytest.importorskip("PIL.Image")
 
 import jtmini as jt                                       # noqa: E402
 from jtmini import transform as T, world                  # noqa: E402
-from jtmini.dataset import Dataset, shard_bounds          # noqa: E402
+from jtmini.dataset import Dataset, rank_slice            # noqa: E402
 from jtmini.dataset.image_folder import DataLoader, ImageFolder  # noqa: E402
 
 
@@ -304,8 +304,13 @@ def test_image_folder_shards_under_simulated_mpi(folder, monkeypatch):
         ds = ImageFolder(folder, transform=T.ToTensor(), batch_size=4, keep_numpy_array=True)
         shards.append([y.tolist() for _, y in ds])
     for b, batch in enumerate(single):
-        assert shards[0][b] + shards[1][b] == batch
-        assert len(shards[0][b]) == shard_bounds(len(batch), 0, 2)[1]
+        last = len(batch) < 4
+        # a short last batch is shared out as Jittor does: the ranks' shards may overlap
+        if last:
+            assert set(shards[0][b] + shards[1][b]) == set(batch)
+        else:
+            assert shards[0][b] + shards[1][b] == batch
+        assert len(shards[0][b]) == rank_slice(len(batch), 0, 2, last=last)[1]
 
 
 def test_image_folder_errors_name_the_path(tmp_path, folder):

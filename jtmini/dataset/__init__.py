@@ -5,9 +5,12 @@
     >>> for images, labels in MNIST(batch_size=64, shuffle=True):   # doctest: +SKIP
     ...     pass
 """
-from jtmini.dataset.dataset import Dataset, collate, map_arrays, prefetched, shard_bounds, to_var
+from jtmini.dataset.dataset import (Dataset, TensorDataset, collate, map_arrays, prefetched, rank_slice,
+                                    shard_bounds, to_var)
 from jtmini.dataset.image_folder import DataLoader, ImageFolder
 from jtmini.dataset.mnist import MNIST, ToNormalizedTensor
+from jtmini.dataset.sampler import BatchSampler, RandomSampler, Sampler, SequentialSampler, SubsetRandomSampler
 
-__all__ = ["DataLoader", "Dataset", "ImageFolder", "MNIST", "ToNormalizedTensor", "collate", "map_arrays",
-           "prefetched", "shard_bounds", "to_var"]
+__all__ = ["BatchSampler", "DataLoader", "Dataset", "ImageFolder", "MNIST", "RandomSampler", "Sampler",
+           "SequentialSampler", "SubsetRandomSampler", "TensorDataset", "ToNormalizedTensor", "collate",
+           "map_arrays", "prefetched", "rank_slice", "shard_bounds", "to_var"]

@@ -47,6 +47,27 @@ def _shard_size(n, rank, world_size):
     return hi - lo
 
 
+def rank_slice(n, rank, world_size, last=False):
+    """This rank's ``[lo, hi)`` of a global batch of ``n`` samples, cut as Jittor cuts it.
+
+    Each rank takes ``ceil(n / world_size)`` samples in rank order. A full batch is cut without
+    overlap (the last rank may get fewer; if that would leave a rank nothing, the even split of
+    ``shard_bounds`` is used). The epoch's short ``last`` batch is shared out so that no rank is
+    empty: the last ranks' windows slide back and overlap, repeating a few samples.
+
+    >>> [rank_slice(21, r, 2) for r in range(2)], [rank_slice(1, r, 2, last=True) for r in range(2)]
+    ([(0, 11), (11, 21)], [(0, 1), (0, 1)])
+    """
+    share = -(-n // world_size)
+    if last:
+        hi = min(share * (rank + 1), n)
+        return hi - share, hi
+    if share * (world_size - 1) >= n:
+        return shard_bounds(n, rank, world_size)
+    lo = min(share * rank, n)
+    return lo, min(lo + share, n)
+
+
 def collate(samples):
     """Stack a list of samples into one batch, field by field (numpy in, numpy out).
 
@@ -253,6 +274,7 @@ class Dataset:
         self.seed = seed
         self.epoch_id = 0
         self.keep_numpy_array = keep_numpy_array
+        self.sampler = None     # set by a jt.dataset sampler made for this data set
 
     def __setattr__(self, name, value):
         """Sizes are checked when set (a negative ``total_len`` would otherwise give an empty or
@@ -306,22 +328,33 @@ class Dataset:
         return self.total_len
 
     @property
+    def epoch_len(self):
+        """Samples visited per epoch: the sampler's count if one is attached, else ``total_len``."""
+        return self.sample_count if self.sampler is None else len(self.sampler)
+
+    def epoch_rng(self):
+        """The generator of this epoch's random order: a function of (``seed``, ``epoch_id``)
+        only, so every MPI rank draws the same one."""
+        return np.random.default_rng((self.seed, self.epoch_id))
+
+    @property
     def batch_len(self):
         """Batches per epoch (global batches, which is also the count each rank yields)."""
-        full, rest = divmod(self.sample_count, self.batch_size)
+        full, rest = divmod(self.epoch_len, self.batch_size)
         return full + (rest > 0 and not self.drop_last)
 
     @property
     def real_batch_size(self):
         """This rank's share of a full global batch (``batch_size`` outside mpirun)."""
-        return _shard_size(self.batch_size, *_rank_and_size())
+        lo, hi = rank_slice(self.batch_size, *_rank_and_size())
+        return hi - lo
 
     @property
     def real_len(self):
         """Samples this rank sees per epoch (``total_len`` outside mpirun, without drop_last)."""
-        full, rest = divmod(self.sample_count, self.batch_size)
-        last = 0 if self.drop_last else _shard_size(rest, *_rank_and_size())
-        return full * self.real_batch_size + last
+        full, rest = divmod(self.epoch_len, self.batch_size)
+        lo, hi = rank_slice(rest, *_rank_and_size(), last=True) if rest and not self.drop_last else (0, 0)
+        return full * self.real_batch_size + hi - lo
 
     def __iter__(self):
         global _last_shard
@@ -345,12 +378,15 @@ class Dataset:
         epoch that one rank runs alone (inside ``jt.single_process_scope`` under mpirun, such as
         an accuracy pass over the training set) reuses the current order and does not count:
         the other ranks do not see it, and the next epoch must be the same everywhere."""
-        n, epoch = self.sample_count, self.epoch_id
+        if self.sampler is not None:
+            order = np.asarray(list(self.sampler), dtype=np.int64).reshape(-1)
+        elif self.shuffle:
+            order = self.epoch_rng().permutation(self.sample_count)
+        else:
+            order = np.arange(self.sample_count)
         if not world.alone_in_mpi_job:
             self.epoch_id += 1
-        if not self.shuffle:
-            return np.arange(n)
-        return np.random.default_rng((self.seed, epoch)).permutation(n)
+        return order
 
     def _rank_batches(self, order, rank, world_size):
         """(this rank's index array (a view of ``order``), the global batch's size) per global batch."""
@@ -360,6 +396,40 @@ class Dataset:
         shards = []
         for start in range(0, self.batch_len * self.batch_size, self.batch_size):
             batch = order[start:start + self.batch_size]
-            lo, hi = shard_bounds(len(batch), rank, world_size)
-            shards.append((batch[lo:hi], len(batch)))
+            short = len(batch) < self.batch_size
+            lo, hi = rank_slice(len(batch), rank, world_size, last=short)
+            # the ranks' shards of a short last batch overlap: they sum to world_size shares
+            shards.append((batch[lo:hi], (hi - lo) * world_size if short else len(batch)))
         return shards
+
+
+class TensorDataset(Dataset):
+    """Samples are the rows of the given arrays (Vars or numpy arrays of equal length): sample
+    ``i`` is ``[x[i] for x in arrays]``.
+
+    >>> ds = TensorDataset(np.arange(3), np.arange(3) * 10).set_attrs(batch_size=2, keep_numpy_array=True)
+    >>> [b.tolist() for b in next(iter(ds))]
+    [[0, 1], [0, 10]]
+    """
+
+    def __init__(self, *arrays, **attrs):
+        super().__init__(**attrs)
+        if not arrays:
+            raise ValueError("TensorDataset needs at least one array")
+        # numpy once, here: a batch is then one gather per array, not one Var op per sample
+        self.arrays = [a.numpy() if isinstance(a, Var) else np.asarray(a) for a in arrays]
+        lengths = [len(a) if a.ndim else None for a in self.arrays]
+        if None in lengths or len(set(lengths)) != 1:
+            raise ValueError(f"TensorDataset: arrays must have the same length along axis 0, got "
+                             f"shapes {[a.shape for a in self.arrays]}")
+        self.set_attrs(total_len=lengths[0])
+
+    def __getitem__(self, index):
+        return [a[index] for a in self.arrays]
+
+    def get_batch(self, indices):
+        return [a[indices] for a in self.arrays]
+
+
+# Jittor also defines ImageFolder in jittor.dataset.dataset; imported last, as it subclasses Dataset
+from .image_folder import ImageFolder  # noqa: E402,F401
