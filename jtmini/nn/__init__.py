@@ -13,7 +13,7 @@ The optimizers live in ``jtmini.optim`` and are re-exported here (``nn.SGD``), a
 from .activation import (ELU, GELU, Hardtanh, LogSoftmax, PReLU, ReLU6, SiLU, Softmax, Softplus, elu, gelu,
                          hardtanh, relu6, silu, softplus)
 from .attention import MultiheadAttention
-from .containers import ModuleDict, ModuleList, ParameterList
+from .containers import ModuleDict, ModuleList, ParameterDict, ParameterList
 from .conv import Conv, Conv2d, conv2d
 from .conv_more import Conv1d, ConvTranspose, ConvTranspose2d, conv1d, conv_transpose, conv_transpose2d
 from .sparse import Embedding, embedding
