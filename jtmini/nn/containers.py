@@ -188,7 +188,7 @@ class ModuleDict(Module):
                             f"got {type(modules).__name__}")
         for k, pair in enumerate(pairs):
             if not isinstance(pair, (tuple, list)) or len(pair) != 2:
-                raise TypeError(f"{name}: entry {k} must be a (key, item) pair, got {pair!r}")
+                raise TypeError(f"{name}: entry {k} must be a (key, {self._kind.__name__.lower()}) pair, got {pair!r}")
             self[pair[0]] = pair[1]
         return self
 
