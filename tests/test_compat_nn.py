@@ -263,3 +263,17 @@ def test_fairseq_attention_head_weights_and_errors():
         att(jt.randn(3, 2, 4))
     with pytest.raises(NotImplementedError, match="incremental_state"):
         att(x, x, x, incremental_state={})
+
+
+def test_data_setter_and_conv_transpose_bias_false():
+    layer = nn.ConvTranspose(4, 6, 3, stride=2, dilation=2, groups=2, bias=False)
+    w = rng.uniform(size=(4, 3, 3, 3)).astype("float32")
+    layer.weight.data = w                       # Jittor's in-place value change
+    np.testing.assert_array_equal(layer.weight.numpy(), w)
+    twin = torch.nn.ConvTranspose2d(4, 6, 3, stride=2, dilation=2, groups=2, bias=False)
+    twin.weight.data = torch.tensor(w)
+    jx, tx = _both(rng.uniform(size=(2, 4, 7, 5)).astype("float32"))
+    _close(layer(jx), twin(tx), 1e-4)
+    _close(nn.conv_transpose2d(jx, layer.weight, bias=False, stride=2, dilation=2, groups=2), twin(tx), 1e-4)
+    with pytest.raises(ValueError):
+        layer.weight.data = np.zeros((2, 2), "float32")
