@@ -34,6 +34,17 @@ if world.in_mpi:
     _mpi.install_hooks()                # an uncaught exception on any rank ends the whole job
 
 
+def dirty_fix_pytorch_runtime_error():
+    """Import PyTorch now, as Jittor asks before ``import torch`` in a program that uses both.
+    jtmini loads its kernel libraries with RTLD_LOCAL, so their symbols cannot clash with
+    torch's; importing torch here only fixes the load order. ImportError if torch is missing.
+
+        >>> jt.dirty_fix_pytorch_runtime_error()
+        >>> import torch
+    """
+    _importlib.import_module("torch")
+
+
 def __getattr__(name):
     if name in ("in_mpi", "rank", "world_size", "local_rank"):    # live: single_process_scope changes them
         return getattr(world, name)

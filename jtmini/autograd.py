@@ -15,7 +15,7 @@ from . import dtypes
 from .creation import zeros_like
 from .flags import flags
 from .gc_pause import paused
-from .ops.registry import OPS
+from .ops.registry import OPS, export
 from .var import Var
 
 
@@ -31,6 +31,23 @@ def custom_grad(out, inputs, rule):
     """
     out._backward = (tuple(inputs), rule)
     return out
+
+
+@export("register_hook", function=False)
+def register_hook(var, hook):
+    """Call ``hook(grad)`` with this Var's gradient whenever one is computed through it; a
+    returned Var replaces the gradient passed on to the Var's inputs (Jittor's
+    ``Var.register_hook``). The Var becomes a new node equal to its old value (Jittor swaps it
+    too), so Vars built from it earlier do not see the hook.
+
+        >>> y = x * 2
+        >>> y.register_hook(lambda g: g * 10)
+        >>> jt.grad(y.sum(), x)        # 20 everywhere
+    """
+    if not callable(hook):
+        raise TypeError(f"register_hook: hook must be callable, got {type(hook).__name__}")
+    old = var._rebind(var.clone())
+    var._backward = ((old,), lambda d: [d if (g := hook(d)) is None else g])
 
 
 def _grad_inputs(v):

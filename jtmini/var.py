@@ -146,6 +146,11 @@ class Var:
         value.flags.writeable = False       # a GPU value's host copy too: read-only as a host value
         return value.reshape(1) if value.ndim == 0 else value
 
+    @data.setter
+    def data(self, value):
+        # Jittor's ``v.data = array``: a new value in place, as ``assign`` (same shape, cast to dtype)
+        self.assign(value)
+
     def item(self):
         if self.numel() != 1:
             raise ValueError(f"item() needs a Var with one element, got shape {self.shape}")

@@ -361,8 +361,8 @@ def test_interpolate_errors_name_what_was_wrong():
         interpolate(x)
     with pytest.raises(ValueError, match="give exactly one of size and scale_factor"):
         interpolate(x, size=4, scale_factor=2)
-    with pytest.raises(ValueError, match="interpolate: mode must be one of nearest, bilinear, got 'bicubic'"):
-        interpolate(x, size=4, mode="bicubic")
+    with pytest.raises(ValueError, match="interpolate: mode must be one of nearest, bilinear, bicubic, area, got 'trilinear'"):
+        interpolate(x, size=4, mode="trilinear")
     with pytest.raises(ValueError, match="align_corners=True needs mode='bilinear'"):
         interpolate(x, size=4, align_corners=True)
     with pytest.raises(ValueError, match=r"interpolate: input must be 4-d, got shape \(5, 6\)"):
@@ -379,8 +379,8 @@ def test_interpolate_errors_name_what_was_wrong():
         interpolate(x, scale_factor=0.1)
     with pytest.raises(ValueError, match="Upsample: give exactly one of size and scale_factor"):
         Upsample()
-    with pytest.raises(ValueError, match="Resize: mode must be one of nearest, bilinear, got 'area'"):
-        Resize(4, mode="area")
+    with pytest.raises(ValueError, match="Resize: mode must be one of nearest, bilinear, bicubic, area, got 'lanczos'"):
+        Resize(4, mode="lanczos")
     with pytest.raises(ValueError, match=r"Dropout2d: p must be a probability in \[0, 1\], got 1.5"):
         Dropout2d(1.5)
     with pytest.raises(ValueError, match=r"dropout2d: input must be 3-d or 4-d, got shape \(4, 4\)"):

@@ -13,8 +13,9 @@ The optimizers live in ``jtmini.optim`` and are re-exported here (``nn.SGD``), a
 from .activation import (ELU, GELU, Hardtanh, LogSoftmax, PReLU, ReLU6, SiLU, Softmax, Softplus, elu, gelu,
                          hardtanh, relu6, silu, softplus)
 from .attention import MultiheadAttention
-from .containers import ModuleDict, ModuleList, ParameterList
+from .containers import ModuleDict, ModuleList, ParameterDict, ParameterList
 from .conv import Conv, Conv2d, conv2d
+from .grid import affine_grid, grid_sample
 from .conv_more import Conv1d, ConvTranspose, ConvTranspose2d, conv1d, conv_transpose, conv_transpose2d
 from .sparse import Embedding, embedding
 from .functional import (bce_loss, binary_cross_entropy_with_logits, cross_entropy_loss, dropout, flatten,
@@ -45,6 +46,6 @@ def __getattr__(name):
 
 
 __all__ = sorted(name for name in dir() if not name.startswith("_")
-                 and name not in ("activation", "arguments", "attention", "containers", "conv", "conv_more", "functional",
+                 and name not in ("activation", "arguments", "attention", "containers", "conv", "conv_more", "functional", "grid",
                                   "layers", "losses", "module", "norm", "persist", "pool", "resample", "rnn", "sparse"))
 __all__ += list(_OPTIMIZERS)

@@ -159,6 +159,8 @@ class ModuleDict(Module):
     ((4, 8), True, ['cls', 'box'])
     """
 
+    _kind = Module
+
     def __init__(self, modules=None):
         self._modules = collections.OrderedDict()
         if modules is not None:
@@ -168,34 +170,37 @@ class ModuleDict(Module):
         return iter(self._modules.items())
 
     def named_children(self):
-        return iter(list(self._modules.items()))
+        return iter([(k, m) for k, m in self._modules.items() if isinstance(m, Module)])
 
     def execute(self, *args, **kwargs):
-        raise TypeError("ModuleDict is not callable: look its modules up by key in execute")
+        name = type(self).__name__
+        raise TypeError(f"{name} is not callable: look its items up by key in execute")
 
     def update(self, modules):
         """Add (or replace) the modules of a dict or of an iterable of (key, module) pairs."""
+        name = type(self).__name__
         if isinstance(modules, Mapping):
             pairs = list(modules.items())
-        elif isinstance(modules, Iterable) and not isinstance(modules, (str, Module)):
+        elif isinstance(modules, Iterable) and not isinstance(modules, (str, Module, Var)):
             pairs = list(modules)
         else:
-            raise TypeError(f"ModuleDict: expected a dict or an iterable of (key, module) pairs, "
+            raise TypeError(f"{name}: expected a dict or an iterable of (key, item) pairs, "
                             f"got {type(modules).__name__}")
         for k, pair in enumerate(pairs):
             if not isinstance(pair, (tuple, list)) or len(pair) != 2:
-                raise TypeError(f"ModuleDict: entry {k} must be a (key, module) pair, got {pair!r}")
+                raise TypeError(f"{name}: entry {k} must be a (key, {self._kind.__name__.lower()}) pair, got {pair!r}")
             self[pair[0]] = pair[1]
         return self
 
     def __setitem__(self, key, module):
+        name = type(self).__name__
         if not isinstance(key, str):
-            raise TypeError(f"ModuleDict keys must be strings, got {type(key).__name__} {key!r}")
+            raise TypeError(f"{name} keys must be strings, got {type(key).__name__} {key!r}")
         if not key or "." in key:
-            raise ValueError(f"ModuleDict key {key!r} must be non-empty and hold no '.' (it is a "
+            raise ValueError(f"{name} key {key!r} must be non-empty and hold no '.' (it is a "
                              f"part of dotted parameter names)")
-        if not isinstance(module, Module):
-            raise TypeError(f"ModuleDict[{key!r}] must be a Module, got {type(module).__name__}")
+        if not isinstance(module, self._kind):
+            raise TypeError(f"{name}[{key!r}] must be a {self._kind.__name__}, got {type(module).__name__}")
         self._modules[key] = module
 
     def __getitem__(self, key):
@@ -227,4 +232,17 @@ class ModuleDict(Module):
         return self._modules.pop(key)
 
 
-__all__ = ["ModuleDict", "ModuleList", "ParameterList"]
+class ParameterDict(ModuleDict):
+    """An ordered dict of Vars that ``Module.parameters()`` finds, each under its key
+    (``scales.a`` in the owning module), so optimizers update them and ``state_dict`` saves
+    them. Takes a dict or (key, Var) pairs and behaves as ModuleDict does.
+
+    >>> scales = nn.ParameterDict({"a": jt.ones(3), "b": jt.zeros(2)})
+    >>> [name for name, _ in scales.named_parameters()], scales["b"].shape
+    (['a', 'b'], (2,))
+    """
+
+    _kind = Var
+
+
+__all__ = ["ModuleDict", "ModuleList", "ParameterDict", "ParameterList"]

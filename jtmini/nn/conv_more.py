@@ -133,6 +133,7 @@ def conv_transpose2d(x, weight, bias=None, stride=1, padding=0, output_padding=0
     (2, 3, 9, 9)
     """
     who = "conv_transpose2d"
+    bias = None if bias is False else bias       # Jittor spells "no bias" bias=False too
     x, weight = _float_var(who, "input", x, (3, 4)), _float_var(who, "weight", weight, (4,))
     stride, padding, extra, dilation = _transpose_geometry(who, stride, padding, output_padding, dilation)
     groups = count(who, "groups", groups)

@@ -63,6 +63,9 @@ class Module:
 
     @paused        # a forward builds ~1000 Vars: the cyclic GC cost 1.5 ms of a ResNet-18 step here
     def __call__(self, *args, **kwargs):
+        if "_hooks" in self.__dict__:          # only modules given a hook pay for hooks
+            from .hooks import hooked_call
+            return hooked_call(self, args, kwargs, lambda a, kw: getattr(self, self._entry_point)(*a, **kw))
         return getattr(self, self._entry_point)(*args, **kwargs)
 
     def execute(self, *args, **kwargs):
@@ -75,7 +78,9 @@ class Module:
 
     # --- walking -------------------------------------------------------------------------------
     def _attributes(self):
-        return ((k, v) for k, v in vars(self).items() if not k.startswith("_"))
+        # a Var recomputed from parameters before each forward (weight_norm's weight) is not one
+        derived = self.__dict__.get("_derived", ())
+        return ((k, v) for k, v in vars(self).items() if not k.startswith("_") and k not in derived)
 
     def named_children(self):
         """(name, module) for the modules held directly by this one."""
@@ -121,6 +126,41 @@ class Module:
         """Call ``fn(module)`` on every module of the tree; returns self."""
         for module in self.modules():
             fn(module)
+        return self
+
+    # --- hooks ---------------------------------------------------------------------------------
+    def register_forward_hook(self, hook):
+        """Call ``hook(module, args, output)`` after each forward; a returned value replaces the
+        output. Returns a handle whose ``remove()`` takes the hook off.
+
+            >>> handle = model.register_forward_hook(lambda m, args, out: print(out.shape))
+        """
+        from .hooks import add_hook
+        return add_hook(self, "forward", hook)
+
+    def register_pre_forward_hook(self, hook):
+        """Call ``hook(module, args)`` (``hook(module, args, kwargs)`` when keywords are given)
+        before each forward; a returned tuple (or single value) replaces the arguments."""
+        from .hooks import add_hook
+        return add_hook(self, "pre", hook)
+
+    register_forward_pre_hook = register_pre_forward_hook
+
+    def register_backward_hook(self, hook):
+        """Call ``hook(module, grad_input, grad_output)`` (tuples of Vars) when the gradient of
+        the module's input is computed; a returned tuple replaces ``grad_input``. The module must
+        take one Var and return one Var.
+
+            >>> relu.register_backward_hook(lambda m, gin, gout: (gin[0] * 2,))
+        """
+        from .hooks import add_hook
+        return add_hook(self, "backward", hook)
+
+    def requires_grad_(self, requires_grad=True):
+        """With False, calls of this module record no gradient (as under ``jt.no_grad``): nothing
+        flows back through it to its input or parameters, until ``requires_grad_(True)``."""
+        from .hooks import hook_table
+        hook_table(self)["grad"] = bool(requires_grad)
         return self
 
     # --- modes ---------------------------------------------------------------------------------

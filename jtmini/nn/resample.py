@@ -24,7 +24,7 @@ from .arguments import count, is_count, items
 from .module import Module
 
 PAD_MODES = ("constant", "reflect", "replicate", "circular")
-INTERPOLATE_MODES = ("nearest", "bilinear")
+INTERPOLATE_MODES = ("nearest", "bilinear", "bicubic", "area")
 
 
 def _input(x, who, ndims, floats=False):
@@ -324,6 +324,29 @@ def _along(values, dim, ndim, dtype):
     return creation.array(values.reshape(shape), dtype)
 
 
+_CUBIC_A = -0.75      # PyTorch's (and Jittor's) bicubic convolution constant
+
+
+def _cubic_table(in_size, out_size, scale, align_corners, dtype):
+    """(4 row arrays, 4 weight arrays) of bicubic interpolation: the rows floor(s)-1 .. floor(s)+2
+    clamped into the input and Keys' cubic weights of the fraction of s, with PyTorch's source
+    position s (not clamped at 0, unlike bilinear's)."""
+    real, a = np.dtype(dtype).type, _CUBIC_A
+    i = np.arange(out_size, dtype=dtype)
+    if align_corners:
+        source = (real(in_size - 1) / real(out_size - 1) if out_size > 1 else real(0)) * i
+    else:
+        ratio = real(1.0 / scale) if scale else real(in_size) / real(out_size)
+        source = ratio * (i + real(0.5)) - real(0.5)
+    low = np.floor(source)
+    t = (source - low).astype(dtype)
+    near = lambda d: ((a + 2) * d - (a + 3)) * d * d + 1             # |d| <= 1
+    far = lambda d: ((a * d - 5 * a) * d + 8 * a) * d - 4 * a        # 1 < |d| < 2
+    weights = [far(t + 1), near(t), near(1 - t), far(2 - t)]
+    rows = [np.clip(low.astype(np.int64) + k - 1, 0, in_size - 1) for k in range(4)]
+    return rows, [w.astype(dtype) for w in weights]
+
+
 def _resample_dim(x, dim, out_size, scale, mode, align_corners):
     """``x`` resized along ``dim`` to ``out_size``; PyTorch copies a dim whose size is kept."""
     in_size = x.shape[dim]
@@ -331,6 +354,10 @@ def _resample_dim(x, dim, out_size, scale, mode, align_corners):
         return x
     if mode == "nearest":
         return _gather(x, dim, _nearest_table(in_size, out_size, scale))
+    if mode == "bicubic":
+        rows, weights = _cubic_table(in_size, out_size, scale, align_corners, x.dtype)
+        terms = [_gather(x, dim, r) * _along(w, dim, x.ndim, x.dtype) for r, w in zip(rows, weights)]
+        return (terms[0] + terms[1]) + (terms[2] + terms[3])
     low, high, weight = _linear_table(in_size, out_size, scale, align_corners, x.dtype)
     low_weight = (1 - weight).astype(weight.dtype)
     return _gather(x, dim, low) * _along(low_weight, dim, x.ndim, x.dtype) \
@@ -340,16 +367,18 @@ def _resample_dim(x, dim, out_size, scale, mode, align_corners):
 def _check_mode(mode, align_corners, who):
     if mode not in INTERPOLATE_MODES:
         raise ValueError(f"{who}: mode must be one of {', '.join(INTERPOLATE_MODES)}, got {mode!r}")
-    if align_corners and mode == "nearest":
-        raise ValueError(f"{who}: align_corners=True needs mode='bilinear'; nearest has no corners "
-                         f"to align")
+    if align_corners and mode in ("nearest", "area"):
+        raise ValueError(f"{who}: align_corners=True needs mode='bilinear' or 'bicubic'; {mode} "
+                         f"has no corners to align")
 
 
 def interpolate(x, size=None, scale_factor=None, mode="nearest", align_corners=False):
     """Resize the (H, W) dims of a (N, C, H, W) input to ``size`` or by ``scale_factor`` (one
     number or a pair), with PyTorch's values and gradients: "nearest" picks the pixel at
     floor(out_index * scale); "bilinear" weighs the four nearest pixels, sampling at pixel centres
-    (``align_corners=False``) or with the corner pixels of input and output aligned.
+    (``align_corners=False``) or with the corner pixels of input and output aligned; "bicubic"
+    weighs the 4 x 4 nearest pixels with Keys' cubic (a = -0.75), sampling as bilinear does;
+    "area" averages each output pixel's window (``adaptive_avg_pool2d``).
 
     >>> x = jt.array(np.arange(4.0).reshape(1, 1, 2, 2))
     >>> nn.interpolate(x, scale_factor=2).numpy()[0, 0, 0]
@@ -358,8 +387,11 @@ def interpolate(x, size=None, scale_factor=None, mode="nearest", align_corners=F
     array([0. , 0.5, 1. ], dtype=float32)
     """
     _check_mode(mode, align_corners, "interpolate")
-    _input(x, "interpolate", (4,), floats=mode == "bilinear")
+    _input(x, "interpolate", (4,), floats=mode != "nearest")
     sizes, scales = _output_geometry(x, size, scale_factor)
+    if mode == "area":               # PyTorch's "area" is adaptive average pooling to the size
+        from .pool import adaptive_avg_pool2d
+        return adaptive_avg_pool2d(x, sizes)
     # width first, then height: PyTorch's order of the multiply-adds
     x = _resample_dim(x, 3, sizes[1], scales[1], mode, align_corners)
     return _resample_dim(x, 2, sizes[0], scales[0], mode, align_corners)
