@@ -54,6 +54,16 @@ from jtmini.state import register_cache
 
 VERSION = "0.1.0"  # part of every cache key: a new jtmini never loads an old one's kernels
 
+
+def __getattr__(name):
+    """``jt.compiler.has_cuda``: Jittor's flag for "CUDA kernels can be built and run here",
+    probed lazily because loading cupy is slow."""
+    if name == "has_cuda":
+        from .runtime.cuda import has_cuda
+        return has_cuda()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 _MPI_DEFINES = ["-DOMPI_SKIP_MPICXX", "-DMPICH_SKIP_MPICXX"]  # keep mpi.h's slow C++ bindings out
 
 
