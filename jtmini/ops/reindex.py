@@ -91,7 +91,7 @@ register(OpSpec("reindex", "reindex", infer=_reindex_infer, grad=_reindex_grad,
 
 @export("reindex")
 def reindex(x, shape, indexes, overflow_value=0, overflow_conditions=(), extras=()):
-    """Jittor's reindex: ``y[i0, i1, ...] = x[indexes...]`` with ``overflow_value`` where an index
+    """Reindex Operator (Jittor's reindex): ``y[i0, i1, ...] = x[indexes...]`` with ``overflow_value`` where an index
     falls outside ``x`` or an ``overflow_conditions`` entry holds.
 
     >>> x.reindex([n, c, h - 2, w - 2, 3, 3], ["i0", "i1", "i2+i4", "i3+i5"])   # 3x3 windows
@@ -103,6 +103,29 @@ def reindex(x, shape, indexes, overflow_value=0, overflow_conditions=(), extras=
     return Var.node("reindex", [x, *extras], shape=tuple(shape),
                     exprs=index_exprs(indexes, "reindex indexes", *ranks), overflow_value=overflow_value,
                     conditions=index_exprs(overflow_conditions, "reindex overflow_conditions", *ranks))
+
+
+@export("reindex_var")
+def reindex_var(x, indexes, overflow_value=0, overflow_conditions=()):
+    """Jittor's reindex_var: ``y[i] = x[indexes[0][i], indexes[1][i], ...]``, one index Var per
+    dim of ``x``, all of one shape (the result's); float indexes truncate toward zero, as C casts,
+    and an index outside ``x`` reads ``overflow_value``. Gradients flow to ``x``.
+
+    >>> jt.array([10, 20, 30]).reindex_var([jt.array([2, 0, 5])]).numpy()
+    array([30, 10,  0], dtype=int32)
+    """
+    from ..creation import as_var
+    indexes = [as_var(v) for v in indexes]
+    if len(indexes) != x.ndim:
+        raise ValueError(f"reindex_var: x of shape {x.shape} needs {x.ndim} index Vars, got {len(indexes)}")
+    for v in indexes:
+        if v.shape != indexes[0].shape:
+            raise ValueError(f"reindex_var: index Vars must have one shape, got "
+                             f"{[tuple(v.shape) for v in indexes]}")
+    n = len(indexes[0].shape)
+    where = ",".join(f"i{k}" for k in range(n)) or "0"
+    return reindex(x, indexes[0].shape, [f"@e{k}({where})" for k in range(x.ndim)], overflow_value,
+                   overflow_conditions, extras=indexes)
 
 
 def _scatter_grad(d, out, x, a):

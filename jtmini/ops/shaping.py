@@ -233,6 +233,35 @@ def ternary(cond, x, y):
     return where(cond, x, y)
 
 
+@export("floor_int")
+def floor_int(x):
+    """The largest integer <= each element, as int32 (Jittor's ``floor_int``).
+
+    >>> jt.array([1.5, -1.5]).floor_int().numpy()
+    array([ 1, -2], dtype=int32)
+    """
+    return x.floor().cast("int32")
+
+
+@export("ceil_int")
+def ceil_int(x):
+    """The smallest integer >= each element, as int32 (Jittor's ``ceil_int``)."""
+    return x.ceil().cast("int32")
+
+
+@export("round_int")
+def round_int(x):
+    """The nearest integer to each element, halves away from zero (C's ``round``), as int32.
+
+    >>> jt.array([0.5, 1.5, -2.5, 0.4]).round_int().numpy()
+    array([ 1,  2, -3,  0], dtype=int32)
+    """
+    if not dtypes.is_float(x.dtype):
+        return x.cast("int32")
+    low = x.floor()     # x - floor(x) is exact, so ties are found exactly (round() takes them to even)
+    return where(x - low == 0.5, where(x > 0, low + 1, low), x.round()).cast("int32")
+
+
 @export("masked_fill")
 def masked_fill(x, mask, value):
     """``x`` with ``value`` (a number or a 0-d Var, cast to x's dtype) where the bool ``mask``,
@@ -465,7 +494,7 @@ def tril(x, diagonal=0):
 # --- index grids and special matrices ----------------------------------------------------------
 @export("index")
 def index(shape, dim=None, dtype="int32"):
-    """Jittor's ``index``: for each element of ``shape`` (a tuple, or a Var's shape), its index
+    """Index Operator (Jittor's ``index``): for each element of ``shape`` (a tuple, or a Var's shape), its index
     along ``dim``; without ``dim``, a list with one such Var per dim.
 
     >>> jt.index((2, 3), 1).numpy()
@@ -479,6 +508,16 @@ def index(shape, dim=None, dtype="int32"):
     line = creation.array(np.arange(shape[dim]), dtypes.canonical(dtype))
     along = reshape(line, [n if k == dim else 1 for k, n in enumerate(shape)])
     return broadcast_to(along, shape)
+
+
+@export("index_var", function=False)
+def index_var(x, dim=None, dtype="int32"):
+    """Jittor's ``Var.index_var``: ``jt.index(x.shape, dim)``, the index of each element of ``x``.
+
+    >>> jt.zeros(2, 3).index_var(1).numpy()[0]
+    array([0, 1, 2], dtype=int32)
+    """
+    return index(x.shape, dim, dtype)
 
 
 @export("meshgrid", method=False)
