@@ -726,7 +726,7 @@ def searchsorted(sorted_sequence, values, right=False):
     seq = seq.reshape(seq.shape[:-1] + (1, seq.shape[-1]))
     values = values.reshape(values.shape + (1,))
     before = (seq <= values) if right else (seq < values)
-    return before.cast("int32").sum(-1).broadcast_to(lead + (values.shape[-2],))
+    return before.cast("int32").sum(-1).cast("int32").broadcast_to(lead + (values.shape[-2],))
 
 
 @export("unique")
