@@ -27,6 +27,7 @@ from .var import Var, install_methods, pending_roots  # noqa: F401
 install_methods()
 globals().update(ops.FUNCTIONS)
 globals().update(creation.DTYPES)        # jt.float32, jt.int64, ...: dtypes that cast when called
+globals().update(float=creation.DTYPES["float32"], int=creation.DTYPES["int32"])   # Jittor's aliases
 
 mpi = _mpi if world.in_mpi else None    # as in Jittor: `if jt.mpi:` is False outside mpirun
 single_process_scope = _mpi.single_process_scope
@@ -62,3 +63,12 @@ def __getattr__(name):
         from .runtime.cuda import has_cuda
         return has_cuda()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def dirty_fix_pytorch_runtime_error():
+    """Import torch before jtmini loads any kernel library, as Jittor's users do before mixing the
+    two; raises ImportError when torch is not installed.
+
+        >>> jt.dirty_fix_pytorch_runtime_error(); import torch
+    """
+    _importlib.import_module("torch")

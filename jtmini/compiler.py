@@ -54,6 +54,25 @@ from jtmini.state import register_cache
 
 VERSION = "0.1.0"  # part of every cache key: a new jtmini never loads an old one's kernels
 
+
+def __getattr__(name):
+    """``jt.compiler.has_cuda``: Jittor's flag for "CUDA kernels can be built and run here",
+    probed lazily because loading cupy is slow."""
+    if name == "has_cuda":
+        return cuda_available()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def cuda_available():
+    """Whether cupy (jtmini's CUDA compiler and runtime) imports and sees a GPU. Never raises: a
+    missing cupy, a missing or too old driver, or no device all mean False."""
+    try:
+        import cupy
+        return cupy.cuda.runtime.getDeviceCount() > 0
+    except Exception:            # cupy reports driver/library problems with many exception types
+        return False
+
+
 _MPI_DEFINES = ["-DOMPI_SKIP_MPICXX", "-DMPICH_SKIP_MPICXX"]  # keep mpi.h's slow C++ bindings out
 
 

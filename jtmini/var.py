@@ -346,4 +346,4 @@ def install_methods():
     Var.__invert__ = lambda self: METHODS["bitwise_not"](self)
     Var.__pos__ = lambda self: self
     Var.__getitem__ = lambda self, index: METHODS["getitem"](self, index)
-    Var.__setitem__ = lambda self, index, value: METHODS["setitem"](self, index, value)
+    Var.__setitem__ = lambda self, index, value: self._rebind(METHODS["setitem"](self, index, value))

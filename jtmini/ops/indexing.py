@@ -233,6 +233,8 @@ def setitem(x, index, value):
     """``x[index] = value``: ``value`` is cast to x's dtype and broadcast to the shape of
     ``x[index]``; the handle ``x`` is rebound to the new value, nodes built from it earlier keep
     the old one. Gradients flow to the old ``x`` (where not overwritten) and to ``value``.
+    ``x.setitem(index, value)`` is Jittor's functional form: it returns the new value and leaves
+    ``x`` as it was.
 
     >>> a = jt.zeros(3, 4)
     >>> b = a + 1
@@ -243,7 +245,7 @@ def setitem(x, index, value):
     axes = _normalize(x, index)
     place = _place_advanced if any(a.kind == "array" for a in axes) else _place_basic
     placed, mask = place(x, axes, value)
-    x._rebind(where(mask, placed, x))
+    return where(mask, placed, x)
 
 
 def _fit(value, x, shape):

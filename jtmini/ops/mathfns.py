@@ -470,7 +470,7 @@ def sort(x, dim=-1, descending=False, stable=False):
 
 @export("argsort")
 def argsort(x, dim=-1, descending=False):
-    """``(indices, values)``: Jittor's argsort returns the int32 indices first, then the sorted
+    """Argsort Operator: ``(indices, values)``; Jittor's argsort returns the int32 indices first, then the sorted
     values (the reverse of ``sort``). Stable; the values are differentiable with respect to ``x``.
 
     >>> index, values = jt.array([3.0, 1.0, 2.0]).argsort(descending=True)

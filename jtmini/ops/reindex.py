@@ -91,7 +91,7 @@ register(OpSpec("reindex", "reindex", infer=_reindex_infer, grad=_reindex_grad,
 
 @export("reindex")
 def reindex(x, shape, indexes, overflow_value=0, overflow_conditions=(), extras=()):
-    """Jittor's reindex: ``y[i0, i1, ...] = x[indexes...]`` with ``overflow_value`` where an index
+    """Reindex Operator (Jittor's reindex): ``y[i0, i1, ...] = x[indexes...]`` with ``overflow_value`` where an index
     falls outside ``x`` or an ``overflow_conditions`` entry holds.
 
     >>> x.reindex([n, c, h - 2, w - 2, 3, 3], ["i0", "i1", "i2+i4", "i3+i5"])   # 3x3 windows
@@ -105,6 +105,29 @@ def reindex(x, shape, indexes, overflow_value=0, overflow_conditions=(), extras=
                     conditions=index_exprs(overflow_conditions, "reindex overflow_conditions", *ranks))
 
 
+@export("reindex_var")
+def reindex_var(x, indexes, overflow_value=0, overflow_conditions=()):
+    """Jittor's reindex_var: ``y[i] = x[indexes[0][i], indexes[1][i], ...]``, one index Var per
+    dim of ``x``, all of one shape (the result's); float indexes truncate toward zero, as C casts,
+    and an index outside ``x`` reads ``overflow_value``. Gradients flow to ``x``.
+
+    >>> jt.array([10, 20, 30]).reindex_var([jt.array([2, 0, 5])]).numpy()
+    array([30, 10,  0], dtype=int32)
+    """
+    from ..creation import as_var
+    indexes = [as_var(v) for v in indexes]
+    if len(indexes) != x.ndim:
+        raise ValueError(f"reindex_var: x of shape {x.shape} needs {x.ndim} index Vars, got {len(indexes)}")
+    for v in indexes:
+        if v.shape != indexes[0].shape:
+            raise ValueError(f"reindex_var: index Vars must have one shape, got "
+                             f"{[tuple(v.shape) for v in indexes]}")
+    n = len(indexes[0].shape)
+    where = ",".join(f"i{k}" for k in range(n)) or "0"
+    return reindex(x, indexes[0].shape, [f"@e{k}({where})" for k in range(x.ndim)], overflow_value,
+                   overflow_conditions, extras=indexes)
+
+
 def _scatter_grad(d, out, x, a):
     exprs, conditions = _swap_shapes(a["exprs"]), _swap_shapes(a["conditions"])
     gathered = Var.node("reindex", [d, *x[1:]], shape=x[0].shape, exprs=exprs, overflow_value=0,
@@ -113,9 +136,26 @@ def _scatter_grad(d, out, x, a):
         hit = Var.node("reindex", [out, *x[1:]], shape=x[0].shape, exprs=exprs,
                        overflow_value=0, conditions=conditions) == x[0]
         gathered = gathered * hit
+    elif a["op"] == "mul":
+        gathered = gathered * _product_of_others(x[0], a, exprs, conditions)
     elif a["op"] not in ("add", "replace"):
         raise NotImplementedError(f"no gradient for reindex_reduce op {a['op']!r}")
     return [gathered] + [None] * (len(x) - 1)
+
+
+def _product_of_others(x, a, exprs, conditions):
+    """For each element of ``x``, the product of the other elements reduced into its output
+    element: the product of the non-zero ones divided by it, or with one zero in the group
+    (itself) that product, and 0 with more zeros; exact where ``out / x`` would divide by 0."""
+    zero = x == 0
+    def scatter(v, op):
+        return Var.node("reindex_reduce", [v], op=op, shape=a["shape"], exprs=a["exprs"],
+                        conditions=a["conditions"])
+    def gather(v):
+        return Var.node("reindex", [v], shape=x.shape, exprs=exprs, overflow_value=0, conditions=conditions)
+    nonzero = gather(scatter(zero.ternary(1, x), "mul"))
+    zeros = gather(scatter(zero.cast(x.dtype), "add"))
+    return zero.ternary((zeros == 1).ternary(nonzero, 0), (zeros == 0).ternary(nonzero / x, 0))
 
 
 register(OpSpec("reindex_reduce", "scatter", grad=_scatter_grad,
@@ -123,16 +163,22 @@ register(OpSpec("reindex_reduce", "scatter", grad=_scatter_grad,
                 index=lambda a, nin, nout: IndexMap(a["exprs"], True, 0, a["conditions"])))
 
 
+# Jittor names the reductions after its binary ops; the short names are jtmini's.
+_REDUCE_NAMES = {"sum": "add", "multiply": "mul", "maximum": "max", "minimum": "min"}
+
+
 @export("reindex_reduce")
 def reindex_reduce(x, op, shape, indexes, overflow_conditions=(), extras=()):
     """Jittor's reindex_reduce: ``y[indexes(i)] op= x[i]`` for every index ``i`` of ``x``; ``op`` is
     add, mul, max, min or replace; ``indexes`` outside ``shape`` are dropped. Here ``i0..`` are
     indices of ``x`` and ``yshape0..`` the dims of the result."""
-    if op == "sum":
-        op = "add"
+    op = _REDUCE_NAMES.get(op, op)
     if op not in ("add", "mul", "max", "min", "replace"):
-        raise ValueError(f"reindex_reduce op must be add, mul, max, min or replace, got {op!r}")
+        raise ValueError(f"reindex_reduce op must be add (sum), multiply (mul), maximum (max), "
+                         f"minimum (min) or replace, got {op!r}")
     shape = dtypes.int_dims(shape, "reindex_reduce shape")
+    if any(s < 0 for s in shape):
+        raise ValueError(f"reindex_reduce shape {tuple(shape)} has a negative dim")
     if len(indexes) != len(shape):
         raise ValueError(f"reindex_reduce needs one index per output dim ({len(shape)}), got {len(indexes)}")
     ranks = (x.ndim, x.ndim, len(shape), extras)
@@ -181,17 +227,43 @@ def broadcast_to(x, shape):
 
 @export("broadcast")
 def broadcast(x, shape, dims=()):
-    """Jittor's broadcast: ``shape`` may be a Var (its shape is used); ``dims`` are the output dims
-    that ``x`` lacks, e.g. ``x`` of shape (3,) to (2, 3, 4) with ``dims=[0, 2]``."""
-    shape = tuple(shape.shape) if isinstance(shape, Var) else tuple(shape)
+    """Jittor's broadcast: ``x`` and ``shape`` (a tuple, or a Var whose shape is used) broadcast
+    against each other by numpy's rules, so a dim of 1 in ``shape`` takes ``x``'s size. ``dims``
+    are the output dims that ``x`` lacks, e.g. ``x`` of shape (3,) to (2, 3, 4) with ``dims=[0, 2]``.
+
+    >>> jt.array([1, 2]).broadcast([2, 2], [-1]).numpy()
+    array([[1, 1],
+           [2, 2]], dtype=int32)
+    """
+    shape = tuple(shape.shape) if isinstance(shape, Var) else tuple(dtypes.int_dims(shape, "broadcast shape"))
     if dims:
-        dims = sorted(d % len(shape) for d in dims)
+        dims = sorted(normalize_dim(d, len(shape)) for d in dims)
         kept = [k for k in range(len(shape)) if k not in dims]
         if len(kept) != x.ndim:
-            raise ValueError(f"broadcast: x has {x.ndim} dims but {len(shape)} - {len(dims)} are kept")
-        x = x.reshape([shape[k] if k in kept and x.shape[kept.index(k)] != 1 else 1
-                       for k in range(len(shape))])
-    return broadcast_to(x, shape)
+            raise ValueError(f"broadcast: x of shape {x.shape} has {x.ndim} dims but {len(shape)} - "
+                             f"{len(dims)} dims of {shape} are kept")
+        x = x.reshape([x.shape[kept.index(k)] if k in kept else 1 for k in range(len(shape))])
+    return broadcast_to(x, _both_ways(x.shape, shape))
+
+
+def _both_ways(a, b):
+    """numpy's broadcast shape of ``a`` and ``b``; ValueError naming both otherwise."""
+    n = max(len(a), len(b))
+    a, b = (1,) * (n - len(a)) + tuple(a), (1,) * (n - len(b)) + tuple(b)
+    if any(s != t and 1 not in (s, t) for s, t in zip(a, b)):
+        raise ValueError(f"broadcast: shapes {a} and {b} are not compatible")
+    return tuple(t if s == 1 else s for s, t in zip(a, b))
+
+
+@export("broadcast_var")
+def broadcast_var(x, y, dims=()):
+    """Jittor's ``broadcast_var``: ``x`` broadcast against the shape of Var ``y`` (see ``broadcast``).
+
+    >>> jt.zeros((3, 1)).broadcast_var(jt.zeros(4)).shape
+    (3, 4)
+    """
+    from ..creation import as_var
+    return broadcast(as_var(x), as_var(y), dims)
 
 
 # --- reshape, transpose ------------------------------------------------------------------------

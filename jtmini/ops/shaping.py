@@ -233,6 +233,35 @@ def ternary(cond, x, y):
     return where(cond, x, y)
 
 
+@export("floor_int")
+def floor_int(x):
+    """The largest integer <= each element, as int32 (Jittor's ``floor_int``).
+
+    >>> jt.array([1.5, -1.5]).floor_int().numpy()
+    array([ 1, -2], dtype=int32)
+    """
+    return x.floor().cast("int32")
+
+
+@export("ceil_int")
+def ceil_int(x):
+    """The smallest integer >= each element, as int32 (Jittor's ``ceil_int``)."""
+    return x.ceil().cast("int32")
+
+
+@export("round_int")
+def round_int(x):
+    """The nearest integer to each element, halves away from zero (C's ``round``), as int32.
+
+    >>> jt.array([0.5, 1.5, -2.5, 0.4]).round_int().numpy()
+    array([ 1,  2, -3,  0], dtype=int32)
+    """
+    if not dtypes.is_float(x.dtype):
+        return x.cast("int32")
+    low = x.floor()     # x - floor(x) is exact, so ties are found exactly (round() takes them to even)
+    return where(x - low == 0.5, where(x > 0, low + 1, low), x.round()).cast("int32")
+
+
 @export("masked_fill")
 def masked_fill(x, mask, value):
     """``x`` with ``value`` (a number or a 0-d Var, cast to x's dtype) where the bool ``mask``,
@@ -465,7 +494,7 @@ def tril(x, diagonal=0):
 # --- index grids and special matrices ----------------------------------------------------------
 @export("index")
 def index(shape, dim=None, dtype="int32"):
-    """Jittor's ``index``: for each element of ``shape`` (a tuple, or a Var's shape), its index
+    """Index Operator (Jittor's ``index``): for each element of ``shape`` (a tuple, or a Var's shape), its index
     along ``dim``; without ``dim``, a list with one such Var per dim.
 
     >>> jt.index((2, 3), 1).numpy()
@@ -479,6 +508,16 @@ def index(shape, dim=None, dtype="int32"):
     line = creation.array(np.arange(shape[dim]), dtypes.canonical(dtype))
     along = reshape(line, [n if k == dim else 1 for k, n in enumerate(shape)])
     return broadcast_to(along, shape)
+
+
+@export("index_var", function=False)
+def index_var(x, dim=None, dtype="int32"):
+    """Jittor's ``Var.index_var``: ``jt.index(x.shape, dim)``, the index of each element of ``x``.
+
+    >>> jt.zeros(2, 3).index_var(1).numpy()[0]
+    array([0, 1, 2], dtype=int32)
+    """
+    return index(x.shape, dim, dtype)
 
 
 @export("meshgrid", method=False)
@@ -647,3 +686,66 @@ def nonzero(x):
     """
     x = creation.as_var(x)
     return creation.array(np.argwhere(x.numpy()).astype(np.int64), "int64")
+
+
+@export("diagonal")
+def diagonal(x, offset=0, dim1=0, dim2=1):
+    """The diagonal ``offset`` (above the main one when positive) of the matrices spanned by dims
+    ``dim1`` (rows) and ``dim2`` (columns), as PyTorch's: those dims are removed and the diagonal
+    becomes the last dim. Differentiable (a reindex).
+
+    >>> jt.array([[1, 2], [3, 4]]).diagonal().numpy()
+    array([1, 4], dtype=int32)
+    """
+    d1, d2 = normalize_dim(dim1, x.ndim), normalize_dim(dim2, x.ndim)
+    if d1 == d2:
+        raise ValueError(f"diagonal: dim1 and dim2 name the same dim ({dim1}, {dim2}) of shape {x.shape}")
+    if not dtypes.is_int(offset):
+        raise TypeError(f"diagonal: offset must be an int, got {offset!r}")
+    rest = [k for k in range(x.ndim) if k not in (d1, d2)]
+    length = max(0, min(x.shape[d1] - max(0, -offset), x.shape[d2] - max(0, offset)))
+    last = f"i{len(rest)}"
+    exprs = [f"i{rest.index(k)}" if k in rest else f"{last}+{max(0, -offset) if k == d1 else max(0, offset)}"
+             for k in range(x.ndim)]
+    return reindex(x, [x.shape[k] for k in rest] + [length], exprs)
+
+
+@export("searchsorted")
+def searchsorted(sorted_sequence, values, right=False):
+    """For each of ``values``, its insertion index in the last dim of ``sorted_sequence`` (sorted
+    ascending), int32: the count of entries ``< value`` (``right``: ``<= value``). The leading dims
+    of the two broadcast; a 1-D sequence serves every row.
+
+    >>> jt.searchsorted(jt.array([1, 3, 5]), jt.array([3, 6])).numpy()
+    array([1, 3], dtype=int32)
+    """
+    seq, values = creation.as_var(sorted_sequence), creation.as_var(values)
+    if seq.ndim == 0 or values.ndim == 0:
+        raise ValueError(f"searchsorted needs 1-D or more, got shapes {seq.shape} and {values.shape}")
+    lead = broadcast_shapes(seq.shape[:-1], values.shape[:-1])
+    seq = seq.reshape(seq.shape[:-1] + (1, seq.shape[-1]))
+    values = values.reshape(values.shape + (1,))
+    before = (seq <= values) if right else (seq < values)
+    return before.cast("int32").sum(-1).cast("int32").broadcast_to(lead + (values.shape[-2],))
+
+
+@export("unique")
+def unique(x, return_inverse=False, return_counts=False, dim=None):
+    """The sorted distinct values of ``x`` (flattened, or the distinct slices along ``dim``), and
+    as asked the int32 index of each element's value in them (shaped as ``x``, or one per slice)
+    and each value's count. Eager: the count of values is data.
+
+    >>> values, inverse = jt.unique(jt.array([3, 1, 3]), return_inverse=True)
+    >>> values.numpy(), inverse.numpy()
+    (array([1, 3], dtype=int32), array([1, 0, 1], dtype=int32))
+    """
+    x = creation.as_var(x)
+    axis = None if dim is None else normalize_dim(dim, x.ndim)
+    values, inverse, counts = np.unique(x.numpy(), return_inverse=True, return_counts=True, axis=axis)
+    inverse = inverse.reshape(x.shape if axis is None else (-1,)).astype(np.int32)
+    out = [creation.array(values, x.dtype)]
+    if return_inverse:
+        out.append(creation.array(inverse, "int32"))
+    if return_counts:
+        out.append(creation.array(counts.astype(np.int32), "int32"))
+    return out[0] if len(out) == 1 else tuple(out)

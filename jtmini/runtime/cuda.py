@@ -32,11 +32,7 @@ from .cuda_library import max_blocks
 def has_cuda():
     """Whether cupy imports and sees at least one GPU. Never raises: a missing cupy, a missing
     or too old driver, or no device all mean False. Creates no CUDA context."""
-    try:
-        import cupy
-        return cupy.cuda.runtime.getDeviceCount() > 0
-    except Exception:            # cupy reports driver/library problems with many exception types
-        return False
+    return compiler.cuda_available()
 
 
 def choose_device(local_rank, device_count):
