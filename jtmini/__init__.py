@@ -64,11 +64,3 @@ def __getattr__(name):
         return has_cuda()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
-
-def dirty_fix_pytorch_runtime_error():
-    """Import torch before jtmini loads any kernel library, as Jittor's users do before mixing the
-    two; raises ImportError when torch is not installed.
-
-        >>> jt.dirty_fix_pytorch_runtime_error(); import torch
-    """
-    _importlib.import_module("torch")

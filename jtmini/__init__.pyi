@@ -4,6 +4,7 @@
 import builtins as _builtins
 from typing import Any
 
+from . import compile_extern as compile_extern
 from . import creation as creation
 from . import dataset as dataset
 from . import init as init
@@ -104,7 +105,7 @@ class Var:
     def __rsub__(self, other: Any) -> Var: ...
     def __rtruediv__(self, other: Any) -> Var: ...
     def __rxor__(self, other: Any) -> Var: ...
-    def __setitem__(self, index: Any, value: Any) -> Any: ...
+    def __setitem__(self, index: Any, value: Any) -> Var: ...
     def __sub__(self, other: Any) -> Var: ...
     def __truediv__(self, other: Any) -> Var: ...
     def __xor__(self, other: Any) -> Var: ...
@@ -121,7 +122,7 @@ class Var:
     def argmin(self, dim: Any = ..., keepdims: Any = ..., *, axis: Any = ..., keepdim: Any = ...) -> Any:
         """Index (int32) of the first extreme along ``dim``, and the extreme values, as Jittor:"""
     def argsort(self, dim: Any = ..., descending: Any = ...) -> Any:
-        """``(indices, values)``: Jittor's argsort returns the int32 indices first, then the sorted"""
+        """Argsort Operator: ``(indices, values)``; Jittor's argsort returns the int32 indices first, then the sorted"""
     def assign(self, value: Any) -> Var:
         """Make this Var hold ``value``'s value (broadcast and cast to this Var's shape and dtype),"""
     def astype(self, dtype: Any) -> Var:
@@ -138,13 +139,17 @@ class Var:
         """Batched matrix product of 3-D Vars: (B, n, k) @ (B, k, m) -> (B, n, m), with no broadcasting."""
     def bool(self) -> Var: ...
     def broadcast(self, shape: Any, dims: Any = ...) -> Var:
-        """Jittor's broadcast: ``shape`` may be a Var (its shape is used); ``dims`` are the output dims"""
+        """Jittor's broadcast: ``x`` and ``shape`` (a tuple, or a Var whose shape is used) broadcast"""
     def broadcast_to(self, shape: Any) -> Var:
         """``x`` repeated along dims of size 1 (and new leading dims) to ``shape`` (numpy rules)."""
+    def broadcast_var(self, y: Any, dims: Any = ...) -> Var:
+        """Jittor's ``broadcast_var``: ``x`` broadcast against the shape of Var ``y`` (see ``broadcast``)."""
     def cast(self, dtype: Any) -> Var:
         """``x`` converted to ``dtype`` (float to int truncates toward zero, nonzero to bool is True)."""
     def ceil(self) -> Var:
         """Elementwise ceil."""
+    def ceil_int(self) -> Var:
+        """The smallest integer >= each element, as int32 (Jittor's ``ceil_int``)."""
     def chunk(self, chunks: Any, dim: Any = ...) -> Any:
         """``x`` cut along ``dim`` into at most ``chunks`` pieces of ``ceil(size / chunks)`` (the last"""
     def clamp(self, min_v: Any = ..., max_v: Any = ..., *, min: Any = ..., max: Any = ...) -> Var:
@@ -162,10 +167,14 @@ class Var:
     @property
     def data(self) -> Any:
         """The value as a read-only numpy array. As in Jittor, a 0-d Var gives a 1-element array,"""
+    @data.setter
+    def data(self, value: Any) -> None: ...
     def detach(self) -> Var:
         """A new Var with the same value and no gradient history."""
     def diag(self, diagonal: Any = ...) -> Var:
         """A 1-D ``x`` placed on diagonal ``diagonal`` of a square matrix, or diagonal ``diagonal`` of"""
+    def diagonal(self, offset: Any = ..., dim1: Any = ..., dim2: Any = ...) -> Var:
+        """The diagonal ``offset`` (above the main one when positive) of the matrices spanned by dims"""
     def div(self, b: Any) -> Var:
         """Elementwise div with numpy broadcasting."""
     def equal(self, b: Any) -> Var:
@@ -189,6 +198,8 @@ class Var:
     def float64(self) -> Var: ...
     def floor(self) -> Var:
         """Elementwise floor."""
+    def floor_int(self) -> Var:
+        """The largest integer <= each element, as int32 (Jittor's ``floor_int``)."""
     def floordiv(self, b: Any) -> Var:
         """Elementwise floordiv with numpy broadcasting."""
     def full_like(self, value: Any, dtype: Any = ...) -> Var: ...
@@ -203,9 +214,11 @@ class Var:
     def greater_equal(self, b: Any) -> Var:
         """Elementwise greater_equal with numpy broadcasting."""
     def index(self, dim: Any = ..., dtype: Any = ...) -> Any:
-        """Jittor's ``index``: for each element of ``shape`` (a tuple, or a Var's shape), its index"""
+        """Index Operator (Jittor's ``index``): for each element of ``shape`` (a tuple, or a Var's shape), its index"""
     def index_select(self, dim: Any, index: Any) -> Var:
         """The entries of ``x`` at positions ``index`` (1-D ints; negative counts from the end) along"""
+    def index_var(self, dim: Any = ..., dtype: Any = ...) -> Any:
+        """Jittor's ``Var.index_var``: ``jt.index(x.shape, dim)``, the index of each element of ``x``."""
     def int(self) -> Var: ...
     def int32(self) -> Var: ...
     def int64(self) -> Var: ...
@@ -312,10 +325,14 @@ class Var:
         """Jittor's ``reduce_mul(x, dims=None, keepdims=False)``: the product (bool and int32 give int64, as jt.prod) over ``dims`` (an int or a sequence; None or () is every dim, as in Jittor)."""
     def reduce_multiply(self, dims: Any = ..., keepdims: Any = ..., *, keepdim: Any = ...) -> Var:
         """Jittor's ``reduce_multiply(x, dims=None, keepdims=False)``: the product (Jittor's spelling of reduce_mul) over ``dims`` (an int or a sequence; None or () is every dim, as in Jittor)."""
+    def register_hook(self, hook: Any) -> None:
+        """Call ``hook(grad)`` with this Var's gradient whenever one is computed through it; a"""
     def reindex(self, shape: Any, indexes: Any, overflow_value: Any = ..., overflow_conditions: Any = ..., extras: Any = ...) -> Var:
-        """Jittor's reindex: ``y[i0, i1, ...] = x[indexes...]`` with ``overflow_value`` where an index"""
+        """Reindex Operator (Jittor's reindex): ``y[i0, i1, ...] = x[indexes...]`` with ``overflow_value`` where an index"""
     def reindex_reduce(self, op: Any, shape: Any, indexes: Any, overflow_conditions: Any = ..., extras: Any = ...) -> Var:
         """Jittor's reindex_reduce: ``y[indexes(i)] op= x[i]`` for every index ``i`` of ``x``; ``op`` is"""
+    def reindex_var(self, indexes: Any, overflow_value: Any = ..., overflow_conditions: Any = ...) -> Var:
+        """Jittor's reindex_var: ``y[i] = x[indexes[0][i], indexes[1][i], ...]``, one index Var per"""
     def relu(self) -> Var:
         """Elementwise relu."""
     def repeat(self, *reps: Any) -> Var:
@@ -332,13 +349,17 @@ class Var:
         """``x`` shifted cyclically by ``shifts`` along ``dims`` (ints or sequences of one length);"""
     def round(self) -> Var:
         """Elementwise round."""
+    def round_int(self) -> Var:
+        """The nearest integer to each element, halves away from zero (C's ``round``), as int32."""
     def safe_clip(self, left: Any, right: Any) -> Var:
         """``x`` clipped to ``[left, right]`` in value, keeping ``x``'s dtype, while the gradient passes"""
     def scatter(self, dim: Any, index: Any, src: Any, reduce: Any = ...) -> Any:
         """PyTorch's scatter as a new Var: ``src`` written into a copy of ``x`` at ``index`` along ``dim``."""
     def scatter_(self, dim: Any, index: Any, src: Any, reduce: Any = ...) -> Var:
         """``scatter`` in place: the handle ``x`` is rebound to the result; returns ``x``."""
-    def setitem(self, index: Any, value: Any) -> None:
+    def searchsorted(self, values: Any, right: Any = ...) -> Any:
+        """For each of ``values``, its insertion index in the last dim of ``sorted_sequence`` (sorted"""
+    def setitem(self, index: Any, value: Any) -> Var:
         """``x[index] = value``: ``value`` is cast to x's dtype and broadcast to the shape of"""
     def sigmoid(self) -> Var:
         """Elementwise sigmoid."""
@@ -383,6 +404,8 @@ class Var:
         """The lower triangle of (each matrix of) ``x``: entries with ``col - row <= diagonal``."""
     def triu(self, diagonal: Any = ...) -> Var:
         """The upper triangle of (each matrix of) ``x``: entries with ``col - row >= diagonal``."""
+    def unique(self, return_inverse: Any = ..., return_counts: Any = ..., dim: Any = ...) -> Any:
+        """The sorted distinct values of ``x`` (flattened, or the distinct slices along ``dim``), and"""
     def unsqueeze(self, dim: Any) -> Var:
         """``x`` with a new dim of size 1 at ``dim`` (in [-ndim-1, ndim], as in PyTorch)."""
     def update(self, value: Any) -> Var:
@@ -418,7 +441,7 @@ def argmin(x: Any, dim: Any = ..., keepdims: Any = ..., *, axis: Any = ..., keep
     """Index (int32) of the first extreme along ``dim``, and the extreme values, as Jittor:"""
 
 def argsort(x: Any, dim: Any = ..., descending: Any = ...) -> Any:
-    """``(indices, values)``: Jittor's argsort returns the int32 indices first, then the sorted"""
+    """Argsort Operator: ``(indices, values)``; Jittor's argsort returns the int32 indices first, then the sorted"""
 
 def array(data: Any, dtype: Any = ...) -> Var:
     """A leaf Var holding a copy of ``data`` (numpy array, nested lists, scalar or Var)."""
@@ -442,10 +465,13 @@ def bmm(a: Any, b: Any) -> Var:
     """Batched matrix product of 3-D Vars: (B, n, k) @ (B, k, m) -> (B, n, m), with no broadcasting."""
 
 def broadcast(x: Any, shape: Any, dims: Any = ...) -> Var:
-    """Jittor's broadcast: ``shape`` may be a Var (its shape is used); ``dims`` are the output dims"""
+    """Jittor's broadcast: ``x`` and ``shape`` (a tuple, or a Var whose shape is used) broadcast"""
 
 def broadcast_to(x: Any, shape: Any) -> Var:
     """``x`` repeated along dims of size 1 (and new leading dims) to ``shape`` (numpy rules)."""
+
+def broadcast_var(x: Any, y: Any, dims: Any = ...) -> Var:
+    """Jittor's ``broadcast_var``: ``x`` broadcast against the shape of Var ``y`` (see ``broadcast``)."""
 
 def cast(x: Any, dtype: Any) -> Var:
     """``x`` converted to ``dtype`` (float to int truncates toward zero, nonzero to bool is True)."""
@@ -455,6 +481,9 @@ def cat(xs: Any, dim: Any = ...) -> Any:
 
 def ceil(x: Any) -> Var:
     """Elementwise ceil."""
+
+def ceil_int(x: Any) -> Var:
+    """The smallest integer >= each element, as int32 (Jittor's ``ceil_int``)."""
 
 def chunk(x: Any, chunks: Any, dim: Any = ...) -> Any:
     """``x`` cut along ``dim`` into at most ``chunks`` pieces of ``ceil(size / chunks)`` (the last"""
@@ -486,6 +515,12 @@ def cumsum(x: Any, dim: Any = ...) -> Any:
 def diag(x: Any, diagonal: Any = ...) -> Var:
     """A 1-D ``x`` placed on diagonal ``diagonal`` of a square matrix, or diagonal ``diagonal`` of"""
 
+def diagonal(x: Any, offset: Any = ..., dim1: Any = ..., dim2: Any = ...) -> Var:
+    """The diagonal ``offset`` (above the main one when positive) of the matrices spanned by dims"""
+
+def dirty_fix_pytorch_runtime_error() -> None:
+    """Import PyTorch now, as Jittor asks before ``import torch`` in a program that uses both."""
+
 def div(a: Any, b: Any) -> Var:
     """Elementwise div with numpy broadcasting."""
 
@@ -510,6 +545,9 @@ def expand(x: Any, *shape: Any) -> Var:
 def eye(n: Any, m: Any = ..., dtype: Any = ...) -> Any:
     """An ``n`` x ``m`` (default square) matrix with ones on the diagonal; ``n`` may be a shape"""
 
+def fetch(*args: Any) -> None:
+    """Jittor's ``jt.fetch(*values, callback)``: compute the Vars among ``values`` and call"""
+
 def fetch_sync(x: Any) -> Any:
     """The value as a numpy array (``x.numpy()``); given a list or tuple of Vars, as Jittor's"""
 
@@ -524,6 +562,9 @@ def flip(x: Any, dims: Any = ...) -> Var:
 
 def floor(x: Any) -> Var:
     """Elementwise floor."""
+
+def floor_int(x: Any) -> Var:
+    """The largest integer <= each element, as int32 (Jittor's ``floor_int``)."""
 
 def floordiv(a: Any, b: Any) -> Var:
     """Elementwise floordiv with numpy broadcasting."""
@@ -552,7 +593,7 @@ def greater_equal(a: Any, b: Any) -> Var:
     """Elementwise greater_equal with numpy broadcasting."""
 
 def index(shape: Any, dim: Any = ..., dtype: Any = ...) -> Any:
-    """Jittor's ``index``: for each element of ``shape`` (a tuple, or a Var's shape), its index"""
+    """Index Operator (Jittor's ``index``): for each element of ``shape`` (a tuple, or a Var's shape), its index"""
 
 def index_select(x: Any, dim: Any, index: Any) -> Var:
     """The entries of ``x`` at positions ``index`` (1-D ints; negative counts from the end) along"""
@@ -728,10 +769,13 @@ def reduce_multiply(x: Any, dims: Any = ..., keepdims: Any = ..., *, keepdim: An
     """Jittor's ``reduce_multiply(x, dims=None, keepdims=False)``: the product (Jittor's spelling of reduce_mul) over ``dims`` (an int or a sequence; None or () is every dim, as in Jittor)."""
 
 def reindex(x: Any, shape: Any, indexes: Any, overflow_value: Any = ..., overflow_conditions: Any = ..., extras: Any = ...) -> Var:
-    """Jittor's reindex: ``y[i0, i1, ...] = x[indexes...]`` with ``overflow_value`` where an index"""
+    """Reindex Operator (Jittor's reindex): ``y[i0, i1, ...] = x[indexes...]`` with ``overflow_value`` where an index"""
 
 def reindex_reduce(x: Any, op: Any, shape: Any, indexes: Any, overflow_conditions: Any = ..., extras: Any = ...) -> Var:
     """Jittor's reindex_reduce: ``y[indexes(i)] op= x[i]`` for every index ``i`` of ``x``; ``op`` is"""
+
+def reindex_var(x: Any, indexes: Any, overflow_value: Any = ..., overflow_conditions: Any = ...) -> Var:
+    """Jittor's reindex_var: ``y[i] = x[indexes[0][i], indexes[1][i], ...]``, one index Var per"""
 
 def relu(x: Any) -> Var:
     """Elementwise relu."""
@@ -753,6 +797,9 @@ def roll(x: Any, shifts: Any, dims: Any = ...) -> Any:
 def round(x: Any) -> Var:
     """Elementwise round."""
 
+def round_int(x: Any) -> Var:
+    """The nearest integer to each element, halves away from zero (C's ``round``), as int32."""
+
 def safe_clip(x: Any, left: Any, right: Any) -> Var:
     """``x`` clipped to ``[left, right]`` in value, keeping ``x``'s dtype, while the gradient passes"""
 
@@ -764,6 +811,9 @@ def scatter(x: Any, dim: Any, index: Any, src: Any, reduce: Any = ...) -> Any:
 
 def scatter_(x: Any, dim: Any, index: Any, src: Any, reduce: Any = ...) -> Var:
     """``scatter`` in place: the handle ``x`` is rebound to the result; returns ``x``."""
+
+def searchsorted(sorted_sequence: Any, values: Any, right: Any = ...) -> Any:
+    """For each of ``values``, its insertion index in the last dim of ``sorted_sequence`` (sorted"""
 
 def seed(n: Any) -> None:
     """Seed jtmini's random numbers (rand, randn, randint, random, init, dropout); Jittor's"""
@@ -824,8 +874,8 @@ def sum(x: Any, dims: Any = ..., keepdims: Any = ..., *, dim: Any = ..., axis: A
 def sync(vars_: Any) -> None:
     """Compute all of ``vars_`` together, in one schedule (shared work is done once)."""
 
-def sync_all() -> None:
-    """Compute every Var that is still pending."""
+def sync_all(device_sync: Any = ...) -> None:
+    """Compute every Var that is still pending; with ``device_sync`` (Jittor's"""
 
 def t(x: Any) -> Var:
     """The transpose of a matrix; 0-d and 1-D Vars come back as they are, and for more dims the"""
@@ -847,6 +897,9 @@ def tril(x: Any, diagonal: Any = ...) -> Var:
 
 def triu(x: Any, diagonal: Any = ...) -> Var:
     """The upper triangle of (each matrix of) ``x``: entries with ``col - row >= diagonal``."""
+
+def unique(x: Any, return_inverse: Any = ..., return_counts: Any = ..., dim: Any = ...) -> Any:
+    """The sorted distinct values of ``x`` (flattened, or the distinct slices along ``dim``), and"""
 
 def unsqueeze(x: Any, dim: Any) -> Var:
     """``x`` with a new dim of size 1 at ``dim`` (in [-ndim-1, ndim], as in PyTorch)."""

@@ -10,6 +10,11 @@ from jtmini.dataset.dataset import (Dataset, TensorDataset, collate, map_arrays,
 from jtmini.dataset.image_folder import DataLoader, ImageFolder
 from jtmini.dataset.mnist import MNIST, ToNormalizedTensor
 from jtmini.dataset.sampler import BatchSampler, RandomSampler, Sampler, SequentialSampler, SubsetRandomSampler
+from jtmini.dataset import dataset as _dataset_module
+
+# Jittor's code imports ImageFolder from jittor.dataset.dataset too; set here, since image_folder
+# imports dataset and an import back would be a cycle.
+_dataset_module.ImageFolder = ImageFolder
 
 __all__ = ["BatchSampler", "DataLoader", "Dataset", "ImageFolder", "MNIST", "RandomSampler", "Sampler",
            "SequentialSampler", "SubsetRandomSampler", "TensorDataset", "ToNormalizedTensor", "collate",

@@ -430,6 +430,3 @@ class TensorDataset(Dataset):
     def get_batch(self, indices):
         return [a[indices] for a in self.arrays]
 
-
-# Jittor also defines ImageFolder in jittor.dataset.dataset; imported last, as it subclasses Dataset
-from .image_folder import ImageFolder  # noqa: E402,F401
