@@ -20,6 +20,7 @@ from .compiler import VERSION as __version__  # noqa: F401
 from .counters import reset_stats, stats  # noqa: F401
 from .executor import sync, sync_all  # noqa: F401
 from .flags import flag_scope, flags  # noqa: F401
+from .interop import dirty_fix_pytorch_runtime_error  # noqa: F401
 from .profiler import profile_scope  # noqa: F401
 from .state import clear_caches  # noqa: F401
 from .var import Var, install_methods, pending_roots  # noqa: F401
@@ -30,6 +31,9 @@ globals().update(creation.DTYPES)        # jt.float32, jt.int64, ...: dtypes tha
 
 mpi = _mpi if world.in_mpi else None    # as in Jittor: `if jt.mpi:` is False outside mpirun
 single_process_scope = _mpi.single_process_scope
+# Jittor's cuDNN binding, None where cuDNN is absent; jtmini binds no cuDNN, so code that asks
+# `if jt.cudnn:` takes its portable path (RNNs, convolutions run on jtmini's own kernels).
+cudnn = None
 if world.in_mpi:
     _mpi.install_hooks()                # an uncaught exception on any rank ends the whole job
 
