@@ -55,3 +55,66 @@ def test_lstm_projection_default_state_and_errors():
         nn.LSTM(5, 8, proj_size=8)
     with pytest.raises(ValueError, match="only supported by LSTM"):
         nn.RNNBase("GRU", 5, 8, proj_size=2)
+
+
+# --- optimizers as Jittor keeps them ----------------------------------------------------------------
+def test_param_group_grads_are_the_gradients_step_uses():
+    rng = np.random.default_rng(1)
+    w0, b0 = rng.standard_normal((3, 4)).astype("float32"), rng.standard_normal(3).astype("float32")
+    w, b, frozen = jt.array(w0), jt.array(b0), jt.array(np.ones(2, "float32")).stop_grad()
+    opt = jt.optim.SGD([{"params": [w, frozen]}, {"params": [b], "lr": 0.5}], 0.1)
+    assert [g.numpy().tolist() for g in opt.param_groups[1]["grads"]] == [[0, 0, 0]]    # none yet
+    x = rng.standard_normal((5, 4)).astype("float32")[:, ::-1].copy()
+    loss = (jt.array(x) @ w.transpose(1, 0) + b).sqr()      # (5, 3): differentiated as its sum
+    opt.backward(loss)
+    tw, tb = torch.tensor(w0, requires_grad=True), torch.tensor(b0, requires_grad=True)
+    (torch.tensor(x) @ tw.T + tb).square().sum().backward()
+    gw, gfrozen = opt.param_groups[0]["grads"]
+    np.testing.assert_allclose(gw.numpy(), tw.grad.numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(gfrozen.numpy(), [0, 0])
+    gb = opt.param_groups[1]["grads"][0]
+    gb *= 0.5                                   # the handle step uses: halves b's update
+    opt.step()
+    np.testing.assert_allclose(w.numpy(), w0 - 0.1 * tw.grad.numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(b.numpy(), b0 - 0.5 * 0.5 * tb.grad.numpy(), rtol=1e-5, atol=1e-5)
+    with pytest.raises(KeyError):
+        opt.param_groups[0]["no such key"]
+
+
+def test_clip_grad_norm_through_group_grads_and_opt_grad():
+    a = jt.ones(2)
+    opt = jt.optim.SGD([a], 0.1)
+    opt.backward(a * a)
+    np.testing.assert_allclose(a.opt_grad(opt).numpy(), [2, 2])
+    opt.clip_grad_norm(0.01, 2)
+    np.testing.assert_allclose(opt.param_groups[0]["grads"][0].norm().item(), 0.01, rtol=1e-4)
+    opt.step()
+    np.testing.assert_allclose(a.numpy(), 1 - 0.1 * 0.01 / 2 ** 0.5, rtol=1e-6)
+
+
+def test_base_optimizer_is_gradient_descent_with_a_var_learning_rate_and_accumulation():
+    p0 = np.random.rand(3).astype("float32")
+    p = jt.array(p0)
+    lr = jt.float32(0.25).stop_grad()
+    opt = jt.optim.Optimizer([p], lr)
+    for k in range(3):                          # three backward, one step: the gradients add up
+        opt.backward((p * float(k + 1)).sum())
+    opt.step()
+    np.testing.assert_allclose(p.numpy(), p0 - 0.25 * 6, rtol=1e-6)
+    with pytest.raises(ValueError, match="lr=.* must be a number >= 0 or a float Var of one element"):
+        jt.optim.Optimizer([p], jt.array([1, 2]))
+    with pytest.raises(ValueError, match="lr=-1 must be a number >= 0"):
+        jt.optim.Optimizer([p], -1)
+
+
+def test_adamw_defaults_to_no_weight_decay_as_jittor():
+    w0 = np.random.rand(4).astype("float32")
+    w, tw = jt.array(w0), torch.tensor(w0, requires_grad=True)
+    opt, t_opt = jt.optim.AdamW([w], 0.1), torch.optim.AdamW([tw], 0.1, weight_decay=0)
+    assert opt.weight_decay == 0
+    for _ in range(3):
+        opt.step((w * w).sum())
+        t_opt.zero_grad()
+        (tw * tw).sum().backward()
+        t_opt.step()
+    np.testing.assert_allclose(w.numpy(), tw.detach().numpy(), rtol=1e-5, atol=1e-6)
