@@ -47,6 +47,9 @@ def __getattr__(name):
     if name == "Module":
         from .nn import Module
         return Module
+    if name == "make_module":
+        from .nn.module import make_module
+        return make_module
     if name in ("save", "load"):        # checkpoints: Vars saved as arrays, loaded without running code
         from . import persist
         return getattr(persist, name)

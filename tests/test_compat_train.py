@@ -118,3 +118,17 @@ def test_adamw_defaults_to_no_weight_decay_as_jittor():
         (tw * tw).sum().backward()
         t_opt.step()
     np.testing.assert_allclose(w.numpy(), tw.detach().numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_make_module_passes_constructor_arguments_after_the_inputs():
+    LeakyReLU = jt.make_module(nn.leaky_relu)
+    layer = LeakyReLU(0.2)
+    assert isinstance(layer, nn.Module) and type(layer).__name__ == "leaky_relu" and repr(layer) == "leaky_relu(0.2)"
+    x = np.random.randn(3, 4).astype("float32")
+    np.testing.assert_allclose(layer(jt.array(x)).numpy(), torch.nn.functional.leaky_relu(torch.tensor(x), 0.2).numpy())
+    Add = jt.make_module(lambda a, b, scale=1.0: (a + b) * scale)
+    np.testing.assert_allclose(Add(scale=2.0)(jt.array(x), jt.array(x)).numpy(), 4 * x, rtol=1e-6)
+    xv = jt.array(x)
+    np.testing.assert_allclose(jt.grad(layer(xv).sum(), [xv])[0].numpy(), np.where(x > 0, 1, 0.2), rtol=1e-6)
+    with pytest.raises(TypeError, match="make_module: func must be callable, got int"):
+        jt.make_module(3)
