@@ -132,3 +132,81 @@ def test_make_module_passes_constructor_arguments_after_the_inputs():
     np.testing.assert_allclose(jt.grad(layer(xv).sum(), [xv])[0].numpy(), np.where(x > 0, 1, 0.2), rtol=1e-6)
     with pytest.raises(TypeError, match="make_module: func must be callable, got int"):
         jt.make_module(3)
+
+
+# --- distributions, lgamma --------------------------------------------------------------------------
+import jtmini.distributions as jd  # noqa: E402
+import torch.distributions as td  # noqa: E402
+
+
+def test_lgamma_digamma_match_torch_value_and_gradient():
+    x = np.concatenate([np.random.uniform(0.05, 40, 50), [-0.5, -2.3, 1.0, 2.0]]).reshape(6, 9).T   # non-contiguous
+    xv, tx = jt.array(x), torch.tensor(x, requires_grad=True)
+    np.testing.assert_allclose(jd.lgamma(xv).numpy(), torch.lgamma(tx).detach().numpy(), rtol=1e-10)
+    np.testing.assert_allclose(jt.digamma(xv).numpy(), torch.digamma(tx).detach().numpy(), rtol=1e-9, atol=1e-12)
+    (g,) = jt.grad((jt.lgamma(xv) * jt.array(np.arange(9.0)).reshape(9, 1)).sum(), [xv])     # broadcast weight
+    (torch.lgamma(tx) * torch.arange(9.0, dtype=torch.float64).reshape(9, 1)).sum().backward()
+    np.testing.assert_allclose(g.numpy(), tx.grad.numpy(), rtol=1e-9, atol=1e-12)
+    (g2,) = jt.grad(jt.digamma(xv).sum(), [xv])
+    np.testing.assert_allclose(g2.numpy(), torch.polygamma(1, torch.tensor(x)).numpy(), rtol=1e-9)
+    poles = jt.array([0.0, -1.0])
+    assert np.isposinf(jt.lgamma(poles).numpy()).all()
+    np.testing.assert_array_equal(jt.digamma(poles).numpy(), torch.digamma(torch.tensor([0.0, -1.0])).numpy())
+    with pytest.raises(NotImplementedError, match="gradient of trigamma"):
+        jt.grad(g2.sum(), [xv])
+
+
+def test_categorical_family_against_torch():
+    probs = np.random.uniform(0.05, 1, (3, 5)).astype("float32")
+    probs2 = np.random.uniform(0.05, 1, (3, 5)).astype("float32")
+    j, j2 = jd.Categorical(jt.array(probs)), jd.Categorical(jt.array(probs2))
+    t, t2 = td.Categorical(torch.tensor(probs)), td.Categorical(torch.tensor(probs2))
+    np.testing.assert_allclose(j.entropy().numpy(), t.entropy().numpy(), rtol=1e-5)
+    x = np.random.randint(0, 5, (4, 3))
+    np.testing.assert_allclose(j.log_prob(x).numpy(), t.log_prob(torch.tensor(x)).numpy(), rtol=1e-5)
+    np.testing.assert_allclose(jd.kl_divergence(j, j2).numpy(), td.kl_divergence(t, t2).numpy(), rtol=1e-4, atol=1e-6)
+    logits = np.random.randn(5).astype("float32")
+    np.testing.assert_allclose(jd.Categorical(logits=jt.array(logits)).probs.numpy(),
+                               td.Categorical(logits=torch.tensor(logits)).probs.numpy(), rtol=1e-5)
+    hot = jd.OneHotCategorical(jt.array(probs))
+    onehot = np.eye(5, dtype="float32")[x]
+    np.testing.assert_allclose(hot.log_prob(jt.array(onehot)).numpy(),
+                               td.OneHotCategorical(torch.tensor(probs)).log_prob(torch.tensor(onehot)).numpy(), rtol=1e-5)
+    counts = np.bincount(jd.Categorical(jt.array([0.1, 0.2, 0.7])).sample((4000,)).numpy(), minlength=3)
+    np.testing.assert_allclose(counts / 4000, [0.1, 0.2, 0.7], atol=0.04)
+    sample = hot.sample((2,))
+    assert sample.shape == (2, 3, 5) and (sample.numpy().sum(-1) == 1).all()
+    with pytest.raises(ValueError, match="give exactly one of probs and logits"):
+        jd.Categorical()
+    with pytest.raises(TypeError, match="sample_shape must be a tuple of ints"):
+        j.sample("x")
+    with pytest.raises(TypeError, match="both distributions must be of one kind, got Categorical and Normal"):
+        jd.kl_divergence(j, jd.Normal(0.0, 1.0))
+
+
+def test_normal_uniform_geometric_against_torch():
+    mu, sigma = np.random.randn(4).astype("float32"), np.random.uniform(0.2, 2, 4).astype("float32")
+    j, t = jd.Normal(jt.array(mu), jt.array(sigma)), td.Normal(torch.tensor(mu), torch.tensor(sigma))
+    x = np.random.randn(3, 4).astype("float32")
+    np.testing.assert_allclose(j.log_prob(x).numpy(), t.log_prob(torch.tensor(x)).numpy(), rtol=1e-5)
+    np.testing.assert_allclose(j.entropy().numpy(), t.entropy().numpy(), rtol=1e-5)
+    j2, t2 = jd.Normal(0.5, 1.5), td.Normal(0.5, 1.5)
+    np.testing.assert_allclose(jd.kl_divergence(j, j2).numpy(), td.kl_divergence(t, t2).numpy(), rtol=1e-5)
+    mv = jt.array(mu)          # differentiable in its parameters
+    (g,) = jt.grad(jd.Normal(mv, 1.0).log_prob(0.0).sum(), [mv])
+    np.testing.assert_allclose(g.numpy(), -mu, rtol=1e-6)
+    u, tu = jd.Uniform(-1.0, 2.0), td.Uniform(-1.0, 2.0)
+    np.testing.assert_allclose(u.log_prob(np.array([0.5, 3.0])).numpy(), [-np.log(3), -np.inf])
+    assert np.isinf(jd.kl_divergence(jd.Uniform(-2.0, 1.0), u).item())
+    np.testing.assert_allclose(jd.kl_divergence(jd.Uniform(0.0, 1.0), u).item(),
+                               td.kl_divergence(td.Uniform(0.0, 1.0), tu).item(), rtol=1e-6)
+    g1, tg1 = jd.Geometric(0.3), td.Geometric(0.3)
+    np.testing.assert_allclose(g1.entropy().item(), tg1.entropy().item(), rtol=1e-5)
+    np.testing.assert_allclose(g1.log_prob(4).item(), tg1.log_prob(torch.tensor(4.0)).item(), rtol=1e-5)
+    np.testing.assert_allclose(jd.kl_divergence(g1, jd.Geometric(0.6)).item(),
+                               td.kl_divergence(tg1, td.Geometric(0.6)).item(), rtol=1e-5)
+    assert abs(g1.sample((20000,)).numpy().mean() - 0.7 / 0.3) < 0.15
+    with pytest.raises(ValueError, match=r"Geometric: p must be in \(0, 1\), got 1.5"):
+        jd.Geometric(1.5)
+    with pytest.raises(ValueError, match="Uniform: high must be greater than low"):
+        jd.Uniform(1.0, 1.0)
