@@ -42,7 +42,7 @@ def __getattr__(name):
     if name in ("in_mpi", "rank", "world_size", "local_rank"):    # live: single_process_scope changes them
         return getattr(world, name)
     # the training stack is imported on first use, so `import jtmini` stays cheap
-    if name in ("nn", "optim", "init", "models", "lr_scheduler", "misc", "transform", "dataset", "distributions"):
+    if name in ("nn", "optim", "init", "models", "lr_scheduler", "misc", "transform", "dataset", "distributions", "loss3d"):
         return _importlib.import_module(f"{__name__}.{name}")
     if name == "Module":
         from .nn import Module

@@ -210,3 +210,68 @@ def test_normal_uniform_geometric_against_torch():
         jd.Geometric(1.5)
     with pytest.raises(ValueError, match="Uniform: high must be greater than low"):
         jd.Uniform(1.0, 1.0)
+
+
+# --- 3-D losses -------------------------------------------------------------------------------------
+from jtmini.loss3d import ChamferLoss, chamfer_loss, earth_mover_distance  # noqa: E402
+
+
+def _emd_loops(p1, p2):
+    """The approximate matching written point by point, as Jittor's kernel loops, in float64."""
+    n, m = len(p1), len(p2)
+    remain_l = np.full(n, 1.0 if n >= m else m // n, dtype=float)
+    remain_r = np.full(m, n // m if n >= m else 1.0, dtype=float)
+    match, d2 = np.zeros((n, m)), ((p1[:, None] - p2[None]) ** 2).sum(-1)
+    for j in range(7, -3, -1):
+        w = np.exp(-(4.0 ** j) * d2) if j > -2 else np.ones_like(d2)
+        ratio_l = np.array([remain_l[k] / (1e-9 + sum(w[k, l] * remain_r[l] for l in range(m))) for k in range(n)])
+        ratio_r = np.zeros(m)
+        for l in range(m):
+            s = sum(w[k, l] * ratio_l[k] for k in range(n)) * remain_r[l]
+            ratio_r[l] = min(remain_r[l] / (s + 1e-9), 1) * remain_r[l]
+            remain_r[l] = max(0, remain_r[l] - s)
+        for k in range(n):
+            step = w[k] * ratio_l[k] * ratio_r
+            match[k] += step
+            remain_l[k] = max(0, remain_l[k] - step.sum())
+    return (d2 * match).sum(), match
+
+
+def test_earth_mover_distance_matches_the_matching_loops_with_fixed_plan_gradient():
+    rng = np.random.default_rng(3)
+    p1, p2 = rng.random((2, 9, 3)), rng.random((2, 4, 3))
+    j1, j2 = jt.array(p1), jt.array(p2)
+    emd = earth_mover_distance(j1, j2, reduction=None)
+    expect = [_emd_loops(a, b) for a, b in zip(p1, p2)]
+    np.testing.assert_allclose(emd.numpy(), [c for c, _ in expect], rtol=1e-7)
+    g1, g2 = jt.grad(earth_mover_distance(j1, j2), [j1, j2])
+    t1, t2 = torch.tensor(p1, requires_grad=True), torch.tensor(p2, requires_grad=True)
+    plan = torch.tensor(np.stack([mt for _, mt in expect]))
+    ((t1[:, :, None] - t2[:, None]) ** 2).sum(-1).mul(plan).sum((1, 2)).mean().backward()
+    np.testing.assert_allclose(g1.numpy(), t1.grad.numpy(), rtol=1e-6, atol=1e-9)
+    np.testing.assert_allclose(g2.numpy(), t2.grad.numpy(), rtol=1e-6, atol=1e-9)
+    bcn = earth_mover_distance(jt.array(p1.transpose(0, 2, 1)), jt.array(p2.transpose(0, 2, 1)), "sum", dims="BCN")
+    np.testing.assert_allclose(bcn.item(), emd.numpy().sum(), rtol=1e-7)
+    with pytest.raises(ValueError, match="dims must be 'BNC' or 'BCN', got 'NCB'"):
+        earth_mover_distance(j1, j2, dims="NCB")
+    with pytest.raises(ValueError, match="one batch size"):
+        earth_mover_distance(j1, jt.array(p2[:1]))
+
+
+def test_chamfer_loss_against_numpy_and_torch_gradient():
+    rng = np.random.default_rng(4)
+    p1, p2 = rng.standard_normal((3, 20, 3)).astype("float32"), rng.standard_normal((3, 15, 3)).astype("float32")
+    d = np.sqrt(((p1[:, :, None] - p2[:, None]) ** 2).sum(-1))
+    j1, j2 = jt.array(p1), jt.array(p2)
+    np.testing.assert_allclose(chamfer_loss(j1, j2, reduction=None).numpy(), d.min(-1), rtol=1e-5)
+    both = ChamferLoss(reduction="sum", bidirectional=True)(j1, j2).item()
+    np.testing.assert_allclose(both, d.min(-1).sum() + d.min(1).sum(), rtol=1e-5)
+    t1, t2 = torch.tensor(p1, requires_grad=True), torch.tensor(p2, requires_grad=True)
+    torch.cdist(t1, t2).min(-1).values.mean().backward()
+    g1, g2 = jt.grad(chamfer_loss(j1, j2), [j1, j2])
+    np.testing.assert_allclose(g1.numpy(), t1.grad.numpy(), rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(g2.numpy(), t2.grad.numpy(), rtol=1e-4, atol=1e-6)
+    with pytest.raises(ValueError, match=r"pc2 must have shape \[B, N, C\] with C = 3"):
+        chamfer_loss(j1, jt.zeros(3, 15, 2))
+    with pytest.raises(ValueError, match="reduction must be 'mean', 'sum' or None"):
+        chamfer_loss(j1, j2, reduction="max")
