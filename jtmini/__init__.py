@@ -20,6 +20,7 @@ from .compiler import VERSION as __version__  # noqa: F401
 from .counters import reset_stats, stats  # noqa: F401
 from .executor import fetch, sync, sync_all  # noqa: F401
 from .flags import flag_scope, flags  # noqa: F401
+from .interop import dirty_fix_pytorch_runtime_error  # noqa: F401
 from .profiler import profile_scope  # noqa: F401
 from .state import clear_caches  # noqa: F401
 from .var import Var, install_methods, pending_roots  # noqa: F401
@@ -31,19 +32,11 @@ globals().update(float=creation.DTYPES["float32"], int=creation.DTYPES["int32"])
 
 mpi = _mpi if world.in_mpi else None    # as in Jittor: `if jt.mpi:` is False outside mpirun
 single_process_scope = _mpi.single_process_scope
+# Jittor's cuDNN binding, None where cuDNN is absent; jtmini binds no cuDNN, so code that asks
+# `if jt.cudnn:` takes its portable path (RNNs, convolutions run on jtmini's own kernels).
+cudnn = None
 if world.in_mpi:
     _mpi.install_hooks()                # an uncaught exception on any rank ends the whole job
-
-
-def dirty_fix_pytorch_runtime_error():
-    """Import PyTorch now, as Jittor asks before ``import torch`` in a program that uses both.
-    jtmini loads its kernel libraries with RTLD_LOCAL, so their symbols cannot clash with
-    torch's; importing torch here only fixes the load order. ImportError if torch is missing.
-
-        >>> jt.dirty_fix_pytorch_runtime_error()
-        >>> import torch
-    """
-    _importlib.import_module("torch")
 
 
 def __getattr__(name):
@@ -51,11 +44,14 @@ def __getattr__(name):
         return getattr(world, name)
     # the training stack is imported on first use, so `import jtmini` stays cheap
     if name in ("nn", "optim", "init", "models", "lr_scheduler", "misc", "transform", "dataset",
-                "compile_extern"):
+                "compile_extern", "distributions", "loss3d"):
         return _importlib.import_module(f"{__name__}.{name}")
     if name == "Module":
         from .nn import Module
         return Module
+    if name == "make_module":
+        from .nn.module import make_module
+        return make_module
     if name in ("save", "load"):        # checkpoints: Vars saved as arrays, loaded without running code
         from . import persist
         return getattr(persist, name)

@@ -25,7 +25,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from . import dtypes, persist, world
+from . import creation, dtypes, persist, world
 from .autograd import grad
 from .creation import array
 from .dataset.dataset import shard_of
@@ -53,7 +53,7 @@ class Optimizer:
             raise ValueError("optimizer got an empty parameter list")
         if not isinstance(groups[0], dict):
             groups = [{"params": groups}]
-        self.param_groups = [dict(group, params=_listed(group["params"], "a param group's params"))
+        self.param_groups = [_ParamGroup(self, group, params=_listed(group["params"], "a param group's params"))
                              for group in groups]
         _check_params(self.param_groups)
         self.lr = lr
@@ -69,8 +69,10 @@ class Optimizer:
 
     # --- subclasses ------------------------------------------------------------------------------
     def updates(self, group, grads):
-        """[(Var, new value)] for ``group``: new parameters and new state, built lazily."""
-        raise NotImplementedError
+        """[(Var, new value)] for ``group``: new parameters and new state, built lazily. The base
+        class is plain gradient descent, ``p - lr * g``, as Jittor's ``Optimizer.step``."""
+        lr = self.hyper(group, "lr")
+        return [(p, p - g * lr) for p, g in zip(self.trainable(group), grads)]
 
     # Names of the per-parameter state lists kept in each group. ``group[key][k]`` belongs to
     # ``group["params"][k]``: a zero buffer made on the parameter's first update (None until then,
@@ -225,6 +227,16 @@ class Optimizer:
         k = self._grad_index(v)
         return self._summed_grads("opt_grad()", own=True)[k]
 
+    def _group_grads(self, group):
+        """Jittor's ``group["grads"]``: per param of ``group``, in order, the gradient ``step`` will
+        use (see ``opt_grad``), zeros for a stop_grad param and for all before any ``backward``."""
+        zeros = [creation.zeros(p.shape, p.dtype) for p in group["params"]]
+        if self._grads is None and self._summed is None:
+            return zeros
+        start = sum(len(self.trainable(g)) for g in self.param_groups[:self.param_groups.index(group)])
+        grads = iter(self._summed_grads("grads", own=True)[start:])
+        return [zero if p.is_stop_grad() else next(grads) for p, zero in zip(group["params"], zeros)]
+
     def _grad_index(self, v):
         """Position of ``v`` among the trainable parameters, in gradient order."""
         if not isinstance(v, Var):
@@ -277,14 +289,10 @@ class Optimizer:
 
 
 def _check_scalar_loss(loss, who):
-    """TypeError/ValueError unless ``loss`` is a float Var of one element: a vector loss would be
-    differentiated as its sum without a word, which PyTorch refuses too ("grad can be implicitly
-    created only for scalar outputs")."""
+    """TypeError unless ``loss`` is a float Var. A loss of several elements is differentiated as
+    its sum, as Jittor's ``jt.grad`` and ``optimizer.backward`` do (PyTorch would refuse it)."""
     if not isinstance(loss, Var):
         raise TypeError(f"{who}: the loss must be a Var, got {type(loss).__name__}")
-    if loss.numel() != 1:
-        raise ValueError(f"{who}: the loss must be a scalar (one element), got shape {loss.shape}; "
-                         f"reduce it first, e.g. loss.mean() or loss.sum()")
     if not dtypes.is_float(loss.dtype):
         raise TypeError(f"{who}: the loss must be a float Var, got dtype {loss.dtype}")
 
@@ -362,9 +370,13 @@ def _check_hyper(optimizer, group):
         if not ok:
             raise ValueError(f"{type(optimizer).__name__}: {name}={value(name)!r} must be {rule}")
 
+    if isinstance(value("lr"), Var):
+        # Jittor takes a Var learning rate (a 0-d float, often stop_grad): used as is in the update
+        need(value("lr").numel() == 1 and dtypes.is_float(value("lr").dtype), "lr",
+             "a number >= 0 or a float Var of one element")
     for name in ("lr", "momentum", "weight_decay", "dampening", "eps", "alpha", "lr_decay",
                  "initial_accumulator_value"):
-        if hasattr(optimizer, name):
+        if hasattr(optimizer, name) and not (name == "lr" and isinstance(value(name), Var)):
             need(isinstance(value(name), numbers.Real) and value(name) >= 0, name, "a number >= 0")
     if hasattr(optimizer, "betas"):
         betas = value("betas")
@@ -407,6 +419,24 @@ def _check_loadable(optimizer, state):
         if "steps" in saved and len(saved["steps"]) != len(group["params"]):
             raise ValueError(f"{name}.load_state_dict: group {n} has {len(saved['steps'])} step counts "
                              f"for {len(group['params'])} params")
+
+
+class _ParamGroup(dict):
+    """A param group: a dict, plus Jittor's ``group["grads"]`` made on demand (see
+    ``Optimizer._group_grads``), so a plain ``step(loss)`` builds no extra node per parameter.
+    The gradients are the handles ``step`` uses: ``g *= 0.5`` on one halves that parameter's step.
+
+        >>> opt.backward(loss); g = opt.param_groups[0]["grads"][0]; g *= 0.5; opt.step()
+    """
+
+    def __init__(self, optimizer, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.optimizer = optimizer
+
+    def __missing__(self, key):
+        if key == "grads":
+            return self.optimizer._group_grads(self)
+        raise KeyError(key)
 
 
 class SGD(Optimizer):
@@ -475,11 +505,15 @@ class Adam(Optimizer):
 
 class AdamW(Adam):
     """Adam with decoupled weight decay (Loshchilov & Hutter): ``p *= 1 - lr * weight_decay``
-    before the Adam step, as PyTorch's ``AdamW``."""
+    before the Adam step, as PyTorch's ``AdamW``. ``weight_decay`` defaults to 0, as in Jittor
+    (PyTorch's default is 0.01).
+
+    >>> opt = jt.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.1)
+    """
 
     decoupled = True
 
-    def __init__(self, params, lr, eps=1e-8, betas=(0.9, 0.999), weight_decay=0.01):
+    def __init__(self, params, lr, eps=1e-8, betas=(0.9, 0.999), weight_decay=0):
         super().__init__(params, lr, eps, betas, weight_decay)
 
 

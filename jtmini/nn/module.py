@@ -232,6 +232,32 @@ class Module:
         broadcast_in_place(self.parameters(), root)
 
 
+def make_module(func, exec_n_args=1):
+    """A Module class from a function: ``make_module(f)(*args, **kwargs)(*inputs)`` is
+    ``f(*inputs, *args, **kwargs)``, the constructor's arguments following the inputs (Jittor's
+    ``jt.make_module``; ``exec_n_args`` is kept for its signature, the call takes any inputs).
+
+    >>> LeakyReLU = jt.make_module(nn.leaky_relu)
+    >>> LeakyReLU(0.2)(jt.array([-1.0, 2.0])).numpy()
+    array([-0.2,  2. ], dtype=float32)
+    """
+    if not callable(func):
+        raise TypeError(f"make_module: func must be callable, got {type(func).__name__}")
+
+    def __init__(self, *args, **kwargs):
+        self.args, self.kwargs = args, kwargs
+
+    def execute(self, *inputs):
+        return func(*inputs, *self.args, **self.kwargs)
+
+    def extra_repr(self):
+        return ", ".join([repr(a) for a in self.args] + [f"{k}={v!r}" for k, v in self.kwargs.items()])
+
+    name = getattr(func, "__name__", type(func).__name__)
+    return type(name, (Module,), {"__init__": __init__, "execute": execute, "extra_repr": extra_repr,
+                                  "__repr__": lambda self: f"{name}({extra_repr(self)})"})
+
+
 class Sequential(Module):
     """Layers applied in order; children are named "0", "1", ... (or by the keys of a dict).
     As in Jittor, an argument that is a list (or tuple) adds each of its layers, so

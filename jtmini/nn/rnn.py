@@ -80,6 +80,17 @@ def _state_pair(who, hx, lstm):
     return hx[0], hx[1]
 
 
+def _proj_size(who, mode, value, hidden_size):
+    """The LSTM projection size, checked: an int in [0, hidden_size), and 0 for other modes."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
+        raise ValueError(f"{who}: proj_size must be an int >= 0 (0: no projection), got {value!r}")
+    if value and mode != "LSTM":
+        raise ValueError(f"{who}: proj_size={value} is only supported by LSTM, not {mode}")
+    if value >= hidden_size:
+        raise ValueError(f"{who}: proj_size={value} must be smaller than hidden_size={hidden_size}")
+    return int(value)
+
+
 # --- one time step -------------------------------------------------------------------------------
 def _rows(x, start, n):
     """Rows ``start .. start + n`` of the 2-D ``x``: a view, and one graph node."""
@@ -101,28 +112,30 @@ def _project(mode, x, w_ih, b_ih, b_hh):
     return gi + (b_ih if mode == "GRU" else b_ih + b_hh)
 
 
-def _step(mode, gi, state, w_hh_t, b_hh):
+def _step(mode, gi, state, w_hh_t, b_hh, w_hr_t=None):
     """The state after one step, from the step's input projection ``gi`` (see ``_project``), the
-    previous state (h, or (h, c) for LSTM), the transposed recurrent weight ``w_hh_t`` and, for
-    GRU, the recurrent bias ``b_hh``."""
+    previous state (h, or (h, c) for LSTM), the transposed recurrent weight ``w_hh_t``, for
+    GRU the recurrent bias ``b_hh``, and for an LSTM with ``proj_size`` its projection ``w_hr_t``."""
     if mode == "LSTM":
-        return _lstm_step(gi, state, w_hh_t)
+        return _lstm_step(gi, state, w_hh_t, w_hr_t)
     if mode == "GRU":
         return _gru_step(gi, state, w_hh_t, b_hh)
     pre = gi + state @ w_hh_t
     return pre.relu() if mode == "RNN_RELU" else pre.tanh()
 
 
-def _lstm_step(gi, state, w_hh_t):
-    """i, f, o = sigmoid, g = tanh of the gate columns; c' = f * c + i * g, h' = o * tanh(c')."""
+def _lstm_step(gi, state, w_hh_t, w_hr_t=None):
+    """i, f, o = sigmoid, g = tanh of the gate columns; c' = f * c + i * g, h' = o * tanh(c'),
+    then h' @ w_hr.T when the LSTM projects its hidden state (PyTorch's ``proj_size``)."""
     h, c = state
-    hidden = h.shape[1]
+    hidden = c.shape[1]
     gates = gi + h @ w_hh_t
     # one sigmoid over all four gates and three views of it: fewer nodes than one sigmoid per gate
     act = gates.sigmoid()
     i, f, o = _cols(act, 0, hidden), _cols(act, hidden, 2 * hidden), _cols(act, 3 * hidden, 4 * hidden)
     c = f * c + i * _cols(gates, 2 * hidden, 3 * hidden).tanh()
-    return o * c.tanh(), c
+    h = o * c.tanh()
+    return (h if w_hr_t is None else h @ w_hr_t), c
 
 
 def _gru_step(gi, h, w_hh_t, b_hh):
@@ -254,31 +267,32 @@ class RNNBase(Module):
         if mode not in _MODES:
             raise ValueError(f"{who}: mode must be 'RNN_TANH', 'RNN_RELU', 'LSTM' or 'GRU' (or Jittor's "
                              f"'RNN'), got {mode!r}")
-        if proj_size != 0:
-            raise ValueError(f"{who}: proj_size must be 0 (LSTM projections are not supported), "
-                             f"got {proj_size!r}")
         self.mode = "RNN_TANH" if mode == "RNN" else mode
         self.input_size = count(who, "input_size", input_size)
         self.hidden_size = count(who, "hidden_size", hidden_size)
         self.num_layers = count(who, "num_layers", num_layers)
         self.bias, self.batch_first = _flag(who, "bias", bias), _flag(who, "batch_first", batch_first)
         self.bidirectional = _flag(who, "bidirectional", bidirectional)
-        self.dropout, self.proj_size = _dropout(who, dropout, self.num_layers), 0
+        self.dropout = _dropout(who, dropout, self.num_layers)
+        self.proj_size = _proj_size(who, self.mode, proj_size, self.hidden_size)
         self._add_parameters()
 
     def _add_parameters(self):
         """PyTorch's parameters in PyTorch's order: per layer, per direction, weight_ih,
-        weight_hh, bias_ih, bias_hh (suffix ``_l{layer}``, then ``_reverse`` backward)."""
+        weight_hh, bias_ih, bias_hh, weight_hr with ``proj_size`` (suffix ``_l{layer}``, then
+        ``_reverse`` backward)."""
         hidden, directions = self.hidden_size, 2 if self.bidirectional else 1
-        rows = _MODES[self.mode] * hidden
+        rows, out = _MODES[self.mode] * hidden, self.proj_size or hidden
         for layer in range(self.num_layers):
-            width = self.input_size if layer == 0 else directions * hidden
+            width = self.input_size if layer == 0 else directions * out
             for suffix in ("", "_reverse")[:directions]:
                 setattr(self, f"weight_ih_l{layer}{suffix}", _uniform((rows, width), hidden))
-                setattr(self, f"weight_hh_l{layer}{suffix}", _uniform((rows, hidden), hidden))
+                setattr(self, f"weight_hh_l{layer}{suffix}", _uniform((rows, out), hidden))
                 if self.bias:
                     setattr(self, f"bias_ih_l{layer}{suffix}", _uniform((rows,), hidden))
                     setattr(self, f"bias_hh_l{layer}{suffix}", _uniform((rows,), hidden))
+                if self.proj_size:
+                    setattr(self, f"weight_hr_l{layer}{suffix}", _uniform((out, hidden), hidden))
 
     def execute(self, input, hx=None):
         x, states, (steps, batch, unbatched) = self._prepare(input, hx)
@@ -302,9 +316,11 @@ class RNNBase(Module):
         b_ih, b_hh = getattr(self, "bias_ih" + suffix, None), getattr(self, "bias_hh" + suffix, None)
         gi = _project(self.mode, x, getattr(self, "weight_ih" + suffix), b_ih, b_hh)
         w_hh_t = getattr(self, "weight_hh" + suffix).transpose(1, 0)
+        w_hr = getattr(self, "weight_hr" + suffix, None) if self.proj_size else None
+        w_hr_t = None if w_hr is None else w_hr.transpose(1, 0)
         outs = [None] * steps
         for t in (reversed(range(steps)) if direction else range(steps)):
-            state = _step(self.mode, _rows(gi, t * batch, batch), state, w_hh_t, b_hh)
+            state = _step(self.mode, _rows(gi, t * batch, batch), state, w_hh_t, b_hh, w_hr_t)
             outs[t] = state[0] if self.mode == "LSTM" else state
         return (outs[0] if steps == 1 else concat(outs, 0)), state
 
@@ -330,14 +346,16 @@ class RNNBase(Module):
         """Per layer and direction, the rows of ``h0`` (and ``c0``) for it, or zeros."""
         who, lstm = type(self).__name__, self.mode == "LSTM"
         slots = self.num_layers * (2 if self.bidirectional else 1)
+        out = self.proj_size or self.hidden_size      # h's width; c keeps hidden_size
         if hx is None:
-            zeros = creation.zeros((batch, self.hidden_size), dtype=dtype)
-            return [(zeros, zeros) if lstm else zeros] * slots
+            h, c = (creation.zeros((batch, n), dtype=dtype) for n in (out, self.hidden_size))
+            return [(h, c) if lstm else h] * slots
         h, c = _state_pair(who, hx, lstm)
-        shape = (slots, self.hidden_size) if unbatched else (slots, batch, self.hidden_size)
-        meaning = "num_layers * num_directions, " + ("" if unbatched else "batch, ") + "hidden_size"
-        flat = [_state(who, name, v, shape, meaning).reshape(slots * batch, self.hidden_size)
-                for name, v in (("h0", h), ("c0", c))[:2 if lstm else 1]]
+        lead = "num_layers * num_directions, " + ("" if unbatched else "batch, ")
+        flat = [_state(who, name, v, (slots,) + (() if unbatched else (batch,)) + (n,), lead + what)
+                .reshape(slots * batch, n)
+                for name, v, n, what in (("h0", h, out, "proj_size" if self.proj_size else "hidden_size"),
+                                         ("c0", c, self.hidden_size, "hidden_size"))[:2 if lstm else 1]]
         per = [[_rows(v, k * batch, batch) for v in flat] for k in range(slots)]
         return [tuple(rows) if lstm else rows[0] for rows in per]
 
@@ -348,8 +366,8 @@ class RNNBase(Module):
             output = output.reshape(steps, x.shape[1])
         elif self.batch_first:
             output = output.permute(1, 0, 2)
-        state_shape = (len(finals),) + (() if unbatched else (batch,)) + (self.hidden_size,)
-        stacked = [concat(list(part), 0).reshape(state_shape)
+        lead = (len(finals),) + (() if unbatched else (batch,))
+        stacked = [concat(list(part), 0).reshape(lead + (part[0].shape[-1],))
                    for part in (zip(*finals) if self.mode == "LSTM" else [finals])]
         return output, (tuple(stacked) if self.mode == "LSTM" else stacked[0])
 
@@ -380,7 +398,9 @@ class RNN(RNNBase):
 class LSTM(RNNBase):
     """A multi-layer long short-term memory RNN (PyTorch's gates i, f, g, o). Input as for ``RNN``;
     ``hx`` is a tuple (h0, c0), each (num_layers * num_directions, batch, hidden_size), zeros
-    when omitted. Returns (output, (h_n, c_n)). ``proj_size`` must be 0 (no projections).
+    when omitted. Returns (output, (h_n, c_n)). With ``proj_size`` > 0 each step's h is projected
+    to ``proj_size`` features by ``weight_hr_l{k}`` (proj_size, hidden_size), as in PyTorch: h0,
+    h_n and the output have proj_size features per direction, c0 and c_n keep hidden_size.
 
     >>> lstm = LSTM(10, 20, num_layers=2, batch_first=True)
     >>> output, (h_n, c_n) = lstm(jt.randn(3, 5, 10))

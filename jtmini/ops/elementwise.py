@@ -75,7 +75,16 @@ UNARY = {
     "bitwise_not": ("jt_invert({0})", None, False),        # ~: bitwise on integers, logical on bools
     # computed in double by the kernel helper; the gradient is 1 / erf'(erfinv(x))
     "erfinv": ("jt_erfinv({0})", lambda d, out, x: d * (out * out).exp() * 0.886226925452758, True),
+    # log|Gamma(x)|; its derivative is digamma, and digamma's is trigamma (kernel helpers in double)
+    "lgamma": ("std::lgamma({0})", lambda d, out, x: d * x.digamma(), True),
+    "digamma": ("jt_digamma({0})", lambda d, out, x: d * x.trigamma(), True),
+    "trigamma": ("jt_trigamma({0})", lambda d, out, x: _no_grad_of("trigamma", "digamma's second derivative"), True),
 }
+
+def _no_grad_of(name, what):
+    """The gradient rule of an op whose derivative jtmini does not provide: an error, never a zero."""
+    raise NotImplementedError(f"the gradient of {name} ({what}) is not implemented")
+
 
 # docstrings of the rows whose behaviour needs more than a name (the others say "Elementwise <name>.")
 DOCS = {
@@ -85,6 +94,21 @@ DOCS = {
 
     >>> jt.array([0.0, 0.5, 1.0]).erfinv().numpy()
     array([0.        , 0.47693628,        inf], dtype=float32)
+    """,
+    "lgamma": """``log|Gamma(x)|``, elementwise (+inf at 0 and the negative integers); its gradient is digamma.
+
+    >>> jt.array([0.5, 1.0, 5.0]).lgamma().numpy()
+    array([0.5723649, 0.       , 3.1780539], dtype=float32)
+    """,
+    "digamma": """``d/dx log Gamma(x)``, elementwise: -inf at 0 and NaN at the negative integers, as PyTorch.
+
+    >>> jt.array([1.0, 2.0]).digamma().numpy()
+    array([-0.5772157 ,  0.42278433], dtype=float32)
+    """,
+    "trigamma": """The derivative of digamma (PyTorch's ``polygamma(1, x)``), elementwise: +inf at the poles.
+
+    >>> jt.array([1.0]).trigamma().numpy()
+    array([1.644934], dtype=float32)
     """,
     "left_shift": """``a << b`` for integer Vars and ints, with numpy's broadcasting and dtype rules.
 

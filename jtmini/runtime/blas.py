@@ -21,6 +21,7 @@ Without a CBLAS entry point (a BLAS we do not recognise) a product is one single
 import ctypes
 import functools
 import math
+from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
@@ -214,7 +215,8 @@ def _reproduces_numpy(gemms):
 
 def _source(int_type):
     import jinja2          # only on the first split product: keeps `import jtmini` cheap
-    env = jinja2.Environment(loader=jinja2.PackageLoader("jtmini", "templates"), undefined=jinja2.StrictUndefined)
+    # by path, not package name: under an import alias (jittor -> jtmini) the package's spec is the alias's
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(Path(compiler.__file__).with_name("templates")), undefined=jinja2.StrictUndefined)
     return env.get_template("cpu/gemm.cc.j2").render(blas_int=int_type)
 
 

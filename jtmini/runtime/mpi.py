@@ -26,6 +26,7 @@ import ctypes
 import functools
 import math
 import sys
+from pathlib import Path
 
 import numpy as np
 
@@ -283,7 +284,8 @@ def _kernels():
 
 def _source():
     import jinja2          # only once a collective runs: keeps `import jtmini` cheap
-    env = jinja2.Environment(loader=jinja2.PackageLoader("jtmini", "templates"),
+    # by path, not package name: under an import alias (jittor -> jtmini) the package's spec is the alias's
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(Path(compiler.__file__).with_name("templates")),
                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
     types = [{"index": k, "name": name, "ctype": dtypes.C_TYPES[name], "mpi": mpi, "is_float": dtypes.is_float(name)}
              for k, (name, mpi) in enumerate(DTYPES.items())]

@@ -1,0 +1,224 @@
+"""Probability distributions, Jittor style (``jt.distributions``): sampling, ``log_prob``,
+``entropy`` and ``kl_divergence`` with PyTorch's formulas.
+
+    >>> import jtmini as jt
+    >>> import jtmini.distributions as jd
+    >>> d = jd.Categorical(jt.array([0.2, 0.3, 0.5]))
+    >>> d.sample((4,)).shape, d.entropy().shape
+    ((4,), ())
+    >>> jd.kl_divergence(jd.Normal(0.0, 1.0), jd.Normal(1.0, 2.0)).item()
+    0.4431471824645996
+"""
+import math
+import numbers
+
+import numpy as np
+
+from . import creation, dtypes
+from .ops.registry import FUNCTIONS
+from .var import Var
+
+
+def _var(value, what, who):
+    """``value`` as a float Var: a number or array becomes float32 (PyTorch's default float)."""
+    if isinstance(value, Var):
+        return value if dtypes.is_float(value.dtype) else value.cast("float32")
+    if isinstance(value, (numbers.Real, np.ndarray, list, tuple)) and not isinstance(value, bool):
+        return creation.array(np.asarray(value, "float32"))
+    raise TypeError(f"{who}: {what} must be a number, array or Var, got {type(value).__name__}")
+
+
+def _shape(sample_shape, who):
+    if isinstance(sample_shape, numbers.Integral):
+        return (int(sample_shape),)
+    if not isinstance(sample_shape, (tuple, list)) or not all(isinstance(n, numbers.Integral) and n >= 0
+                                                              for n in sample_shape):
+        raise TypeError(f"{who}.sample: sample_shape must be a tuple of ints >= 0, got {sample_shape!r}")
+    return tuple(int(n) for n in sample_shape)
+
+
+def simple_presum(x):
+    """The running sums of ``x`` along its last axis with a leading 0: shape (..., n + 1).
+
+    >>> jd.simple_presum(jt.array([[1, 2, 3, 4]])).numpy()
+    array([[ 0,  1,  3,  6, 10]])
+    """
+    if not isinstance(x, Var) or x.ndim == 0:
+        raise ValueError(f"simple_presum: x must be a Var of at least one dimension, got "
+                         f"{getattr(x, 'shape', type(x).__name__)}")
+    zero = creation.zeros(x.shape[:-1] + (1,), dtype=x.dtype)
+    return FUNCTIONS["concat"]([zero, FUNCTIONS["cumsum"](x, x.ndim - 1)], x.ndim - 1)
+
+
+def lgamma(x):
+    """``log|Gamma(x)|`` elementwise (``jt.lgamma``), differentiable (its gradient is digamma)."""
+    return FUNCTIONS["lgamma"](x)
+
+
+class Categorical:
+    """A distribution over ``0 .. n-1`` given by ``probs`` (normalised along the last axis) or
+    ``logits`` (PyTorch's meaning: ``probs = softmax(logits)``); leading axes are a batch.
+
+    >>> jd.Categorical(jt.array([0.25, 0.25, 0.5])).sample((2, 3)).shape
+    (2, 3)
+    """
+
+    def __init__(self, probs=None, logits=None):
+        who = type(self).__name__
+        if (probs is None) == (logits is None):
+            raise ValueError(f"{who}: give exactly one of probs and logits")
+        if probs is None:
+            probs = _var(logits, "logits", who).softmax(-1)
+        probs = _var(probs, "probs", who)
+        if probs.ndim == 0:
+            raise ValueError(f"{who}: probs must have at least one dimension (the categories), got a 0-d value")
+        self.probs = probs / probs.sum(-1, keepdims=True)
+        # clamped so that a zero probability gives a finite logit: 0 * logit stays 0 in entropy
+        self.logits = self.probs.maximum(np.finfo(self.probs.dtype).tiny).log()
+        self.cum_probs = simple_presum(self.probs.detach())
+
+    def _index(self, sample_shape):
+        """Indices drawn by inverse transform: the count of cumulative sums below a uniform draw."""
+        n = self.probs.shape[-1]
+        shape = _shape(sample_shape, type(self).__name__) + self.probs.shape[:-1]
+        draw = creation.rand(*(shape + (1,)))
+        right = self.cum_probs[..., 1:]
+        return (right < draw).int32().sum(-1).minimum(n - 1)      # rounding may leave right[-1] < 1
+
+    def sample(self, sample_shape=()):
+        """int32 indices of shape ``sample_shape + batch_shape``."""
+        return self._index(sample_shape)
+
+    def log_prob(self, value):
+        """``log probs[value]`` for integer ``value`` broadcast against the batch shape."""
+        value = value if isinstance(value, Var) else creation.array(np.asarray(value))
+        if dtypes.is_float(value.dtype) and not isinstance(self, OneHotCategorical):
+            value = value.int64()
+        hot = value.reshape(value.shape + (1,)) == FUNCTIONS["arange"](self.probs.shape[-1])
+        return (hot.cast(self.logits.dtype) * self.logits).sum(-1)
+
+    def entropy(self):
+        return -(self.probs * self.logits).sum(-1)
+
+
+class OneHotCategorical(Categorical):
+    """``Categorical`` whose samples and ``log_prob`` values are one-hot vectors (float32).
+
+    >>> jd.OneHotCategorical(jt.array([0.5, 0.5])).sample((3,)).shape
+    (3, 2)
+    """
+
+    def sample(self, sample_shape=()):
+        index = self._index(sample_shape)
+        hot = index.reshape(index.shape + (1,)) == FUNCTIONS["arange"](self.probs.shape[-1]).int32()
+        return hot.float32()
+
+    def log_prob(self, value):
+        value = _var(value, "value", "OneHotCategorical.log_prob")
+        if value.shape[-1:] != self.probs.shape[-1:]:
+            raise ValueError(f"OneHotCategorical.log_prob: value must be one-hot over "
+                             f"{self.probs.shape[-1]} categories (last axis), got shape {value.shape}")
+        return (value.cast(self.logits.dtype) * self.logits).sum(-1)
+
+
+class Normal:
+    """The normal distribution N(mu, sigma^2); ``mu`` and ``sigma`` numbers or float Vars.
+
+    >>> jd.Normal(0.0, 2.0).sample((5,)).shape
+    (5,)
+    """
+
+    def __init__(self, mu, sigma):
+        self.mu, self.sigma = _var(mu, "mu", "Normal"), _var(sigma, "sigma", "Normal")
+
+    def sample(self, sample_shape=()):
+        shape = _shape(sample_shape, "Normal") + np.broadcast_shapes(self.mu.shape, self.sigma.shape)
+        return self.mu + self.sigma * creation.randn(*shape)
+
+    def log_prob(self, x):
+        x = _var(x, "x", "Normal.log_prob")
+        return -(x - self.mu) ** 2 / (2 * self.sigma ** 2) - self.sigma.log() - 0.5 * math.log(2 * math.pi)
+
+    def entropy(self):
+        return 0.5 + 0.5 * math.log(2 * math.pi) + self.sigma.log()
+
+
+class Uniform:
+    """The uniform distribution on [low, high); ``log_prob`` is -inf outside it.
+
+    >>> jd.Uniform(0.0, 2.0).entropy().item()
+    0.6931471824645996
+    """
+
+    def __init__(self, low, high):
+        self.low, self.high = _var(low, "low", "Uniform"), _var(high, "high", "Uniform")
+        if not bool((self.high > self.low).all().item()):
+            raise ValueError(f"Uniform: high must be greater than low, got low={low!r}, high={high!r}")
+
+    def sample(self, sample_shape=()):
+        shape = _shape(sample_shape, "Uniform") + np.broadcast_shapes(self.low.shape, self.high.shape)
+        return self.low + (self.high - self.low) * creation.rand(*shape)
+
+    def log_prob(self, x):
+        x = _var(x, "x", "Uniform.log_prob")
+        inside = (x >= self.low).logical_and(x < self.high)
+        return FUNCTIONS["where"](inside, -(self.high - self.low).log(), -math.inf)
+
+    def entropy(self):
+        return (self.high - self.low).log()
+
+
+class Geometric:
+    """The number of failures before the first success of trials with success probability ``p``
+    (or ``logits``, ``p = sigmoid(logits)``), as PyTorch's ``Geometric``.
+
+    >>> jd.Geometric(0.5).log_prob(2).item()
+    -2.079441547393799
+    """
+
+    def __init__(self, p=None, logits=None):
+        if (p is None) == (logits is None):
+            raise ValueError("Geometric: give exactly one of p and logits")
+        if p is None:
+            self.logits = _var(logits, "logits", "Geometric")
+            self.prob = self.logits.sigmoid()
+        else:
+            self.prob = _var(p, "p", "Geometric")
+            if not bool(((self.prob > 0).logical_and(self.prob < 1)).all().item()):
+                raise ValueError(f"Geometric: p must be in (0, 1), got {p!r}")
+            self.logits = self.prob.log() - (1 - self.prob).log()
+
+    def sample(self, sample_shape=()):
+        shape = _shape(sample_shape, "Geometric") + self.prob.shape
+        u = creation.rand(*shape).maximum(np.finfo("float32").tiny)
+        return (u.log() / (1 - self.prob).log()).floor()
+
+    def log_prob(self, x):
+        return _var(x, "x", "Geometric.log_prob") * (1 - self.prob).log() + self.prob.log()
+
+    def entropy(self):
+        q = 1 - self.prob
+        return -(self.prob * self.prob.log() + q * q.log()) / self.prob
+
+
+def kl_divergence(cur_dist, old_dist):
+    """KL(cur_dist || old_dist) for two distributions of the same kind (PyTorch's formulas).
+
+    >>> jd.kl_divergence(jd.Uniform(0.0, 1.0), jd.Uniform(0.0, 2.0)).item()
+    0.6931471824645996
+    """
+    if type(cur_dist) is not type(old_dist):
+        raise TypeError(f"kl_divergence: both distributions must be of one kind, got "
+                        f"{type(cur_dist).__name__} and {type(old_dist).__name__}")
+    p, q = cur_dist, old_dist
+    if isinstance(p, Normal):
+        ratio = (p.sigma / q.sigma) ** 2
+        return 0.5 * (ratio + ((p.mu - q.mu) / q.sigma) ** 2 - 1 - ratio.log())
+    if isinstance(p, Categorical):
+        return (p.probs * (p.logits - q.logits)).sum(-1)
+    if isinstance(p, Uniform):
+        covered = (q.low <= p.low).logical_and(q.high >= p.high)
+        return FUNCTIONS["where"](covered, ((q.high - q.low) / (p.high - p.low)).log(), math.inf)
+    if isinstance(p, Geometric):
+        return -p.entropy() - (1 - q.prob).log() / p.prob - q.logits
+    raise NotImplementedError(f"kl_divergence: no formula for {type(p).__name__}")
