@@ -7,7 +7,9 @@ from typing import Any
 from . import compile_extern as compile_extern
 from . import creation as creation
 from . import dataset as dataset
+from . import distributions as distributions
 from . import init as init
+from . import loss3d as loss3d
 from . import lr_scheduler as lr_scheduler
 from . import misc as misc
 from . import models as models
@@ -25,6 +27,7 @@ from .nn.module import Module as Module
 
 __version__: _builtins.str
 bool: _DType
+cudnn: Any
 flags: _Flags
 float16: _DType
 float32: _DType
@@ -175,6 +178,8 @@ class Var:
         """A 1-D ``x`` placed on diagonal ``diagonal`` of a square matrix, or diagonal ``diagonal`` of"""
     def diagonal(self, offset: Any = ..., dim1: Any = ..., dim2: Any = ...) -> Var:
         """The diagonal ``offset`` (above the main one when positive) of the matrices spanned by dims"""
+    def digamma(self) -> Var:
+        """``d/dx log Gamma(x)``, elementwise: -inf at 0 and NaN at the negative integers, as PyTorch."""
     def div(self, b: Any) -> Var:
         """Elementwise div with numpy broadcasting."""
     def equal(self, b: Any) -> Var:
@@ -237,6 +242,8 @@ class Var:
         """Elementwise less with numpy broadcasting."""
     def less_equal(self, b: Any) -> Var:
         """Elementwise less_equal with numpy broadcasting."""
+    def lgamma(self) -> Var:
+        """``log|Gamma(x)|``, elementwise (+inf at 0 and the negative integers); its gradient is digamma."""
     def log(self) -> Var:
         """Elementwise log."""
     def log_softmax(self, dim: Any = ...) -> Var:
@@ -400,6 +407,8 @@ class Var:
         """``(values, indices)`` of the ``k`` largest (``largest=False``: smallest) entries along"""
     def transpose(self, *dims: Any) -> Var:
         """``transpose(x, a, b)`` swaps dims a and b, also for a 2-D Var (as in PyTorch and Jittor);"""
+    def trigamma(self) -> Var:
+        """The derivative of digamma (PyTorch's ``polygamma(1, x)``), elementwise: +inf at the poles."""
     def tril(self, diagonal: Any = ...) -> Var:
         """The lower triangle of (each matrix of) ``x``: entries with ``col - row <= diagonal``."""
     def triu(self, diagonal: Any = ...) -> Var:
@@ -518,8 +527,11 @@ def diag(x: Any, diagonal: Any = ...) -> Var:
 def diagonal(x: Any, offset: Any = ..., dim1: Any = ..., dim2: Any = ...) -> Var:
     """The diagonal ``offset`` (above the main one when positive) of the matrices spanned by dims"""
 
+def digamma(x: Any) -> Var:
+    """``d/dx log Gamma(x)``, elementwise: -inf at 0 and NaN at the negative integers, as PyTorch."""
+
 def dirty_fix_pytorch_runtime_error() -> None:
-    """Import PyTorch now, as Jittor asks before ``import torch`` in a program that uses both."""
+    """Import PyTorch now, before any kernel library of jtmini is loaded; ModuleNotFoundError"""
 
 def div(a: Any, b: Any) -> Var:
     """Elementwise div with numpy broadcasting."""
@@ -619,6 +631,9 @@ def less(a: Any, b: Any) -> Var:
 def less_equal(a: Any, b: Any) -> Var:
     """Elementwise less_equal with numpy broadcasting."""
 
+def lgamma(x: Any) -> Var:
+    """``log|Gamma(x)|``, elementwise (+inf at 0 and the negative integers); its gradient is digamma."""
+
 def linspace(start: Any, end: Any, steps: Any, dtype: Any = ...) -> Var:
     """``steps`` evenly spaced numbers from ``start`` to ``end``, both included."""
 
@@ -645,6 +660,9 @@ def logical_xor(a: Any, b: Any) -> Var:
 
 def logsumexp(x: Any, dim: Any, keepdim: Any = ..., *, keepdims: Any = ...) -> Var:
     """``log(sum(exp(x)))`` over ``dim`` (an int or a tuple; every dim when None), computed as"""
+
+def make_module(func: Any, exec_n_args: Any = ...) -> Any:
+    """A Module class from a function: ``make_module(f)(*args, **kwargs)(*inputs)`` is"""
 
 def masked_fill(x: Any, mask: Any, value: Any) -> Var:
     """``x`` with ``value`` (a number or a 0-d Var, cast to x's dtype) where the bool ``mask``,"""
@@ -891,6 +909,9 @@ def topk(x: Any, k: Any, dim: Any = ..., largest: Any = ..., sorted: Any = ...) 
 
 def transpose(x: Any, *dims: Any) -> Var:
     """``transpose(x, a, b)`` swaps dims a and b, also for a 2-D Var (as in PyTorch and Jittor);"""
+
+def trigamma(x: Any) -> Var:
+    """The derivative of digamma (PyTorch's ``polygamma(1, x)``), elementwise: +inf at the poles."""
 
 def tril(x: Any, diagonal: Any = ...) -> Var:
     """The lower triangle of (each matrix of) ``x``: entries with ``col - row <= diagonal``."""
