@@ -67,8 +67,8 @@ def _input_grads(v, d):
 @paused
 def grad(loss, targets, retain_graph=True):
     """d(sum of loss)/d(target) for each target: a list for a list, one Var for one Var. Targets
-    the loss does not depend on (or only through stop_grad), stop_grad targets themselves and
-    integer targets get zeros."""
+    the loss does not depend on (or only through stop_grad) and stop_grad targets themselves get
+    zeros. The loss and the targets must be float Vars (TypeError otherwise), as in Jittor."""
     single = not isinstance(targets, (list, tuple))
     targets = [targets] if single else list(targets)
     if not isinstance(loss, Var):
@@ -76,6 +76,10 @@ def grad(loss, targets, retain_graph=True):
     for k, t in enumerate(targets):
         if not isinstance(t, Var):
             raise TypeError(f"grad: target {k} must be a Var, got {type(t).__name__}")
+        if not dtypes.is_float(t.dtype):      # an integer has no derivative to take
+            raise TypeError(f"grad: target {k} must be a float Var, got dtype {t.dtype} (shape {t.shape})")
+    if not dtypes.is_float(loss.dtype):
+        raise TypeError(f"grad: the loss must be a float Var, got dtype {loss.dtype} (shape {loss.shape})")
     order = _graph(loss)
     wanted = {id(t) for t in targets if not t._stop_grad}
     needed = set()                       # nodes with a wanted target among their inputs' ancestry

@@ -86,6 +86,16 @@ def _check_path(name, value):
     return path
 
 
+def _check_amp_reg(name, value):
+    """0, the only value jtmini has: Jittor's automatic mixed precision bits are not implemented,
+    and a nonzero value is refused rather than silently computing in full precision."""
+    if not _is_int(value):
+        raise TypeError(f"flag {name} must be an int, got {value!r} ({type(value).__name__})")
+    if value != 0:
+        raise ValueError(f"flag {name} must be 0 (jtmini has no automatic mixed precision), got {value}")
+    return 0
+
+
 # name: (default or zero-argument callable, parser of the env text, checker of a value, doc)
 _SPECS = {
     "num_threads": (_default_threads, int, _check_count,
@@ -99,6 +109,9 @@ _SPECS = {
     "use_cuda": (False, _parse_bool, _check_bool, "run on the GPU (CUDA backend)"),
     "backend": ("", str, _check_backend,
                 "the runtime that computes Vars, by name (runtime/<name>.py); '' is 'cuda' with use_cuda, else 'cpu'"),
+    "lazy_execution": (True, _parse_bool, _check_bool,
+                       "build ops into a graph run when a value is needed (off: each op runs as it is built)"),
+    "amp_reg": (0, int, _check_amp_reg, "Jittor's automatic mixed precision bits: always 0 (not implemented)"),
     "no_grad": (False, _parse_bool, _check_bool,
                 "Vars built now record no backward (jt.no_grad() sets it for a block)"),
     "nccl": (True, _parse_bool, _check_bool,

@@ -9,7 +9,7 @@ import numpy as np
 
 from .. import dtypes
 from ..var import Var, untrack
-from .registry import OpSpec, export, register
+from .registry import METHODS, OpSpec, export, register
 
 
 def _same(inputs, attrs):
@@ -18,6 +18,11 @@ def _same(inputs, attrs):
 
 def _to_bool(inputs, attrs):
     return inputs[0].shape, "bool"
+
+
+def _as_var(x):
+    from ..creation import as_var        # creation builds on this module: imported when called
+    return as_var(x)
 
 
 def _floats(x):
@@ -75,6 +80,16 @@ UNARY = {
     "bitwise_not": ("jt_invert({0})", None, False),        # ~: bitwise on integers, logical on bools
     # computed in double by the kernel helper; the gradient is 1 / erf'(erfinv(x))
     "erfinv": ("jt_erfinv({0})", lambda d, out, x: d * (out * out).exp() * 0.886226925452758, True),
+    # trigonometric and hyperbolic rows under Jittor's op names (numpy's arc* spellings are aliases)
+    "tan": ("std::tan({0})", lambda d, out, x: d * (1 + out * out), True),
+    "asin": ("std::asin({0})", lambda d, out, x: d / (1 - x * x).sqrt(), True),
+    "acos": ("std::acos({0})", lambda d, out, x: -d / (1 - x * x).sqrt(), True),
+    "atan": ("std::atan({0})", lambda d, out, x: d / (1 + x * x), True),
+    "sinh": ("std::sinh({0})", lambda d, out, x: d * x.cosh(), True),
+    "cosh": ("std::cosh({0})", lambda d, out, x: d * x.sinh(), True),
+    "asinh": ("std::asinh({0})", lambda d, out, x: d / (x * x + 1).sqrt(), True),
+    "acosh": ("std::acosh({0})", lambda d, out, x: d / (x * x - 1).sqrt(), True),
+    "atanh": ("std::atanh({0})", lambda d, out, x: d / (1 - x * x), True),
 }
 
 # docstrings of the rows whose behaviour needs more than a name (the others say "Elementwise <name>.")
@@ -112,6 +127,9 @@ def _unary_grad(rule):
 
 def _unary_front(name, float_only):
     def op(x):
+        if not isinstance(x, Var):           # jt.abs(-1), jt.exp([1, 2]): as numpy's functions
+            from ..creation import as_var
+            x = as_var(x)
         if name == "logical_not":
             x = cast(x, "bool")
         elif float_only:
@@ -132,6 +150,10 @@ for _name, (_expr, _rule, _float_only) in UNARY.items():
     register(OpSpec(_name, "elementwise", infer=_to_bool if _name == "logical_not" else _same,
                     c_expr=_expr, grad=_unary_grad(_rule)))
     export(_name)(_unary_front(_name, _float_only))
+# numpy's (and Jittor's) other spellings of the same ops
+for _alias, _name in (("negative", "neg"), ("arcsin", "asin"), ("arccos", "acos"), ("arctan", "atan"),
+                      ("arcsinh", "asinh"), ("arccosh", "acosh"), ("arctanh", "atanh")):
+    export(_alias)(METHODS[_name])
 
 
 # relu's gradient as one node (the operators built four: d * (x > 0)): 0 where x <= 0 even where d
@@ -264,12 +286,13 @@ def broadcast_shapes(*shapes):
 def _binary_front(name, result):
     def op(a, b):
         if result == "logical":
-            a, b = (cast(v, "bool") if isinstance(v, Var) else bool(v) for v in (a, b))
+            a, b = (cast(v, "bool") if isinstance(v, Var) else bool(v) if isinstance(v, (numbers.Number, np.bool_))
+                    else cast(_as_var(v), "bool") for v in (a, b))
         if result == "shift":
             _check_shift(name, a, b)
         a, b = operands(a, b)
         if result == "float":
-            a, b = _floats(a), _floats(b)
+            a, b = _true_div_floats(a), _true_div_floats(b)
         if result in ("integer", "shift") and dtypes.is_float(a.dtype):
             raise TypeError(f"{name} is defined for {'bool and ' * (result == 'integer')}integer Vars, "
                             f"got {a.dtype}")
@@ -277,6 +300,14 @@ def _binary_front(name, result):
     op.__name__ = name
     op.__doc__ = DOCS.get(name, f"Elementwise {name} with numpy broadcasting.")
     return op
+
+
+def _true_div_floats(x):
+    """An integer operand of ``/`` as a float wide enough for it, as Jittor: 8-byte integers give
+    float64 (5 / 2 of int64 Vars is a float64 2.5), narrower ones float32."""
+    if dtypes.is_float(x.dtype):
+        return x
+    return x.cast("float64" if x.dtype in ("int64", "uint64") else dtypes.DEFAULT_FLOAT)
 
 
 def _check_shift(name, a, b):
@@ -333,6 +364,47 @@ for _name, (_expr, _rule, _result) in BINARY.items():
                     infer=_to_bool if _result in ("bool", "logical") else _same))
     _front = _binary_front(_name, _result)
     export(_name)(_checked_pow(_front) if _name == "pow" else _front)
+
+
+# Jittor's and numpy's names of the binary ops
+for _alias, _name in (("subtract", "sub"), ("multiply", "mul"), ("divide", "div"), ("true_divide", "div"),
+                      ("floor_divide", "floordiv")):
+    export(_alias)(METHODS[_name])
+
+
+@export("binary", method=False)
+def binary(x, y, op):
+    """The binary op named ``op`` (Jittor's or numpy's name: "add", "subtract", "maximum", "less",
+    "bitwise_and", ...) on ``x`` and ``y``, with broadcasting, as Jittor's ``jt.binary``.
+
+    >>> jt.binary([[1, 2]], [[3, 4]], "add").numpy()
+    array([[4, 6]])
+    """
+    fn = METHODS.get(op) if isinstance(op, str) else None
+    if fn is None or getattr(fn, "__name__", None) not in BINARY:
+        raise ValueError(f"binary: unknown op {op!r}; binary ops are {', '.join(sorted(BINARY))} "
+                         f"(and subtract, multiply, divide, floor_divide)")
+    return fn(x, y)
+
+
+@export("unary", method=False)
+def unary(x, op):
+    """The unary op named ``op`` (Jittor's or numpy's name: "exp", "negative", "arcsin", ...) on
+    ``x``; a dtype name casts, as Jittor's ``jt.unary``.
+
+    >>> jt.unary(jt.array([1.0, 4.0]), "sqrt").numpy()
+    array([1., 2.], dtype=float32)
+    """
+    fn = METHODS.get(op) if isinstance(op, str) else None
+    if fn is not None and getattr(fn, "__name__", None) in UNARY:
+        return fn(x)
+    try:
+        dtype = dtypes.canonical(op)
+    except (TypeError, ValueError):
+        raise ValueError(f"unary: unknown op {op!r}; unary ops are {', '.join(sorted(UNARY))} "
+                         f"(and their numpy spellings), or a dtype name") from None
+    from ..creation import as_var
+    return cast(as_var(x), dtype)
 
 
 # --- fused multiply-add ------------------------------------------------------------------------

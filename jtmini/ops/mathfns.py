@@ -317,11 +317,22 @@ def _logical_xor(x, dims, keepdims):
     return odd == 1
 
 
+def _bitwise(op):
+    """A bitwise reduction (and, or, xor of the bits) of bool or integer ``x``, keeping its dtype."""
+    def reduce(x, dims, keepdims):
+        if dtypes.is_float(x.dtype):
+            raise TypeError(f"reduce_bitwise_{op}: defined for bool and integer Vars, got {x.dtype}")
+        return Var.node("reduce", [x], op=op, dims=dims, keepdims=keepdims) if dims else x
+    return reduce
+
+
 # name: (reduction, what it computes, its result on [[1, 0], [1, 1]] over dims=1 for the docstring)
 _REDUCERS = {
     "reduce_add": (sum_, "the sum (bool and int32 give int64, as jt.sum)", "[1, 2]"),
-    "reduce_mul": (prod, "the product (bool and int32 give int64, as jt.prod)", "[0, 1]"),
-    "reduce_multiply": (prod, "the product (Jittor's spelling of reduce_mul)", "[0, 1]"),
+    "reduce_multiply": (prod, "the product (bool and int32 give int64, as jt.prod)", "[0, 1]"),
+    "reduce_bitwise_and": (_bitwise("and"), "the bitwise AND (bool and integers, dtype kept)", "[0, 1]"),
+    "reduce_bitwise_or": (_bitwise("or"), "the bitwise OR (bool and integers, dtype kept)", "[1, 1]"),
+    "reduce_bitwise_xor": (_bitwise("xor"), "the bitwise XOR (bool and integers, dtype kept)", "[1, 0]"),
     "reduce_maximum": (max_, "the largest element", "[1, 1]"),
     "reduce_minimum": (min_, "the smallest element", "[0, 1]"),
     "reduce_logical_and": (all_, "True where every element is nonzero (bool)", "[False, True]"),
