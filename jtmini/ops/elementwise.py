@@ -462,9 +462,9 @@ register(OpSpec("where", "elementwise", infer=lambda inputs, a: (inputs[1].shape
 
 @export("where")
 def where(condition, x=None, y=None):
-    """``x`` where ``condition`` is true, else ``y``, with broadcasting over all three. With the
-    condition alone, numpy's ``nonzero``: a tuple of int64 index Vars, one per dim (eager, since
-    their length is the count of true entries).
+    """Where Operator, as Jittor's: ``x`` where ``condition`` is true, else ``y``, with broadcasting
+    over all three. With the condition alone, numpy's ``nonzero``: a tuple of int64 index Vars,
+    one per dim (eager, since their length is the count of true entries).
 
     >>> jt.where(jt.array([True, False]), 1.0, 2.0).numpy()
     array([1., 2.], dtype=float32)
