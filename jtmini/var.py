@@ -105,6 +105,12 @@ class Var:
             raise TypeError("len() of a 0-d Var")
         return self.shape[0]
 
+    def __iter__(self):
+        """The sub-Vars along dim 0 (as a numpy array iterates); a 0-d Var is not iterable."""
+        if not self.shape:
+            raise TypeError("iteration over a 0-d Var")
+        return (self[k] for k in range(self.shape[0]))
+
     def is_realized(self):
         return self._data is not None
 
