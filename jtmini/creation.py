@@ -210,6 +210,72 @@ def randint(low, high=None, shape=(1,), dtype="int32"):
     return array(_rng.integers(low, high, size=_shape((shape,))), dtypes.canonical(dtype))
 
 
+def _like_float(x, dtype):
+    """The dtype of a ``*_like`` float draw: ``dtype`` if given, else ``x``'s float dtype (float32
+    for an integer or bool ``x``, whose values the draw would truncate)."""
+    x = as_var(x)
+    if dtype is not None:
+        return x, dtypes.canonical(dtype)
+    return x, x.dtype if dtypes.is_float(x.dtype) else dtypes.DEFAULT_FLOAT
+
+
+@export("rand_like", method=False)
+def rand_like(x, dtype=None):
+    """Uniform numbers on [0, 1) of ``x``'s shape (and float dtype), as Jittor's ``jt.rand_like``.
+
+    >>> jt.rand_like(jt.zeros((2, 3))).shape
+    (2, 3)
+    """
+    x, dtype = _like_float(x, dtype)
+    return rand(x.shape, dtype=dtype)
+
+
+@export("randn_like", method=False)
+def randn_like(x, dtype=None):
+    """Standard normal numbers of ``x``'s shape (and float dtype), as Jittor's ``jt.randn_like``."""
+    x, dtype = _like_float(x, dtype)
+    return randn(x.shape, dtype=dtype)
+
+
+@export("randint_like", method=False)
+def randint_like(x, low, high=None):
+    """Integers in [low, high) (or [0, low)) of ``x``'s shape and dtype, as Jittor's ``jt.randint_like``.
+
+    >>> jt.randint_like(jt.zeros((4,), "int32"), 10).dtype
+    'int32'
+    """
+    x = as_var(x)
+    if x.dtype == "bool":
+        raise TypeError("randint_like: x is a bool Var; integers need an integer or float dtype")
+    return randint(low, high, x.shape, x.dtype)
+
+
+@export("normal", method=False)
+def normal(mean, std, size=None, dtype="float32"):
+    """Normal numbers ``mean + std * randn``, as Jittor's ``jt.normal``: ``mean`` and ``std`` are
+    numbers or Vars (broadcast together; a Var's shape is the result's when ``size`` is None).
+    Differentiable in a Var ``mean`` and ``std``.
+
+    >>> jt.normal(jt.arange(4).float32(), 0.1).shape
+    (4,)
+    """
+    from .ops.elementwise import broadcast_shapes
+    shapes = [v.shape for v in (mean, std) if isinstance(v, Var)]
+    if size is None:
+        size = broadcast_shapes(*shapes) if shapes else (1,)
+    size = _shape((size,))
+    for name, value in (("mean", mean), ("std", std)):
+        if not isinstance(value, (Var, numbers.Real)) or isinstance(value, bool):
+            raise TypeError(f"normal: {name} must be a number or a Var, got {type(value).__name__}")
+    try:
+        fits = not shapes or broadcast_shapes(size, *shapes) == size
+    except ValueError:
+        fits = False
+    if not fits:
+        raise ValueError(f"normal: mean/std of shapes {shapes} do not broadcast to size {size}")
+    return randn(size, dtype=dtype) * std + mean
+
+
 @export("arange", method=False)
 def arange(start, stop=None, step=1, dtype=None):
     """Like numpy.arange; integer arguments give int32 (int64 when the values need it), any

@@ -267,3 +267,34 @@ def test_amp_reg_is_zero_only_and_has_cuda_is_a_bool():
 
 def test_dirty_fix_pytorch_runtime_error_imports_torch():
     assert jt.dirty_fix_pytorch_runtime_error() is None
+
+
+def test_like_draws_take_the_shape_and_float_dtype():
+    x = jt.zeros((300, 4), "float64")
+    u, n = jt.rand_like(x), jt.randn_like(x)
+    assert u.shape == n.shape == (300, 4) and u.dtype == n.dtype == "float64"
+    assert 0 <= u.numpy().min() and u.numpy().max() < 1 and abs(n.numpy().mean()) < 0.2
+    assert jt.rand_like(jt.zeros((2,), "int32")).dtype == "float32"        # an int would truncate
+    r = jt.randint_like(jt.zeros((2000,), "int32"), 10, 20)
+    assert r.dtype == "int32" and r.numpy().min() == 10 and r.numpy().max() == 19
+    with pytest.raises(TypeError, match="randint_like: x is a bool Var"):
+        jt.randint_like(jt.array([True]), 3)
+
+
+def test_normal_with_number_and_var_moments():
+    r = jt.normal(1.0, 0.1, (200, 200)).numpy()
+    assert r.shape == (200, 200) and abs(r.mean() - 1) < 0.01 and abs(r.std() - 0.1) < 0.01
+    mean = jt.array(np.arange(4.0, dtype=np.float32) * 100)
+    draw = jt.normal(mean, 0.5)
+    assert draw.shape == (4,) and np.all(np.abs(draw.numpy() - mean.numpy()) < 5)
+    assert_var(jt.grad(jt.normal(mean, 2.0).sum(), mean), np.ones(4, np.float32))
+    with pytest.raises(ValueError, match=r"do not broadcast to size \(3,\)"):
+        jt.normal(mean, 1.0, (3,))
+    with pytest.raises(TypeError, match="normal: std must be a number or a Var, got str"):
+        jt.normal(0.0, "1")
+
+
+def test_a_float_scalar_with_int64_gives_float64_as_jittor():
+    assert (jt.array(np.array([2, 3], np.int64)) * 2.0).dtype == "float64"
+    assert (jt.array(np.array([2, 3], np.int32)) * 2.0).dtype == "float32"
+    assert (jt.array(np.array([2, 3], np.int64)) * 2).dtype == "int64"

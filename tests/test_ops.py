@@ -344,7 +344,7 @@ def test_int_ops_have_no_gradient():
 # --- dtype promotion -----------------------------------------------------------------------------
 PROMOTION = [
     ("float32", 2.5, "float32"), ("float64", 2.5, "float64"), ("int32", 0.5, "float32"),
-    ("int64", 0.5, "float32"), ("int32", 3, "int32"), ("int64", 3, "int64"), ("bool", 3, "int32"),
+    ("int64", 0.5, "float64"), ("int32", 3, "int32"), ("int64", 3, "int64"), ("bool", 3, "int32"),
     ("bool", True, "bool"), ("float32", 3, "float32"),
     ("int32", "int64", "int64"), ("int32", "float32", "float32"), ("float32", "float64", "float64"),
     ("int64", "float32", "float32"), ("bool", "int32", "int32"), ("bool", "float64", "float64"),
