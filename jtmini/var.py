@@ -359,8 +359,7 @@ def install_methods():
     for dunder, fn_name in _OPERATORS.items():
         setattr(Var, f"__{dunder}__", _forward(fn_name))
         setattr(Var, f"__r{dunder}__", _reflected(fn_name))
-        if dunder != "matmul":
-            setattr(Var, f"__i{dunder}__", _in_place(fn_name))
+        setattr(Var, f"__i{dunder}__", _in_place(fn_name))    # a @= b too, when the shape is kept
     for dunder, fn_name in _COMPARISONS.items():
         setattr(Var, f"__{dunder}__", _forward(fn_name))
     Var.__neg__ = lambda self: METHODS["neg"](self)

@@ -298,3 +298,14 @@ def test_a_float_scalar_with_int64_gives_float64_as_jittor():
     assert (jt.array(np.array([2, 3], np.int64)) * 2.0).dtype == "float64"
     assert (jt.array(np.array([2, 3], np.int32)) * 2.0).dtype == "float32"
     assert (jt.array(np.array([2, 3], np.int64)) * 2).dtype == "int64"
+
+
+def test_in_place_matmul_rebinds_the_handle():
+    a = jt.array(np.array([[1.0, 2.0], [3.0, 4.0]], np.float32))
+    before, b = a, np.array([[0.0, 1.0], [1.0, 0.0]], np.float32)
+    a @= jt.array(b)
+    assert a is before
+    assert_var(a, np.array([[2.0, 1.0], [4.0, 3.0]], np.float32))
+    with pytest.raises(ValueError, match=r"in-place matmul: the result's shape \(2, 4\) does not fit the Var's \(2, 3\)"):
+        c = jt.ones((2, 3))
+        c @= jt.ones((3, 4))
