@@ -309,3 +309,17 @@ def test_in_place_matmul_rebinds_the_handle():
     with pytest.raises(ValueError, match=r"in-place matmul: the result's shape \(2, 4\) does not fit the Var's \(2, 3\)"):
         c = jt.ones((2, 3))
         c @= jt.ones((3, 4))
+
+
+def test_module_direct_children_and_vars_in_order():
+    m = jt.nn.Module()
+    m.x, m.y = jt.nn.Module(), jt.nn.Linear(2, 3)
+    m.a, m.b, m.n = jt.array([1, 2, 3]), jt.array([4.0]), 5
+    assert list(m._modules) == ["x", "y"] and m._modules["y"] is m.y
+    assert list(m._parameters) == ["a", "b"] and m._parameters["b"] is m.b
+    m.__setattr__("k", 1)
+    assert m.__getattr__("k") == 1
+    with pytest.raises(AttributeError, match="missing"):
+        m.__getattr__("missing")
+    d = jt.nn.ModuleDict({"p": jt.nn.Linear(1, 1)})
+    assert list(d._modules) == ["p"]                  # a container's own dict of modules

@@ -87,8 +87,15 @@ class Module:
 
     @property
     def _modules(self):
-        """Jittor's (and PyTorch's) dict of the modules held directly as attributes, in order."""
+        """Jittor's (and PyTorch's) dict of the modules held directly as attributes, in order; a
+        container that keeps its modules in a ``_modules`` dict of its own (ModuleDict) gives that."""
+        if "_modules" in vars(self):
+            return vars(self)["_modules"]
         return collections.OrderedDict((k, v) for k, v in self._attributes() if isinstance(v, Module))
+
+    @_modules.setter
+    def _modules(self, value):
+        vars(self)["_modules"] = value
 
     @property
     def _parameters(self):
