@@ -127,6 +127,10 @@ _SPECS = {
 }
 
 
+# Jittor's names of flags jtmini has under another name: the same flag, read and set through either
+_ALIASES = {"cache_path": "cache_dir"}
+
+
 def _from_env(name, text):
     """The flag's value parsed from its environment variable; ValueError naming the variable."""
     parse, check = _SPECS[name][1], _SPECS[name][2]
@@ -145,6 +149,8 @@ class Flags:
     a flag not looked at yet, to take it from the environment or its default."""
 
     def __getattr__(self, name):
+        if name in _ALIASES:
+            return getattr(self, _ALIASES[name])
         if name not in _SPECS:
             raise AttributeError(f"unknown flag {name!r}; known flags: {', '.join(sorted(_SPECS))}")
         default = _SPECS[name][0]
@@ -156,6 +162,7 @@ class Flags:
     def __setattr__(self, name, value):
         """Set a flag, checked first: a bad value (``num_threads = 'x'``) would otherwise be
         taken and break every later kernel launch far from the assignment."""
+        name = _ALIASES.get(name, name)
         if name not in _SPECS:
             raise AttributeError(f"unknown flag {name!r}; known flags: {', '.join(sorted(_SPECS))}")
         object.__setattr__(self, name, _SPECS[name][2](name, value))

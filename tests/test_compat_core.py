@@ -323,3 +323,12 @@ def test_module_direct_children_and_vars_in_order():
         m.__getattr__("missing")
     d = jt.nn.ModuleDict({"p": jt.nn.Linear(1, 1)})
     assert list(d._modules) == ["p"]                  # a container's own dict of modules
+
+
+def test_cache_path_is_jittors_name_of_cache_dir(tmp_path):
+    assert jt.flags.cache_path == jt.flags.cache_dir
+    with jt.flag_scope(cache_path=str(tmp_path)):
+        assert jt.flags.cache_dir == str(tmp_path)
+    assert jt.flags.cache_path == jt.flags.cache_dir != str(tmp_path)
+    with pytest.raises(TypeError, match="flag cache_dir must be a path"):
+        jt.flags.cache_path = 3
