@@ -195,7 +195,7 @@ class Function:
                 # output that is an input, or is shared, keeps its own history
                 outputs[k] = Var.node("cast", [out], dtype=out.dtype)
                 outputs[k]._backward = ((hub,), lambda d, k=k: [_OutputGrad(k, d)])
-        return outputs[0] if single else type(result)(outputs) if isinstance(result, tuple) else outputs
+        return outputs[0] if single else tuple(outputs) if isinstance(result, tuple) else outputs
 
     def _backward(self, douts, args, n_outputs):
         """Call the user's ``grad`` and match its results to the Var arguments, checking them."""
