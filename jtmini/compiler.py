@@ -629,15 +629,3 @@ def _clean_up_at_exit():
         _remove_temps(tmp)
     if pid in _private:
         shutil.rmtree(_private[pid], ignore_errors=True)
-
-
-def __getattr__(name):
-    """``compiler.has_cuda``, as in Jittor: whether a CUDA GPU is there to run kernels. Probed when
-    asked, not at import, since the probe loads cupy; never raises (no cupy or no device: False)."""
-    if name == "has_cuda":
-        try:
-            import cupy
-            return cupy.cuda.runtime.getDeviceCount() > 0
-        except Exception:        # cupy reports driver/library problems with many exception types
-            return False
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

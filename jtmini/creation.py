@@ -311,6 +311,5 @@ class DType(str):
 
 DTYPES = {name: DType(name) for name in ("float16", "float32", "float64", "int8", "int16", "int32", "int64",
                                          "uint8", "bool")}
-DTYPES.update(float=DTYPES["float32"], int=DTYPES["int32"])       # Jittor's jt.float and jt.int
 
 services.array, services.as_var = array, as_var      # Var(data) and Var.assign call down here

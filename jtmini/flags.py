@@ -109,9 +109,6 @@ _SPECS = {
     "use_cuda": (False, _parse_bool, _check_bool, "run on the GPU (CUDA backend)"),
     "backend": ("", str, _check_backend,
                 "the runtime that computes Vars, by name (runtime/<name>.py); '' is 'cuda' with use_cuda, else 'cpu'"),
-    "lazy_execution": (True, _parse_bool, _check_bool,
-                       "build ops into a graph run when a value is needed (off: each op runs as it is built)"),
-    "amp_reg": (0, int, _check_amp_reg, "Jittor's automatic mixed precision bits: always 0 (not implemented)"),
     "no_grad": (False, _parse_bool, _check_bool,
                 "Vars built now record no backward (jt.no_grad() sets it for a block)"),
     "nccl": (True, _parse_bool, _check_bool,
@@ -124,6 +121,9 @@ _SPECS = {
     "mpi_heartbeat_timeout": (15.0, float, _check_seconds,
                               "seconds without a heartbeat from another rank before a rank waiting in an MPI "
                               "call aborts the job naming it (stopped, or frozen holding the GIL)"),
+    "lazy_execution": (True, _parse_bool, _check_bool,
+                       "build ops into a graph run when a value is needed (off: each op runs as it is built)"),
+    "amp_reg": (0, int, _check_amp_reg, "Jittor's automatic mixed precision bits: always 0 (not implemented)"),
 }
 
 

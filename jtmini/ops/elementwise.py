@@ -128,8 +128,7 @@ def _unary_grad(rule):
 def _unary_front(name, float_only):
     def op(x):
         if not isinstance(x, Var):           # jt.abs(-1), jt.exp([1, 2]): as numpy's functions
-            from ..creation import as_var
-            x = as_var(x)
+            x = _as_var(x)
         if name == "logical_not":
             x = cast(x, "bool")
         elif float_only:
@@ -403,8 +402,7 @@ def unary(x, op):
     except (TypeError, ValueError):
         raise ValueError(f"unary: unknown op {op!r}; unary ops are {', '.join(sorted(UNARY))} "
                          f"(and their numpy spellings), or a dtype name") from None
-    from ..creation import as_var
-    return cast(as_var(x), dtype)
+    return cast(_as_var(x), dtype)
 
 
 # --- fused multiply-add ------------------------------------------------------------------------

@@ -394,30 +394,3 @@ def stack(xs, dim=0):
     dim = normalize_dim(dim, xs[0].ndim + 1)
     return concat([x.reshape(x.shape[:dim] + (1,) + x.shape[dim:]) for x in xs], dim)
 
-
-@export("reindex_var")
-def reindex_var(x, indexes, overflow_conditions=(), extras=()):
-    """Jittor's reindex_var: gather ``x`` at Var indices, ``y[i] = x[indexes[0][i], indexes[1][i],
-    ...]`` with one integer index Var per dim of ``x`` (broadcast together; ``y`` takes their shape).
-    An index outside ``x`` (negative too) or a true ``overflow_conditions`` entry (over ``i0..``
-    and ``@e<k>(...)`` reads of ``extras``) reads 0, as Jittor's reindex. Differentiable in ``x``.
-
-    >>> a = jt.array([[1.0, 2.0], [3.0, 4.0]])
-    >>> a.reindex_var(jt.where(a > 1.5)).numpy()       # a[a > 1.5]
-    array([2., 3., 4.], dtype=float32)
-    """
-    from ..state import services
-    from .elementwise import broadcast_shapes
-    indexes = list(indexes) if isinstance(indexes, (tuple, list)) else [indexes]
-    if len(indexes) != x.ndim:
-        raise ValueError(f"reindex_var needs one index Var per dim of x (shape {x.shape}), got {len(indexes)}")
-    indexes = [services.as_var(v) for v in indexes]
-    for k, v in enumerate(indexes):
-        if v.dtype not in ("int8", "int16", "int32", "int64", "uint8"):
-            raise TypeError(f"reindex_var: index {k} must be an integer Var, got dtype {v.dtype}")
-    shape = broadcast_shapes(*(v.shape for v in indexes))
-    indexes = [v.broadcast_to(shape) for v in indexes]
-    at = ",".join(f"i{d}" for d in range(len(shape)))
-    extras = list(extras)
-    reads = [f"@e{len(extras) + k}({at})" for k in range(len(indexes))]
-    return reindex(x, shape, reads, 0, overflow_conditions, extras + indexes)
