@@ -66,6 +66,16 @@ UNARY = {
     "sqrt": ("std::sqrt({0})", lambda d, out, x: d / (out * 2), True),
     "sin": ("std::sin({0})", lambda d, out, x: d * x.cos(), True),
     "cos": ("std::cos({0})", lambda d, out, x: -d * x.sin(), True),
+    # trigonometric and hyperbolic rows under Jittor's op names (numpy's arc* spellings are aliases)
+    "tan": ("std::tan({0})", lambda d, out, x: d * (1 + out * out), True),
+    "asin": ("std::asin({0})", lambda d, out, x: d / (1 - x * x).sqrt(), True),
+    "acos": ("std::acos({0})", lambda d, out, x: -d / (1 - x * x).sqrt(), True),
+    "atan": ("std::atan({0})", lambda d, out, x: d / (1 + x * x), True),
+    "sinh": ("std::sinh({0})", lambda d, out, x: d * x.cosh(), True),
+    "cosh": ("std::cosh({0})", lambda d, out, x: d * x.sinh(), True),
+    "asinh": ("std::asinh({0})", lambda d, out, x: d / (x * x + 1).sqrt(), True),
+    "acosh": ("std::acosh({0})", lambda d, out, x: d / (x * x - 1).sqrt(), True),
+    "atanh": ("std::atanh({0})", lambda d, out, x: d / (1 - x * x), True),
     "tanh": ("std::tanh({0})", lambda d, out, x: d * (1 - out * out), True),
     "sigmoid": ("(({T})1 / (({T})1 + std::exp(-{0})))", lambda d, out, x: d * out * (1 - out), True),
     "relu": ("({0} < ({T})0 ? ({T})0 : {0})", lambda d, out, x: Var.node("relu_grad", [d, x]), False),  # NaN stays NaN
@@ -80,16 +90,6 @@ UNARY = {
     "bitwise_not": ("jt_invert({0})", None, False),        # ~: bitwise on integers, logical on bools
     # computed in double by the kernel helper; the gradient is 1 / erf'(erfinv(x))
     "erfinv": ("jt_erfinv({0})", lambda d, out, x: d * (out * out).exp() * 0.886226925452758, True),
-    # trigonometric and hyperbolic rows under Jittor's op names (numpy's arc* spellings are aliases)
-    "tan": ("std::tan({0})", lambda d, out, x: d * (1 + out * out), True),
-    "asin": ("std::asin({0})", lambda d, out, x: d / (1 - x * x).sqrt(), True),
-    "acos": ("std::acos({0})", lambda d, out, x: -d / (1 - x * x).sqrt(), True),
-    "atan": ("std::atan({0})", lambda d, out, x: d / (1 + x * x), True),
-    "sinh": ("std::sinh({0})", lambda d, out, x: d * x.cosh(), True),
-    "cosh": ("std::cosh({0})", lambda d, out, x: d * x.sinh(), True),
-    "asinh": ("std::asinh({0})", lambda d, out, x: d / (x * x + 1).sqrt(), True),
-    "acosh": ("std::acosh({0})", lambda d, out, x: d / (x * x - 1).sqrt(), True),
-    "atanh": ("std::atanh({0})", lambda d, out, x: d / (1 - x * x), True),
 }
 
 # docstrings of the rows whose behaviour needs more than a name (the others say "Elementwise <name>.")
