@@ -301,3 +301,13 @@ def test_cache_path_is_jittors_name_of_cache_dir(tmp_path):
     assert jt.flags.cache_path == jt.flags.cache_dir != str(tmp_path)
     with pytest.raises(TypeError, match="flag cache_dir must be a path"):
         jt.flags.cache_path = 3
+
+
+def test_array64_keeps_64_bit_numpy_data():
+    assert_var(jt.array64(np.array([1.5, 2.5])), np.array([1.5, 2.5]), dtype="float64")
+    assert_var(jt.array64(np.array([2**40], np.int64)), np.array([2**40]), dtype="int64")
+    assert jt.array64(np.float64(3.0)).dtype == "float64"
+    assert jt.array64(np.array([1, 2], np.int32)).dtype == "int32"
+    assert jt.array64([1.0, 2.0]).dtype == jt.array([1.0, 2.0]).dtype     # Python data: as jt.array
+    with pytest.raises(TypeError):
+        jt.array64("text")
