@@ -49,19 +49,6 @@ def array(data, dtype=None):
     return Var(None, (), {}, arr.shape, name, arr)
 
 
-@export("array64", method=False)
-def array64(data, dtype=None):
-    """``jt.array`` keeping 64-bit numpy data 64-bit (float64 stays float64, int64 stays int64), as
-    Jittor's ``jt.array64``: its ``auto_convert_64_to_32`` is not applied. Other data as ``array``.
-
-    >>> jt.array64(np.zeros(2)).dtype
-    'float64'
-    """
-    if dtype is None and isinstance(data, (np.ndarray, np.generic)) and data.dtype.kind in "fi":
-        dtype = dtypes.from_numpy(data.dtype)       # an explicit dtype: nothing is narrowed
-    return array(data, dtype)
-
-
 def _check_fits(arr, dtype):
     """OverflowError when integers in ``arr`` do not fit the integer ``dtype`` (numpy's cast
     would wrap them silently: 2**40 as int32 is 0)."""
@@ -103,6 +90,19 @@ def _from_python_numbers(data, arr, dtype):
         raise TypeError(f"cannot make a Var from {type(data).__name__} holding objects "
                         f"(numpy could not give them one dtype)")
     return arr.astype(np.float64)
+
+
+@export("array64", method=False)
+def array64(data, dtype=None):
+    """``jt.array`` keeping 64-bit numpy data 64-bit (float64 stays float64, int64 stays int64), as
+    Jittor's ``jt.array64``: its ``auto_convert_64_to_32`` is not applied. Other data as ``array``.
+
+    >>> jt.array64(np.zeros(2)).dtype
+    'float64'
+    """
+    if dtype is None and isinstance(data, (np.ndarray, np.generic)) and data.dtype.kind in "fi":
+        dtype = dtypes.from_numpy(data.dtype)       # an explicit dtype: nothing is narrowed
+    return array(data, dtype)
 
 
 def as_var(value, like=None, dtype=None):
