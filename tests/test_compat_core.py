@@ -311,3 +311,40 @@ def test_array64_keeps_64_bit_numpy_data():
     assert jt.array64([1.0, 2.0]).dtype == jt.array([1.0, 2.0]).dtype     # Python data: as jt.array
     with pytest.raises(TypeError):
         jt.array64("text")
+
+
+@pytest.mark.parametrize("dim", [1, -4, -1, 4])
+def test_cross_matches_torch(dim, rng):
+    a, b = rng.normal(size=(2, 3, 4, 3, 3)), rng.normal(size=(2, 3, 4, 3, 3))
+    check_grad(lambda x, y: jt.cross(x, y, dim), lambda x, y: torch.cross(x, y, dim=dim), [a, b],
+               ["transposed", "sliced"], rng=rng)
+
+
+def test_cross_broadcasts_and_checks_the_dim(rng):
+    a, b = rng.normal(size=(4, 3)).astype(np.float32), rng.normal(size=(3,)).astype(np.float32)
+    assert_var(jt.cross(jt.array(a), jt.array(b)), np.cross(a, b), rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match=r"cross: dim 1 must have size 3, got shape \(2, 4\)"):
+        jt.cross(jt.ones((2, 4)), jt.ones((2, 4)))
+
+
+@pytest.mark.parametrize("p,dim", [(2, 1), (2, -1), (1, 0), (3, 2)])
+def test_normalize_matches_torch(p, dim, rng):
+    value = rng.normal(size=(3, 4, 5))
+    check_grad(lambda x: jt.normalize(x, p=p, dim=dim), lambda x: torch.nn.functional.normalize(x, p=p, dim=dim),
+               [value], ["sliced"], rng=rng)
+    assert_var(jt.normalize(jt.zeros((2, 3))), np.zeros((2, 3), np.float32))    # zeros stay zeros
+
+
+def test_unbind_gives_the_slices_along_a_dim(rng):
+    value = rng.normal(size=(2, 3, 4)).astype(np.float32)
+    for dim in range(-3, 3):
+        parts = jt.unbind(jt.array(value), dim)
+        expected = torch.unbind(torch.tensor(value), dim)
+        assert len(parts) == len(expected)
+        for got, want in zip(parts, expected):
+            assert_var(got, want.numpy())
+    x = jt.array(value)
+    g = jt.grad((jt.unbind(x, 1)[2] * 2).sum(), x).numpy()
+    assert g[:, 2].min() == 2 and g.sum() == 2 * 8
+    with pytest.raises(ValueError, match="unbind: a 0-d Var has no dim"):
+        jt.unbind(jt.array(1.0))
