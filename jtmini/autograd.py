@@ -229,4 +229,5 @@ def _checked_grad(name, k, arg, g):
 
 
 _HUB_VALUE = np.zeros((), np.float32)
+_HUB_VALUE.flags.writeable = False       # shared by every hub, as leaf buffers are: read-only
 export("Function", method=False)(Function)
