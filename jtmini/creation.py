@@ -272,16 +272,18 @@ def normal(mean, std, size=None, dtype="float32"):
     >>> jt.normal(jt.arange(4).float32(), 0.1).shape
     (4,)
     """
-    from .ops.elementwise import broadcast_shapes
-    shapes = [v.shape for v in (mean, std) if isinstance(v, Var)]
+    shapes = [tuple(v.shape) for v in (mean, std) if isinstance(v, Var)]
     if size is None:
-        size = broadcast_shapes(*shapes) if shapes else (1,)
+        try:
+            size = np.broadcast_shapes(*shapes) if shapes else (1,)
+        except ValueError:
+            raise ValueError(f"normal: mean and std of shapes {shapes} cannot be broadcast together") from None
     size = _shape((size,))
     for name, value in (("mean", mean), ("std", std)):
         if not isinstance(value, (Var, numbers.Real)) or isinstance(value, bool):
             raise TypeError(f"normal: {name} must be a number or a Var, got {type(value).__name__}")
     try:
-        fits = not shapes or broadcast_shapes(size, *shapes) == size
+        fits = not shapes or np.broadcast_shapes(size, *shapes) == size
     except ValueError:
         fits = False
     if not fits:
