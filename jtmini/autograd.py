@@ -11,6 +11,8 @@ straight from it to the inputs it names, skipping the ops in between.
 """
 import functools
 
+import numpy as np
+
 from . import dtypes
 from .creation import zeros_like
 from .flags import flags
@@ -84,8 +86,8 @@ def _input_grads(v, d):
 @paused
 def grad(loss, targets, retain_graph=True):
     """d(sum of loss)/d(target) for each target: a list for a list, one Var for one Var. Targets
-    the loss does not depend on (or only through stop_grad), stop_grad targets themselves and
-    integer targets get zeros."""
+    the loss does not depend on (or only through stop_grad) and stop_grad targets themselves get
+    zeros. The loss and the targets must be float Vars (TypeError otherwise), as in Jittor."""
     single = not isinstance(targets, (list, tuple))
     targets = [targets] if single else list(targets)
     if not isinstance(loss, Var):
@@ -93,6 +95,10 @@ def grad(loss, targets, retain_graph=True):
     for k, t in enumerate(targets):
         if not isinstance(t, Var):
             raise TypeError(f"grad: target {k} must be a Var, got {type(t).__name__}")
+        if not dtypes.is_float(t.dtype):      # an integer has no derivative to take
+            raise TypeError(f"grad: target {k} must be a float Var, got dtype {t.dtype} (shape {t.shape})")
+    if not dtypes.is_float(loss.dtype):
+        raise TypeError(f"grad: the loss must be a float Var, got dtype {loss.dtype} (shape {loss.shape})")
     order = _graph(loss)
     wanted = {id(t) for t in targets if not t._stop_grad}
     needed = set()                       # nodes with a wanted target among their inputs' ancestry
@@ -106,6 +112,9 @@ def grad(loss, targets, retain_graph=True):
             continue
         for inp, g in zip(*_input_grads(v, d)):
             if g is None or id(inp) not in needed:
+                continue
+            if isinstance(g, _OutputGrad):      # a Function's hub gathers its outputs' gradients
+                grads.setdefault(id(inp), {})[g.index] = g.grad
                 continue
             if g.dtype != inp.dtype:
                 g = g.cast(inp.dtype)
@@ -153,3 +162,89 @@ class enable_grad(no_grad):
         ...         y = x * 2                  # differentiable
     """
     _value = False
+
+
+class _OutputGrad:
+    """The gradient of output ``index`` of a ``Function`` call, passed to the call's hub node,
+    which collects one per output before calling the user's ``grad``."""
+    __slots__ = ("index", "grad")
+
+    def __init__(self, index, grad):
+        self.index, self.grad = index, grad
+
+
+class Function:
+    """A differentiable function with a hand-written backward, as Jittor's ``jt.Function``:
+    subclass it with ``execute(*args)`` (the forward, on Vars and other values) and
+    ``grad(*douts)`` (one gradient per output of ``execute``, None for an output the loss does
+    not reach; it returns one gradient per argument of ``execute``, None for a non-Var one).
+
+        >>> class Cube(jt.Function):
+        ...     def execute(self, x):
+        ...         self.x = x
+        ...         return x * x * x
+        ...     def grad(self, dout):
+        ...         return dout * 3 * self.x * self.x
+        >>> jt.grad(Cube.apply(jt.array(2.0)), ...)      # or Cube()(x)
+    """
+
+    def execute(self, *args):
+        raise NotImplementedError(f"{type(self).__name__} must define execute(self, *args)")
+
+    def grad(self, *douts):
+        raise NotImplementedError(f"{type(self).__name__} must define grad(self, *douts)")
+
+    @classmethod
+    def apply(cls, *args, **kwargs):
+        """``cls()(*args)``: call the function without keeping an instance."""
+        return cls()(*args, **kwargs)
+
+    def __call__(self, *args):
+        result = self.execute(*args)
+        single = not isinstance(result, (tuple, list))
+        outputs = [result] if single else list(result)
+        differentiable = [v for v in args if isinstance(v, Var) and not v._stop_grad]
+        hub = Var(None, (), {}, (), "float32", _HUB_VALUE)       # its value is never read
+        hub._backward = (tuple(differentiable), lambda d: self._backward(d, args, len(outputs)))
+        for k, out in enumerate(outputs):
+            if isinstance(out, Var) and dtypes.is_float(out.dtype):
+                # a node of its own (a cast to its own dtype) carries the hand-written backward, so an
+                # output that is an input, or is shared, keeps its own history
+                outputs[k] = Var.node("cast", [out], dtype=out.dtype)
+                outputs[k]._backward = ((hub,), lambda d, k=k: [_OutputGrad(k, d)])
+        return outputs[0] if single else tuple(outputs) if isinstance(result, tuple) else outputs
+
+    def _backward(self, douts, args, n_outputs):
+        """Call the user's ``grad`` and match its results to the Var arguments, checking them."""
+        result = self.grad(*(douts.get(k) for k in range(n_outputs)))
+        result = list(result) if isinstance(result, (tuple, list)) else [result]
+        name = type(self).__name__
+        if len(result) != len(args):
+            raise ValueError(f"{name}.grad returned {len(result)} gradient(s) for the {len(args)} "
+                             f"argument(s) of execute: it must return one per argument (None for none)")
+        grads = []
+        for k, (arg, g) in enumerate(zip(args, result)):
+            if not isinstance(arg, Var):
+                if g is not None:
+                    raise TypeError(f"{name}.grad: argument {k} of execute is not a Var "
+                                    f"({type(arg).__name__}), so its gradient must be None, got {g!r}")
+            elif not arg._stop_grad:
+                grads.append(_checked_grad(name, k, arg, g))
+        return grads
+
+
+def _checked_grad(name, k, arg, g):
+    if g is None:
+        return None
+    if not isinstance(g, Var):
+        raise TypeError(f"{name}.grad: the gradient of argument {k} must be a Var or None, got {type(g).__name__}")
+    if g.shape != arg.shape:
+        g = g.broadcast_to(arg.shape) if g.numel() == 1 else g
+    if g.shape != arg.shape:
+        raise ValueError(f"{name}.grad: the gradient of argument {k} has shape {g.shape}, the argument {arg.shape}")
+    return g
+
+
+_HUB_VALUE = np.zeros((), np.float32)
+_HUB_VALUE.flags.writeable = False       # shared by every hub, as leaf buffers are: read-only
+export("Function", method=False)(Function)

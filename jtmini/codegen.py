@@ -616,6 +616,17 @@ def _row_major(idx, dims):
     return expr
 
 
+_BITWISE = {"and": "&", "or": "|", "xor": "^"}       # Jittor's bitwise reductions (bool and integers)
+
+
+def _bitwise_accumulator(sign, ctype, value):
+    """The accumulator of a bitwise reduce: all bits set for AND (true for a bool), 0 otherwise."""
+    init = "~0" if sign == "&" else "0"
+    step = f"acc = ({ctype})(acc {sign} {{0}});"
+    return {"acc_type": ctype, "can_split": "true", "acc_decl": f"{ctype} acc = ({ctype})({init});",
+            "simd": None, "combine": step.format(value), "merge": step.format("parts[t]"), "result": "acc"}
+
+
 def _accumulator(op, src_dtype, out_dtype, value, arg_var):
     """Declarations and statements of the accumulator ``acc`` for a reduce (or argreduce)."""
     ctype = dtypes.C_TYPES[src_dtype]
@@ -626,6 +637,8 @@ def _accumulator(op, src_dtype, out_dtype, value, arg_var):
                 "acc_decl": f"{ctype} acc = std::numeric_limits<{ctype}>::{init}; int64_t acc_i = 0;",
                 "combine": f"if ({value} {cmp} acc || ({value} != {value} && acc == acc)) {{ acc = {value}; acc_i = {arg_var}; }}",
                 "result": "(int32_t)acc_i"}
+    if op in _BITWISE:
+        return _bitwise_accumulator(_BITWISE[op], ctype, value)
     acc_type = {"float32": "double", "bool": "int64_t", "int32": "int64_t"}.get(src_dtype, ctype) \
         if op in ("add", "mul") else ctype
     init = {"add": "0", "mul": "1", "max": f"std::numeric_limits<{ctype}>::lowest()",

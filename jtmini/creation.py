@@ -109,6 +109,19 @@ def _from_python_numbers(data, arr, dtype):
     return arr.astype(np.float64)
 
 
+@export("array64", method=False)
+def array64(data, dtype=None):
+    """``jt.array`` keeping 64-bit numpy data 64-bit (float64 stays float64, int64 stays int64), as
+    Jittor's ``jt.array64``: its ``auto_convert_64_to_32`` is not applied. Other data as ``array``.
+
+    >>> jt.array64(np.zeros(2)).dtype
+    'float64'
+    """
+    if dtype is None and isinstance(data, (np.ndarray, np.generic)) and data.dtype.kind in "fi":
+        dtype = dtypes.from_numpy(data.dtype)       # an explicit dtype: nothing is narrowed
+    return array(data, dtype)
+
+
 def as_var(value, like=None, dtype=None):
     """``value`` as a Var: Vars pass through, Python scalars become constants whose dtype follows
     the weak-scalar rule against ``like``, anything else goes through ``array``."""
@@ -225,6 +238,74 @@ def randint(low, high=None, shape=(1,), dtype="int32"):
     if info is not None and (low < info.min or high - 1 > info.max):
         raise OverflowError(f"randint: range [{low}, {high}) does not fit {dtype}; pass dtype='int64'")
     return array(_rng.integers(low, high, size=_shape((shape,))), dtypes.canonical(dtype))
+
+
+def _like_float(x, dtype):
+    """The dtype of a ``*_like`` float draw: ``dtype`` if given, else ``x``'s float dtype (float32
+    for an integer or bool ``x``, whose values the draw would truncate)."""
+    x = as_var(x)
+    if dtype is not None:
+        return x, dtypes.canonical(dtype)
+    return x, x.dtype if dtypes.is_float(x.dtype) else dtypes.DEFAULT_FLOAT
+
+
+@export("rand_like", method=False)
+def rand_like(x, dtype=None):
+    """Uniform numbers on [0, 1) of ``x``'s shape (and float dtype), as Jittor's ``jt.rand_like``.
+
+    >>> jt.rand_like(jt.zeros((2, 3))).shape
+    (2, 3)
+    """
+    x, dtype = _like_float(x, dtype)
+    return rand(x.shape, dtype=dtype)
+
+
+@export("randn_like", method=False)
+def randn_like(x, dtype=None):
+    """Standard normal numbers of ``x``'s shape (and float dtype), as Jittor's ``jt.randn_like``."""
+    x, dtype = _like_float(x, dtype)
+    return randn(x.shape, dtype=dtype)
+
+
+@export("randint_like", method=False)
+def randint_like(x, low, high=None):
+    """Integers in [low, high) (or [0, low)) of ``x``'s shape and dtype, as Jittor's ``jt.randint_like``.
+
+    >>> jt.randint_like(jt.zeros((4,), "int32"), 10).dtype
+    'int32'
+    """
+    x = as_var(x)
+    if x.dtype == "bool":
+        raise TypeError("randint_like: x is a bool Var; integers need an integer or float dtype")
+    return randint(low, high, x.shape, x.dtype)
+
+
+@export("normal", method=False)
+def normal(mean, std, size=None, dtype="float32"):
+    """Normal numbers ``mean + std * randn``, as Jittor's ``jt.normal``: ``mean`` and ``std`` are
+    numbers or Vars (broadcast together; a Var's shape is the result's when ``size`` is None).
+    Differentiable in a Var ``mean`` and ``std``.
+
+    >>> jt.normal(jt.arange(4).float32(), 0.1).shape
+    (4,)
+    """
+    shapes = [tuple(v.shape) for v in (mean, std) if isinstance(v, Var)]
+    if size is None:
+        try:
+            size = np.broadcast_shapes(*shapes) if shapes else (1,)
+        except ValueError:
+            raise ValueError(f"normal: mean and std of shapes {shapes} cannot be broadcast together") from None
+    size = _shape((size,))
+    for name, value in (("mean", mean), ("std", std)):
+        if not isinstance(value, (Var, numbers.Real)) or isinstance(value, bool):
+            raise TypeError(f"normal: {name} must be a number or a Var, got {type(value).__name__}")
+    try:
+        fits = not shapes or np.broadcast_shapes(size, *shapes) == size
+    except ValueError:
+        fits = False
+    if not fits:
+        raise ValueError(f"normal: mean/std of shapes {shapes} do not broadcast to size {size}")
+    return randn(size, dtype=dtype) * std + mean
 
 
 @export("arange", method=False)

@@ -107,4 +107,6 @@ def scalar_dtype(value, other):
         return other
     if isinstance(value, (int, np.integer)):
         return other if other != "bool" else "int32"
-    return other if is_float(other) else DEFAULT_FLOAT
+    if is_float(other):
+        return other
+    return "float64" if other in ("int64", "uint64") else DEFAULT_FLOAT     # as Jittor: by the int's width

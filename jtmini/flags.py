@@ -86,6 +86,16 @@ def _check_path(name, value):
     return path
 
 
+def _check_amp_reg(name, value):
+    """0, the only value jtmini has: Jittor's automatic mixed precision bits are not implemented,
+    and a nonzero value is refused rather than silently computing in full precision."""
+    if not _is_int(value):
+        raise TypeError(f"flag {name} must be an int, got {value!r} ({type(value).__name__})")
+    if value != 0:
+        raise ValueError(f"flag {name} must be 0 (jtmini has no automatic mixed precision), got {value}")
+    return 0
+
+
 # name: (default or zero-argument callable, parser of the env text, checker of a value, doc)
 _SPECS = {
     "num_threads": (_default_threads, int, _check_count,
@@ -114,7 +124,14 @@ _SPECS = {
     "mpi_heartbeat_timeout": (15.0, float, _check_seconds,
                               "seconds without a heartbeat from another rank before a rank waiting in an MPI "
                               "call aborts the job naming it (stopped, or frozen holding the GIL)"),
+    "lazy_execution": (True, _parse_bool, _check_bool,
+                       "build ops into a graph run when a value is needed (off: each op runs as it is built)"),
+    "amp_reg": (0, int, _check_amp_reg, "Jittor's automatic mixed precision bits: always 0 (not implemented)"),
 }
+
+
+# Jittor's names of flags jtmini has under another name: the same flag, read and set through either
+_ALIASES = {"cache_path": "cache_dir"}
 
 
 def _from_env(name, text):
@@ -135,6 +152,8 @@ class Flags:
     a flag not looked at yet, to take it from the environment or its default."""
 
     def __getattr__(self, name):
+        if name in _ALIASES:
+            return getattr(self, _ALIASES[name])
         if name not in _SPECS:
             raise AttributeError(f"unknown flag {name!r}; known flags: {', '.join(sorted(_SPECS))}")
         default = _SPECS[name][0]
@@ -146,6 +165,7 @@ class Flags:
     def __setattr__(self, name, value):
         """Set a flag, checked first: a bad value (``num_threads = 'x'``) would otherwise be
         taken and break every later kernel launch far from the assignment."""
+        name = _ALIASES.get(name, name)
         if name not in _SPECS:
             raise AttributeError(f"unknown flag {name!r}; known flags: {', '.join(sorted(_SPECS))}")
         object.__setattr__(self, name, _SPECS[name][2](name, value))

@@ -71,7 +71,7 @@ class Shape(tuple):
 
 class Var:
     __slots__ = ("op", "inputs", "attrs", "shape", "dtype", "_data", "_stop_grad", "_backward", "_consumers",
-                 "id", "__weakref__")
+                 "id", "_name", "__weakref__")
     __hash__ = object.__hash__       # __eq__ builds a node, identity stays the hash
     # numpy's operators defer to ours: np.float32(0.5) * x and array * x are Vars (as in PyTorch),
     # not a numpy array computed then and there, off the graph (ufuncs still convert: np.exp(x))
@@ -85,7 +85,7 @@ class Var:
         self.shape, self.dtype = Shape(shape), dtype
         self._data, self._stop_grad, self._consumers = data, False, []
         self._backward = None        # (inputs, rule) set by autograd.custom_grad
-        self.id = next(_ids)
+        self.id, self._name = next(_ids), ""
         for inp in self.inputs:
             inp._add_consumer(self)
         if data is None:
@@ -99,6 +99,8 @@ class Var:
         v = Var(op_name, inputs, attrs, shape, dtype)
         if flags.no_grad:           # built under jt.no_grad(): no backward through it
             v._stop_grad = True
+        if not flags.lazy_execution:     # eager mode, Jittor's lazy_execution=0: compute it now
+            v.sync()
         return v
 
     def _add_consumer(self, consumer):
@@ -119,6 +121,12 @@ class Var:
         if not self.shape:
             raise TypeError("len() of a 0-d Var")
         return self.shape[0]
+
+    def __iter__(self):
+        """The sub-Vars along dim 0 (as a numpy array iterates); a 0-d Var is not iterable."""
+        if not self.shape:
+            raise TypeError("iteration over a 0-d Var")
+        return (self[k] for k in range(self.shape[0]))
 
     def is_realized(self):
         return self._data is not None
@@ -174,7 +182,35 @@ class Var:
             raise TypeError(f"only integer Vars can be used as an index, got {self.dtype}")
         return int(self.item())
 
+    def name(self, new_name=None):
+        """This Var's name (a label for debugging, "" unless given), or with ``new_name``, set
+        it and return the Var, as in Jittor.
+
+        >>> jt.array([1.0]).name("x").name()
+        'x'
+        """
+        if new_name is None:
+            return self._name
+        if not isinstance(new_name, str):
+            raise TypeError(f"name: a Var's name must be a str, got {type(new_name).__name__}")
+        self._name = new_name
+        return self
+
+    @property
+    def uncertain_shape(self):
+        """Jittor's shape with unknown dims as negatives; every jtmini shape is known when the Var
+        is built (``where`` with a condition alone runs eagerly), so this is the shape as a list."""
+        return list(self.shape)
+
     # --- gradient control ----------------------------------------------------------------------
+    def start_grad(self):
+        """Let gradients flow through this Var again (undo ``stop_grad``, in place); returns self.
+
+        >>> w = jt.array([1.0]).stop_grad().start_grad()     # w.requires_grad is True
+        """
+        self._stop_grad = False
+        return self
+
     def stop_grad(self):
         """Block gradients through this Var (in place); returns self, as in Jittor."""
         self._stop_grad = True
@@ -318,15 +354,23 @@ def _reflected(fn_name):
 
 def _in_place(fn_name):
     """``a += b`` and the like, as in Jittor and numpy: the handle ``a`` takes the new value and
-    keeps its shape, dtype and ``stop_grad`` (Vars built from ``a`` earlier keep the old value)."""
+    keeps its shape, dtype and ``stop_grad`` (Vars built from ``a`` earlier keep the old value);
+    an integer ``a`` given a float result (``a /= b``) takes the float, as in Jittor."""
     def op(self, other):
         result = METHODS[fn_name](self, other)
         if result.shape != self.shape:
             raise ValueError(f"in-place {fn_name}: the result's shape {result.shape} does not fit "
                              f"the Var's {self.shape}")
-        self._rebind(result if result.dtype == self.dtype else result.cast(self.dtype))
+        # a float result (``/=`` on an integer Var) is kept, as in Jittor: a cast back would truncate it
+        keep = result.dtype == self.dtype or (_is_float(result.dtype) and not _is_float(self.dtype))
+        self._rebind(result if keep else result.cast(self.dtype))
+        self.dtype = result.dtype if keep else self.dtype      # the handle's dtype follows a kept float
         return self
     return op
+
+
+def _is_float(dtype):
+    return dtype.startswith("float")
 
 
 def install_methods():
@@ -337,8 +381,7 @@ def install_methods():
     for dunder, fn_name in _OPERATORS.items():
         setattr(Var, f"__{dunder}__", _forward(fn_name))
         setattr(Var, f"__r{dunder}__", _reflected(fn_name))
-        if dunder != "matmul":
-            setattr(Var, f"__i{dunder}__", _in_place(fn_name))
+        setattr(Var, f"__i{dunder}__", _in_place(fn_name))    # a @= b too, when the shape is kept
     for dunder, fn_name in _COMPARISONS.items():
         setattr(Var, f"__{dunder}__", _forward(fn_name))
     Var.__neg__ = lambda self: METHODS["neg"](self)

@@ -90,6 +90,28 @@ class Module:
     def children(self):
         return [m for _, m in self.named_children()]
 
+    @property
+    def _modules(self):
+        """Jittor's (and PyTorch's) dict of the modules held directly as attributes, in order; a
+        container that keeps its modules in a ``_modules`` dict of its own (ModuleDict) gives that."""
+        if "_modules" in vars(self):
+            return vars(self)["_modules"]
+        return collections.OrderedDict((k, v) for k, v in self._attributes() if isinstance(v, Module))
+
+    @_modules.setter
+    def _modules(self, value):
+        vars(self)["_modules"] = value
+
+    @property
+    def _parameters(self):
+        """Jittor's dict of the Vars held directly as attributes of this module, in order."""
+        return collections.OrderedDict((k, v) for k, v in self._attributes() if isinstance(v, Var))
+
+    def __getattr__(self, name):
+        """Called only for a missing attribute (AttributeError naming it); defined so that
+        ``module.__getattr__(name)`` reads an attribute, as in Jittor."""
+        return object.__getattribute__(self, name)
+
     def named_modules(self, prefix=""):
         """(dotted name, module) for this module ("") and every submodule, each once."""
         seen, stack = set(), [(prefix, self)]

@@ -9,7 +9,7 @@ import numpy as np
 
 from .. import dtypes
 from ..var import Var, untrack
-from .registry import OpSpec, export, register
+from .registry import METHODS, OpSpec, export, register
 
 
 def _same(inputs, attrs):
@@ -18,6 +18,11 @@ def _same(inputs, attrs):
 
 def _to_bool(inputs, attrs):
     return inputs[0].shape, "bool"
+
+
+def _as_var(x):
+    from ..creation import as_var        # creation builds on this module: imported when called
+    return as_var(x)
 
 
 def _floats(x):
@@ -61,6 +66,16 @@ UNARY = {
     "sqrt": ("std::sqrt({0})", lambda d, out, x: d / (out * 2), True),
     "sin": ("std::sin({0})", lambda d, out, x: d * x.cos(), True),
     "cos": ("std::cos({0})", lambda d, out, x: -d * x.sin(), True),
+    # trigonometric and hyperbolic rows under Jittor's op names (numpy's arc* spellings are aliases)
+    "tan": ("std::tan({0})", lambda d, out, x: d * (1 + out * out), True),
+    "asin": ("std::asin({0})", lambda d, out, x: d / (1 - x * x).sqrt(), True),
+    "acos": ("std::acos({0})", lambda d, out, x: -d / (1 - x * x).sqrt(), True),
+    "atan": ("std::atan({0})", lambda d, out, x: d / (1 + x * x), True),
+    "sinh": ("std::sinh({0})", lambda d, out, x: d * x.cosh(), True),
+    "cosh": ("std::cosh({0})", lambda d, out, x: d * x.sinh(), True),
+    "asinh": ("std::asinh({0})", lambda d, out, x: d / (x * x + 1).sqrt(), True),
+    "acosh": ("std::acosh({0})", lambda d, out, x: d / (x * x - 1).sqrt(), True),
+    "atanh": ("std::atanh({0})", lambda d, out, x: d / (1 - x * x), True),
     "tanh": ("std::tanh({0})", lambda d, out, x: d * (1 - out * out), True),
     "sigmoid": ("(({T})1 / (({T})1 + std::exp(-{0})))", lambda d, out, x: d * out * (1 - out), True),
     "relu": ("({0} < ({T})0 ? ({T})0 : {0})", lambda d, out, x: Var.node("relu_grad", [d, x]), False),  # NaN stays NaN
@@ -136,6 +151,8 @@ def _unary_grad(rule):
 
 def _unary_front(name, float_only):
     def op(x):
+        if not isinstance(x, Var):           # jt.abs(-1), jt.exp([1, 2]): as numpy's functions
+            x = _as_var(x)
         if name == "logical_not":
             x = cast(x, "bool")
         elif float_only:
@@ -156,6 +173,10 @@ for _name, (_expr, _rule, _float_only) in UNARY.items():
     register(OpSpec(_name, "elementwise", infer=_to_bool if _name == "logical_not" else _same,
                     c_expr=_expr, grad=_unary_grad(_rule)))
     export(_name)(_unary_front(_name, _float_only))
+# numpy's (and Jittor's) other spellings of the same ops
+for _alias, _name in (("negative", "neg"), ("arcsin", "asin"), ("arccos", "acos"), ("arctan", "atan"),
+                      ("arcsinh", "asinh"), ("arccosh", "acosh"), ("arctanh", "atanh")):
+    export(_alias)(METHODS[_name])
 
 
 # relu's gradient as one node (the operators built four: d * (x > 0)): 0 where x <= 0 even where d
@@ -288,12 +309,13 @@ def broadcast_shapes(*shapes):
 def _binary_front(name, result):
     def op(a, b):
         if result == "logical":
-            a, b = (cast(v, "bool") if isinstance(v, Var) else bool(v) for v in (a, b))
+            a, b = (cast(v, "bool") if isinstance(v, Var) else bool(v) if isinstance(v, (numbers.Number, np.bool_))
+                    else cast(_as_var(v), "bool") for v in (a, b))
         if result == "shift":
             _check_shift(name, a, b)
         a, b = operands(a, b)
         if result == "float":
-            a, b = _floats(a), _floats(b)
+            a, b = _true_div_floats(a), _true_div_floats(b)
         if result in ("integer", "shift") and dtypes.is_float(a.dtype):
             raise TypeError(f"{name} is defined for {'bool and ' * (result == 'integer')}integer Vars, "
                             f"got {a.dtype}")
@@ -301,6 +323,14 @@ def _binary_front(name, result):
     op.__name__ = name
     op.__doc__ = DOCS.get(name, f"Elementwise {name} with numpy broadcasting.")
     return op
+
+
+def _true_div_floats(x):
+    """An integer operand of ``/`` as a float wide enough for it, as Jittor: 8-byte integers give
+    float64 (5 / 2 of int64 Vars is a float64 2.5), narrower ones float32."""
+    if dtypes.is_float(x.dtype):
+        return x
+    return x.cast("float64" if x.dtype in ("int64", "uint64") else dtypes.DEFAULT_FLOAT)
 
 
 def _check_shift(name, a, b):
@@ -359,6 +389,46 @@ for _name, (_expr, _rule, _result) in BINARY.items():
     export(_name)(_checked_pow(_front) if _name == "pow" else _front)
 
 
+# Jittor's and numpy's names of the binary ops
+for _alias, _name in (("subtract", "sub"), ("multiply", "mul"), ("divide", "div"), ("true_divide", "div"),
+                      ("floor_divide", "floordiv")):
+    export(_alias)(METHODS[_name])
+
+
+@export("binary", method=False)
+def binary(x, y, op):
+    """The binary op named ``op`` (Jittor's or numpy's name: "add", "subtract", "maximum", "less",
+    "bitwise_and", ...) on ``x`` and ``y``, with broadcasting, as Jittor's ``jt.binary``.
+
+    >>> jt.binary([[1, 2]], [[3, 4]], "add").numpy()
+    array([[4, 6]])
+    """
+    fn = METHODS.get(op) if isinstance(op, str) else None
+    if fn is None or getattr(fn, "__name__", None) not in BINARY:
+        raise ValueError(f"binary: unknown op {op!r}; binary ops are {', '.join(sorted(BINARY))} "
+                         f"(and subtract, multiply, divide, floor_divide)")
+    return fn(x, y)
+
+
+@export("unary", method=False)
+def unary(x, op):
+    """The unary op named ``op`` (Jittor's or numpy's name: "exp", "negative", "arcsin", ...) on
+    ``x``; a dtype name casts, as Jittor's ``jt.unary``.
+
+    >>> jt.unary(jt.array([1.0, 4.0]), "sqrt").numpy()
+    array([1., 2.], dtype=float32)
+    """
+    fn = METHODS.get(op) if isinstance(op, str) else None
+    if fn is not None and getattr(fn, "__name__", None) in UNARY:
+        return fn(x)
+    try:
+        dtype = dtypes.canonical(op)
+    except (TypeError, ValueError):
+        raise ValueError(f"unary: unknown op {op!r}; unary ops are {', '.join(sorted(UNARY))} "
+                         f"(and their numpy spellings), or a dtype name") from None
+    return cast(_as_var(x), dtype)
+
+
 # --- fused multiply-add ------------------------------------------------------------------------
 register(OpSpec("axpby", "elementwise", infer=lambda inputs, a: (inputs[1].shape, inputs[1].dtype),
                 c_expr="({0} * {1} + {2} * {3})",
@@ -414,9 +484,9 @@ register(OpSpec("where", "elementwise", infer=lambda inputs, a: (inputs[1].shape
 
 @export("where")
 def where(condition, x=None, y=None):
-    """``x`` where ``condition`` is true, else ``y``, with broadcasting over all three. With the
-    condition alone, numpy's ``nonzero``: a tuple of int64 index Vars, one per dim (eager, since
-    their length is the count of true entries).
+    """Where Operator, as Jittor's: ``x`` where ``condition`` is true, else ``y``, with broadcasting
+    over all three. With the condition alone, numpy's ``nonzero``: a tuple of int64 index Vars,
+    one per dim (eager, since their length is the count of true entries).
 
     >>> jt.where(jt.array([True, False]), 1.0, 2.0).numpy()
     array([1., 2.], dtype=float32)

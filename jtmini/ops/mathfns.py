@@ -317,11 +317,22 @@ def _logical_xor(x, dims, keepdims):
     return odd == 1
 
 
+def _bitwise(op):
+    """A bitwise reduction (and, or, xor of the bits) of bool or integer ``x``, keeping its dtype."""
+    def reduce(x, dims, keepdims):
+        if dtypes.is_float(x.dtype):
+            raise TypeError(f"reduce_bitwise_{op}: defined for bool and integer Vars, got {x.dtype}")
+        return Var.node("reduce", [x], op=op, dims=dims, keepdims=keepdims) if dims else x
+    return reduce
+
+
 # name: (reduction, what it computes, its result on [[1, 0], [1, 1]] over dims=1 for the docstring)
 _REDUCERS = {
     "reduce_add": (sum_, "the sum (bool and int32 give int64, as jt.sum)", "[1, 2]"),
-    "reduce_mul": (prod, "the product (bool and int32 give int64, as jt.prod)", "[0, 1]"),
-    "reduce_multiply": (prod, "the product (Jittor's spelling of reduce_mul)", "[0, 1]"),
+    "reduce_multiply": (prod, "the product (bool and int32 give int64, as jt.prod)", "[0, 1]"),
+    "reduce_bitwise_and": (_bitwise("and"), "the bitwise AND (bool and integers, dtype kept)", "[0, 1]"),
+    "reduce_bitwise_or": (_bitwise("or"), "the bitwise OR (bool and integers, dtype kept)", "[1, 1]"),
+    "reduce_bitwise_xor": (_bitwise("xor"), "the bitwise XOR (bool and integers, dtype kept)", "[1, 0]"),
     "reduce_maximum": (max_, "the largest element", "[1, 1]"),
     "reduce_minimum": (min_, "the smallest element", "[0, 1]"),
     "reduce_logical_and": (all_, "True where every element is nonzero (bool)", "[False, True]"),
@@ -560,3 +571,54 @@ def erf(x):
     outer = 1.0 - _erfc_tail(x.abs())
     out = where(x.abs() < _SERIES_LIMIT, _erf_series(x), outer * x.sign())
     return _custom_grad(out, [x], lambda d: [d * (2 / math.sqrt(math.pi)) * (-(x * x)).exp()])
+
+
+# --- vector helpers of Jittor's misc ------------------------------------------------------------
+def _take_along(x, dim, k):
+    """``x`` at index ``k`` of ``dim``, that dim removed."""
+    return x[(slice(None),) * dim + (k,)]
+
+
+@export("unbind")
+def unbind(x, dim=0):
+    """The slices of ``x`` along ``dim``, each without that dim, as Jittor's ``jt.unbind`` (a list).
+
+    >>> [v.numpy().tolist() for v in jt.array([[1, 2], [3, 4]]).unbind(1)]
+    [[1, 3], [2, 4]]
+    """
+    x = _as_var(x)
+    if x.ndim == 0:
+        raise ValueError("unbind: a 0-d Var has no dim to take slices along")
+    dim = _one_dim(x, dim, "unbind")
+    return [_take_along(x, dim, k) for k in range(x.shape[dim])]
+
+
+@export("cross")
+def cross(x, y, dim=-1):
+    """The cross product of 3-vectors along ``dim`` (of size 3 in both), with broadcasting over
+    the other dims, as Jittor's ``jt.cross`` (and PyTorch's with an explicit dim). Differentiable.
+
+    >>> jt.cross(jt.array([1.0, 0.0, 0.0]), jt.array([0.0, 1.0, 0.0])).numpy()
+    array([0., 0., 1.], dtype=float32)
+    """
+    from .elementwise import operands
+    from .reindex import stack
+    x, y = operands(_as_var(x), _as_var(y))
+    dim = _one_dim(x, dim, "cross")
+    if x.ndim == 0 or x.shape[dim] != 3:
+        raise ValueError(f"cross: dim {dim} must have size 3, got shape {x.shape}")
+    a, b = unbind(x, dim), unbind(y, dim)
+    parts = [a[1] * b[2] - a[2] * b[1], a[2] * b[0] - a[0] * b[2], a[0] * b[1] - a[1] * b[0]]
+    return stack(parts, dim)
+
+
+@export("normalize", method=False)
+def normalize(x, p=2, dim=1, eps=1e-12):
+    """``x`` divided by its p-norm over ``dim`` (at least ``eps``), as Jittor's and PyTorch's
+    ``normalize``: unit vectors along ``dim``, a zero vector staying zero. Differentiable.
+
+    >>> jt.normalize(jt.array([[3.0, 4.0]])).numpy()
+    array([[0.6, 0.8]], dtype=float32)
+    """
+    x = _floats(_as_var(x))
+    return x / clamp(norm(x, p, dim, keepdim=True), min_v=eps)

@@ -1,8 +1,12 @@
 """Matrix product, the library-backed op: on the host, BLAS through numpy (``runtime/blas.py``
 splits it over ``flags.num_threads``); on the GPU, cuBLAS."""
+import math
+
 from .. import dtypes
+from ..state import services
 from ..var import Var
 from .registry import OpSpec, export, register
+from .reindex import normalize_dim
 
 
 def _matmul_infer(inputs, a):
@@ -89,3 +93,41 @@ def matmul(x, y):
     if squeeze:
         out = out.reshape(tuple(s for k, s in enumerate(out.shape) if k - out.ndim not in squeeze))
     return out
+
+
+def _tensordot_dims(a, b, dims):
+    """The contracted dims of ``a`` and ``b``: an int n (a's last n with b's first n) or a pair of
+    sequences, as numpy's ``axes``; checked against the shapes."""
+    if isinstance(dims, int) and not isinstance(dims, bool):
+        if not 0 <= dims <= min(a.ndim, b.ndim):
+            raise ValueError(f"tensordot: dims={dims} does not fit shapes {a.shape} and {b.shape}")
+        return list(range(a.ndim - dims, a.ndim)), list(range(dims))
+    if not (isinstance(dims, (tuple, list)) and len(dims) == 2):
+        raise TypeError(f"tensordot: dims must be an int or a pair of dim lists, got {dims!r}")
+    da, db = ([d] if isinstance(d, int) else list(d) for d in dims)
+    if len(da) != len(db):
+        raise ValueError(f"tensordot: {len(da)} dims of a against {len(db)} dims of b")
+    da, db = [normalize_dim(d, a.ndim) for d in da], [normalize_dim(d, b.ndim) for d in db]
+    for i, j in zip(da, db):
+        if a.shape[i] != b.shape[j]:
+            raise ValueError(f"tensordot: dim {i} of a (shape {a.shape}) and dim {j} of b (shape {b.shape}) differ")
+    return da, db
+
+
+@export("tensordot", method=False)
+def tensordot(a, b, dims=2):
+    """The sum of products of ``a`` and ``b`` over the contracted dims, as numpy's ``tensordot``:
+    the result has a's free dims then b's. Differentiable (a reshape of one matmul).
+
+    >>> jt.tensordot(jt.ones((2, 3)), jt.ones((3, 4)), dims=1).shape
+    (2, 4)
+    """
+    a, b = services.as_var(a), services.as_var(b)
+    da, db = _tensordot_dims(a, b, dims)
+    free_a = [d for d in range(a.ndim) if d not in da]
+    free_b = [d for d in range(b.ndim) if d not in db]
+    k = math.prod(a.shape[d] for d in da)
+    left = a.permute(free_a + da).reshape(math.prod(a.shape[d] for d in free_a), k)
+    right = b.permute(db + free_b).reshape(k, math.prod(b.shape[d] for d in free_b))
+    out = matmul(left, right)
+    return out.reshape(tuple(a.shape[d] for d in free_a) + tuple(b.shape[d] for d in free_b))

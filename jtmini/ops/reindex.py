@@ -465,3 +465,4 @@ def stack(xs, dim=0):
         raise ValueError(f"stack: all Vars must have one shape, got {[tuple(x.shape) for x in xs]}")
     dim = normalize_dim(dim, xs[0].ndim + 1)
     return concat([x.reshape(x.shape[:dim] + (1,) + x.shape[dim:]) for x in xs], dim)
+
