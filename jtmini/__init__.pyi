@@ -19,11 +19,13 @@ from . import optim as optim
 from . import state as state
 from . import transform as transform
 from . import world as world
+from .autograd import Function as Function
 from .autograd import enable_grad as enable_grad
 from .autograd import no_grad as no_grad
 from .creation import DType as _DType
 from .flags import Flags as _Flags
 from .nn.module import Module as Module
+from .ops.special import digamma as digamma
 
 __version__: _builtins.str
 bool: _DType
@@ -69,6 +71,7 @@ class Var:
     def __iand__(self, other: Any) -> Var: ...
     def __ifloordiv__(self, other: Any) -> Var: ...
     def __ilshift__(self, other: Any) -> Var: ...
+    def __imatmul__(self, other: Any) -> Var: ...
     def __imod__(self, other: Any) -> Var: ...
     def __imul__(self, other: Any) -> Var: ...
     def __index__(self) -> Any: ...
@@ -79,6 +82,8 @@ class Var:
     def __ipow__(self, other: Any) -> Var: ...
     def __irshift__(self, other: Any) -> Var: ...
     def __isub__(self, other: Any) -> Var: ...
+    def __iter__(self) -> Any:
+        """The sub-Vars along dim 0 (as a numpy array iterates); a 0-d Var is not iterable."""
     def __itruediv__(self, other: Any) -> Var: ...
     def __ixor__(self, other: Any) -> Var: ...
     def __le__(self, other: Any) -> Var: ...
@@ -114,22 +119,46 @@ class Var:
     def __xor__(self, other: Any) -> Var: ...
     def abs(self) -> Var:
         """Elementwise abs."""
+    def acos(self) -> Var:
+        """Elementwise acos."""
+    def acosh(self) -> Var:
+        """Elementwise acosh."""
     def add(self, b: Any) -> Var:
         """Elementwise add with numpy broadcasting."""
     def all(self, dims: Any = ..., keepdims: Any = ..., **kw: Any) -> Var:
         """True where no element over ``dims`` is zero (also over an empty dim, as numpy)."""
     def any(self, dims: Any = ..., keepdims: Any = ..., **kw: Any) -> Var:
         """True where some element over ``dims`` is nonzero (never over an empty dim, as numpy)."""
+    def arccos(self) -> Var:
+        """Elementwise acos."""
+    def arccosh(self) -> Var:
+        """Elementwise acosh."""
+    def arcsin(self) -> Var:
+        """Elementwise asin."""
+    def arcsinh(self) -> Var:
+        """Elementwise asinh."""
+    def arctan(self) -> Var:
+        """Elementwise atan."""
+    def arctanh(self) -> Var:
+        """Elementwise atanh."""
     def argmax(self, dim: Any = ..., keepdims: Any = ..., *, axis: Any = ..., keepdim: Any = ...) -> Any:
         """Index (int32) of the first extreme along ``dim``, and the extreme values, as Jittor:"""
     def argmin(self, dim: Any = ..., keepdims: Any = ..., *, axis: Any = ..., keepdim: Any = ...) -> Any:
         """Index (int32) of the first extreme along ``dim``, and the extreme values, as Jittor:"""
     def argsort(self, dim: Any = ..., descending: Any = ...) -> Any:
         """Argsort Operator: ``(indices, values)``; Jittor's argsort returns the int32 indices first, then the sorted"""
+    def asin(self) -> Var:
+        """Elementwise asin."""
+    def asinh(self) -> Var:
+        """Elementwise asinh."""
     def assign(self, value: Any) -> Var:
         """Make this Var hold ``value``'s value (broadcast and cast to this Var's shape and dtype),"""
     def astype(self, dtype: Any) -> Var:
         """``x`` converted to ``dtype`` (float to int truncates toward zero, nonzero to bool is True)."""
+    def atan(self) -> Var:
+        """Elementwise atan."""
+    def atanh(self) -> Var:
+        """Elementwise atanh."""
     def bitwise_and(self, b: Any) -> Var:
         """Elementwise bitwise_and with numpy broadcasting."""
     def bitwise_not(self) -> Var:
@@ -163,6 +192,10 @@ class Var:
         """A new Var with ``x``'s value; gradients flow back to ``x``. Unlike ``y = x``, a later"""
     def cos(self) -> Var:
         """Elementwise cos."""
+    def cosh(self) -> Var:
+        """Elementwise cosh."""
+    def cross(self, y: Any, dim: Any = ...) -> Any:
+        """The cross product of 3-vectors along ``dim`` (of size 3 in both), with broadcasting over"""
     def cumprod(self, dim: Any) -> Any:
         """Cumulative product along ``dim``; bool and int32 give int64, as in PyTorch. Its gradient is"""
     def cumsum(self, dim: Any = ...) -> Any:
@@ -181,6 +214,8 @@ class Var:
     def digamma(self) -> Var:
         """``d/dx log Gamma(x)``, elementwise: -inf at 0 and NaN at the negative integers, as PyTorch."""
     def div(self, b: Any) -> Var:
+        """Elementwise div with numpy broadcasting."""
+    def divide(self, b: Any) -> Var:
         """Elementwise div with numpy broadcasting."""
     def equal(self, b: Any) -> Var:
         """Elementwise equal with numpy broadcasting."""
@@ -203,6 +238,8 @@ class Var:
     def float64(self) -> Var: ...
     def floor(self) -> Var:
         """Elementwise floor."""
+    def floor_divide(self, b: Any) -> Var:
+        """Elementwise floordiv with numpy broadcasting."""
     def floor_int(self) -> Var:
         """The largest integer <= each element, as int32 (Jittor's ``floor_int``)."""
     def floordiv(self, b: Any) -> Var:
@@ -290,9 +327,15 @@ class Var:
         """Rank r gets ``x[r]`` of ``root``'s ``x``, which has shape ``(world_size, *s)``; the output has"""
     def mul(self, b: Any) -> Var:
         """Elementwise mul with numpy broadcasting."""
+    def multiply(self, b: Any) -> Var:
+        """Elementwise mul with numpy broadcasting."""
+    def name(self, new_name: Any = ...) -> Any:
+        'This Var\'s name (a label for debugging, "" unless given), or with ``new_name``, set'
     @property
     def ndim(self) -> Any: ...
     def neg(self) -> Var:
+        """Elementwise neg."""
+    def negative(self) -> Var:
         """Elementwise neg."""
     @staticmethod
     def node(op_name: Any, inputs: Any, **attrs: Any) -> Var:
@@ -318,6 +361,12 @@ class Var:
     def prod(self, dims: Any = ..., keepdims: Any = ..., *, dim: Any = ..., axis: Any = ..., keepdim: Any = ...) -> Var: ...
     def reduce_add(self, dims: Any = ..., keepdims: Any = ..., *, keepdim: Any = ...) -> Var:
         """Jittor's ``reduce_add(x, dims=None, keepdims=False)``: the sum (bool and int32 give int64, as jt.sum) over ``dims`` (an int or a sequence; None or () is every dim, as in Jittor)."""
+    def reduce_bitwise_and(self, dims: Any = ..., keepdims: Any = ..., *, keepdim: Any = ...) -> Var:
+        """Jittor's ``reduce_bitwise_and(x, dims=None, keepdims=False)``: the bitwise AND (bool and integers, dtype kept) over ``dims`` (an int or a sequence; None or () is every dim, as in Jittor)."""
+    def reduce_bitwise_or(self, dims: Any = ..., keepdims: Any = ..., *, keepdim: Any = ...) -> Var:
+        """Jittor's ``reduce_bitwise_or(x, dims=None, keepdims=False)``: the bitwise OR (bool and integers, dtype kept) over ``dims`` (an int or a sequence; None or () is every dim, as in Jittor)."""
+    def reduce_bitwise_xor(self, dims: Any = ..., keepdims: Any = ..., *, keepdim: Any = ...) -> Var:
+        """Jittor's ``reduce_bitwise_xor(x, dims=None, keepdims=False)``: the bitwise XOR (bool and integers, dtype kept) over ``dims`` (an int or a sequence; None or () is every dim, as in Jittor)."""
     def reduce_logical_and(self, dims: Any = ..., keepdims: Any = ..., *, keepdim: Any = ...) -> Var:
         """Jittor's ``reduce_logical_and(x, dims=None, keepdims=False)``: True where every element is nonzero (bool) over ``dims`` (an int or a sequence; None or () is every dim, as in Jittor)."""
     def reduce_logical_or(self, dims: Any = ..., keepdims: Any = ..., *, keepdim: Any = ...) -> Var:
@@ -328,10 +377,8 @@ class Var:
         """Jittor's ``reduce_maximum(x, dims=None, keepdims=False)``: the largest element over ``dims`` (an int or a sequence; None or () is every dim, as in Jittor)."""
     def reduce_minimum(self, dims: Any = ..., keepdims: Any = ..., *, keepdim: Any = ...) -> Var:
         """Jittor's ``reduce_minimum(x, dims=None, keepdims=False)``: the smallest element over ``dims`` (an int or a sequence; None or () is every dim, as in Jittor)."""
-    def reduce_mul(self, dims: Any = ..., keepdims: Any = ..., *, keepdim: Any = ...) -> Var:
-        """Jittor's ``reduce_mul(x, dims=None, keepdims=False)``: the product (bool and int32 give int64, as jt.prod) over ``dims`` (an int or a sequence; None or () is every dim, as in Jittor)."""
     def reduce_multiply(self, dims: Any = ..., keepdims: Any = ..., *, keepdim: Any = ...) -> Var:
-        """Jittor's ``reduce_multiply(x, dims=None, keepdims=False)``: the product (Jittor's spelling of reduce_mul) over ``dims`` (an int or a sequence; None or () is every dim, as in Jittor)."""
+        """Jittor's ``reduce_multiply(x, dims=None, keepdims=False)``: the product (bool and int32 give int64, as jt.prod) over ``dims`` (an int or a sequence; None or () is every dim, as in Jittor)."""
     def register_hook(self, hook: Any) -> None:
         """Call ``hook(grad)`` with this Var's gradient whenever one is computed through it; a"""
     def reindex(self, shape: Any, indexes: Any, overflow_value: Any = ..., overflow_conditions: Any = ..., extras: Any = ...) -> Var:
@@ -374,6 +421,8 @@ class Var:
         """Elementwise sign."""
     def sin(self) -> Var:
         """Elementwise sin."""
+    def sinh(self) -> Var:
+        """Elementwise sinh."""
     def size(self, dim: Any = ...) -> Any:
         """The shape (a tuple), or with ``dim`` the size of that dim (negative counts from the end)."""
     def softmax(self, dim: Any = ..., log: Any = ...) -> Var:
@@ -388,17 +437,23 @@ class Var:
         """Elementwise sqrt."""
     def squeeze(self, dim: Any = ...) -> Var:
         """``x`` without its dims of size 1, or without ``dim`` (an int or a tuple) where that dim has"""
+    def start_grad(self) -> Var:
+        """Let gradients flow through this Var again (undo ``stop_grad``, in place); returns self."""
     def std(self, dim: Any = ..., keepdim: Any = ..., *, keepdims: Any = ..., unbiased: Any = ...) -> Var:
         """Standard deviation over ``dim`` (an int or a tuple; every dim when None). As in Jittor and"""
     def stop_grad(self) -> Var:
         """Block gradients through this Var (in place); returns self, as in Jittor."""
     def sub(self, b: Any) -> Var:
         """Elementwise sub with numpy broadcasting."""
+    def subtract(self, b: Any) -> Var:
+        """Elementwise sub with numpy broadcasting."""
     def sum(self, dims: Any = ..., keepdims: Any = ..., *, dim: Any = ..., axis: Any = ..., keepdim: Any = ...) -> Var: ...
     def sync(self) -> Var:
         """Compute this Var now (if it is not already); returns self."""
     def t(self) -> Var:
         """The transpose of a matrix; 0-d and 1-D Vars come back as they are, and for more dims the"""
+    def tan(self) -> Var:
+        """Elementwise tan."""
     def tanh(self) -> Var:
         """Elementwise tanh."""
     def ternary(self, x: Any, y: Any) -> Any:
@@ -413,6 +468,13 @@ class Var:
         """The lower triangle of (each matrix of) ``x``: entries with ``col - row <= diagonal``."""
     def triu(self, diagonal: Any = ...) -> Var:
         """The upper triangle of (each matrix of) ``x``: entries with ``col - row >= diagonal``."""
+    def true_divide(self, b: Any) -> Var:
+        """Elementwise div with numpy broadcasting."""
+    def unbind(self, dim: Any = ...) -> Any:
+        """The slices of ``x`` along ``dim``, each without that dim, as Jittor's ``jt.unbind`` (a list)."""
+    @property
+    def uncertain_shape(self) -> Any:
+        """Jittor's shape with unknown dims as negatives; every jtmini shape is known when the Var"""
     def unique(self, return_inverse: Any = ..., return_counts: Any = ..., dim: Any = ...) -> Any:
         """The sorted distinct values of ``x`` (flattened, or the distinct slices along ``dim``), and"""
     def unsqueeze(self, dim: Any) -> Var:
@@ -424,12 +486,18 @@ class Var:
     def view(self, *shape: Any) -> Var:
         """``x`` with a new shape of the same size; one dim may be -1."""
     def where(self, x: Any = ..., y: Any = ...) -> Any:
-        """``x`` where ``condition`` is true, else ``y``, with broadcasting over all three. With the"""
+        """Where Operator, as Jittor's: ``x`` where ``condition`` is true, else ``y``, with broadcasting"""
     def zeros_like(self, dtype: Any = ...) -> Var: ...
 
 
 def abs(x: Any) -> Var:
     """Elementwise abs."""
+
+def acos(x: Any) -> Var:
+    """Elementwise acos."""
+
+def acosh(x: Any) -> Var:
+    """Elementwise acosh."""
 
 def add(a: Any, b: Any) -> Var:
     """Elementwise add with numpy broadcasting."""
@@ -443,6 +511,24 @@ def any(x: Any, dims: Any = ..., keepdims: Any = ..., **kw: Any) -> Var:
 def arange(start: Any, stop: Any = ..., step: Any = ..., dtype: Any = ...) -> Var:
     """Like numpy.arange; integer arguments give int32 (int64 when the values need it), any"""
 
+def arccos(x: Any) -> Var:
+    """Elementwise acos."""
+
+def arccosh(x: Any) -> Var:
+    """Elementwise acosh."""
+
+def arcsin(x: Any) -> Var:
+    """Elementwise asin."""
+
+def arcsinh(x: Any) -> Var:
+    """Elementwise asinh."""
+
+def arctan(x: Any) -> Var:
+    """Elementwise atan."""
+
+def arctanh(x: Any) -> Var:
+    """Elementwise atanh."""
+
 def argmax(x: Any, dim: Any = ..., keepdims: Any = ..., *, axis: Any = ..., keepdim: Any = ...) -> Any:
     """Index (int32) of the first extreme along ``dim``, and the extreme values, as Jittor:"""
 
@@ -455,8 +541,26 @@ def argsort(x: Any, dim: Any = ..., descending: Any = ...) -> Any:
 def array(data: Any, dtype: Any = ...) -> Var:
     """A leaf Var holding a copy of ``data`` (numpy array, nested lists, scalar or Var)."""
 
+def array64(data: Any, dtype: Any = ...) -> Var:
+    """``jt.array`` keeping 64-bit numpy data 64-bit (float64 stays float64, int64 stays int64), as"""
+
+def asin(x: Any) -> Var:
+    """Elementwise asin."""
+
+def asinh(x: Any) -> Var:
+    """Elementwise asinh."""
+
 def astype(x: Any, dtype: Any) -> Var:
     """``x`` converted to ``dtype`` (float to int truncates toward zero, nonzero to bool is True)."""
+
+def atan(x: Any) -> Var:
+    """Elementwise atan."""
+
+def atanh(x: Any) -> Var:
+    """Elementwise atanh."""
+
+def binary(x: Any, y: Any, op: Any) -> Any:
+    'The binary op named ``op`` (Jittor\'s or numpy\'s name: "add", "subtract", "maximum", "less",'
 
 def bitwise_and(a: Any, b: Any) -> Var:
     """Elementwise bitwise_and with numpy broadcasting."""
@@ -515,6 +619,12 @@ def copy(x: Any) -> Var:
 def cos(x: Any) -> Var:
     """Elementwise cos."""
 
+def cosh(x: Any) -> Var:
+    """Elementwise cosh."""
+
+def cross(x: Any, y: Any, dim: Any = ...) -> Any:
+    """The cross product of 3-vectors along ``dim`` (of size 3 in both), with broadcasting over"""
+
 def cumprod(x: Any, dim: Any) -> Any:
     """Cumulative product along ``dim``; bool and int32 give int64, as in PyTorch. Its gradient is"""
 
@@ -527,13 +637,13 @@ def diag(x: Any, diagonal: Any = ...) -> Var:
 def diagonal(x: Any, offset: Any = ..., dim1: Any = ..., dim2: Any = ...) -> Var:
     """The diagonal ``offset`` (above the main one when positive) of the matrices spanned by dims"""
 
-def digamma(x: Any) -> Var:
-    """``d/dx log Gamma(x)``, elementwise: -inf at 0 and NaN at the negative integers, as PyTorch."""
-
 def dirty_fix_pytorch_runtime_error() -> None:
     """Import PyTorch now, before any kernel library of jtmini is loaded; ModuleNotFoundError"""
 
 def div(a: Any, b: Any) -> Var:
+    """Elementwise div with numpy broadcasting."""
+
+def divide(a: Any, b: Any) -> Var:
     """Elementwise div with numpy broadcasting."""
 
 def einsum(equation: Any, *operands: Any) -> Any:
@@ -574,6 +684,9 @@ def flip(x: Any, dims: Any = ...) -> Var:
 
 def floor(x: Any) -> Var:
     """Elementwise floor."""
+
+def floor_divide(a: Any, b: Any) -> Var:
+    """Elementwise floordiv with numpy broadcasting."""
 
 def floor_int(x: Any) -> Var:
     """The largest integer <= each element, as int32 (Jittor's ``floor_int``)."""
@@ -716,7 +829,13 @@ def mpi_scatter(x: Any, root: Any = ...) -> Var:
 def mul(a: Any, b: Any) -> Var:
     """Elementwise mul with numpy broadcasting."""
 
+def multiply(a: Any, b: Any) -> Var:
+    """Elementwise mul with numpy broadcasting."""
+
 def neg(x: Any) -> Var:
+    """Elementwise neg."""
+
+def negative(x: Any) -> Var:
     """Elementwise neg."""
 
 def nonzero(x: Any) -> Var:
@@ -724,6 +843,12 @@ def nonzero(x: Any) -> Var:
 
 def norm(x: Any, p: Any = ..., dim: Any = ..., keepdim: Any = ..., *, keepdims: Any = ...) -> Any:
     """The p-norm over ``dim`` (an int or a tuple; every dim when None); ``p`` is 1, 2 (Jittor's"""
+
+def normal(mean: Any, std: Any, size: Any = ..., dtype: Any = ...) -> Var:
+    """Normal numbers ``mean + std * randn``, as Jittor's ``jt.normal``: ``mean`` and ``std`` are"""
+
+def normalize(x: Any, p: Any = ..., dim: Any = ..., eps: Any = ...) -> Any:
+    """``x`` divided by its p-norm over ``dim`` (at least ``eps``), as Jittor's and PyTorch's"""
 
 def not_equal(a: Any, b: Any) -> Var:
     """Elementwise not_equal with numpy broadcasting."""
@@ -753,17 +878,35 @@ def profile_scope(trace: Any = ..., show: Any = ...) -> Any:
 def rand(*shape: Any, dtype: Any = ...) -> Var:
     """Uniform on [0, 1)."""
 
+def rand_like(x: Any, dtype: Any = ...) -> Var:
+    """Uniform numbers on [0, 1) of ``x``'s shape (and float dtype), as Jittor's ``jt.rand_like``."""
+
 def randint(low: Any, high: Any = ..., shape: Any = ..., dtype: Any = ...) -> Var:
     """Integers in [low, high) (or [0, low) when high is omitted), as in Jittor; a range beyond"""
 
+def randint_like(x: Any, low: Any, high: Any = ...) -> Var:
+    """Integers in [low, high) (or [0, low)) of ``x``'s shape and dtype, as Jittor's ``jt.randint_like``."""
+
 def randn(*shape: Any, dtype: Any = ...) -> Var:
     """Standard normal."""
+
+def randn_like(x: Any, dtype: Any = ...) -> Var:
+    """Standard normal numbers of ``x``'s shape (and float dtype), as Jittor's ``jt.randn_like``."""
 
 def random(shape: Any, dtype: Any = ..., type: Any = ...) -> Var:
     'Jittor\'s ``jt.random``: uniform on [0, 1) (``type="uniform"``) or standard normal'
 
 def reduce_add(x: Any, dims: Any = ..., keepdims: Any = ..., *, keepdim: Any = ...) -> Var:
     """Jittor's ``reduce_add(x, dims=None, keepdims=False)``: the sum (bool and int32 give int64, as jt.sum) over ``dims`` (an int or a sequence; None or () is every dim, as in Jittor)."""
+
+def reduce_bitwise_and(x: Any, dims: Any = ..., keepdims: Any = ..., *, keepdim: Any = ...) -> Var:
+    """Jittor's ``reduce_bitwise_and(x, dims=None, keepdims=False)``: the bitwise AND (bool and integers, dtype kept) over ``dims`` (an int or a sequence; None or () is every dim, as in Jittor)."""
+
+def reduce_bitwise_or(x: Any, dims: Any = ..., keepdims: Any = ..., *, keepdim: Any = ...) -> Var:
+    """Jittor's ``reduce_bitwise_or(x, dims=None, keepdims=False)``: the bitwise OR (bool and integers, dtype kept) over ``dims`` (an int or a sequence; None or () is every dim, as in Jittor)."""
+
+def reduce_bitwise_xor(x: Any, dims: Any = ..., keepdims: Any = ..., *, keepdim: Any = ...) -> Var:
+    """Jittor's ``reduce_bitwise_xor(x, dims=None, keepdims=False)``: the bitwise XOR (bool and integers, dtype kept) over ``dims`` (an int or a sequence; None or () is every dim, as in Jittor)."""
 
 def reduce_logical_and(x: Any, dims: Any = ..., keepdims: Any = ..., *, keepdim: Any = ...) -> Var:
     """Jittor's ``reduce_logical_and(x, dims=None, keepdims=False)``: True where every element is nonzero (bool) over ``dims`` (an int or a sequence; None or () is every dim, as in Jittor)."""
@@ -780,11 +923,8 @@ def reduce_maximum(x: Any, dims: Any = ..., keepdims: Any = ..., *, keepdim: Any
 def reduce_minimum(x: Any, dims: Any = ..., keepdims: Any = ..., *, keepdim: Any = ...) -> Var:
     """Jittor's ``reduce_minimum(x, dims=None, keepdims=False)``: the smallest element over ``dims`` (an int or a sequence; None or () is every dim, as in Jittor)."""
 
-def reduce_mul(x: Any, dims: Any = ..., keepdims: Any = ..., *, keepdim: Any = ...) -> Var:
-    """Jittor's ``reduce_mul(x, dims=None, keepdims=False)``: the product (bool and int32 give int64, as jt.prod) over ``dims`` (an int or a sequence; None or () is every dim, as in Jittor)."""
-
 def reduce_multiply(x: Any, dims: Any = ..., keepdims: Any = ..., *, keepdim: Any = ...) -> Var:
-    """Jittor's ``reduce_multiply(x, dims=None, keepdims=False)``: the product (Jittor's spelling of reduce_mul) over ``dims`` (an int or a sequence; None or () is every dim, as in Jittor)."""
+    """Jittor's ``reduce_multiply(x, dims=None, keepdims=False)``: the product (bool and int32 give int64, as jt.prod) over ``dims`` (an int or a sequence; None or () is every dim, as in Jittor)."""
 
 def reindex(x: Any, shape: Any, indexes: Any, overflow_value: Any = ..., overflow_conditions: Any = ..., extras: Any = ...) -> Var:
     """Reindex Operator (Jittor's reindex): ``y[i0, i1, ...] = x[indexes...]`` with ``overflow_value`` where an index"""
@@ -854,6 +994,9 @@ def sin(x: Any) -> Var:
 def single_process_scope(rank: Any = ...) -> Any:
     """Decorator: run the function on rank ``rank`` only, with MPI switched off inside (collectives"""
 
+def sinh(x: Any) -> Var:
+    """Elementwise sinh."""
+
 def size(x: Any, dim: Any = ...) -> Any:
     """The shape (a tuple), or with ``dim`` the size of that dim (negative counts from the end)."""
 
@@ -887,6 +1030,9 @@ def std(x: Any, dim: Any = ..., keepdim: Any = ..., *, keepdims: Any = ..., unbi
 def sub(a: Any, b: Any) -> Var:
     """Elementwise sub with numpy broadcasting."""
 
+def subtract(a: Any, b: Any) -> Var:
+    """Elementwise sub with numpy broadcasting."""
+
 def sum(x: Any, dims: Any = ..., keepdims: Any = ..., *, dim: Any = ..., axis: Any = ..., keepdim: Any = ...) -> Var: ...
 
 def sync(vars_: Any) -> None:
@@ -898,8 +1044,14 @@ def sync_all(device_sync: Any = ...) -> None:
 def t(x: Any) -> Var:
     """The transpose of a matrix; 0-d and 1-D Vars come back as they are, and for more dims the"""
 
+def tan(x: Any) -> Var:
+    """Elementwise tan."""
+
 def tanh(x: Any) -> Var:
     """Elementwise tanh."""
+
+def tensordot(a: Any, b: Any, dims: Any = ...) -> Var:
+    """The sum of products of ``a`` and ``b`` over the contracted dims, as numpy's ``tensordot``:"""
 
 def ternary(cond: Any, x: Any, y: Any) -> Any:
     """Jittor's name for ``where(cond, x, y)``: ``x`` where ``cond`` is true, else ``y``."""
@@ -919,6 +1071,15 @@ def tril(x: Any, diagonal: Any = ...) -> Var:
 def triu(x: Any, diagonal: Any = ...) -> Var:
     """The upper triangle of (each matrix of) ``x``: entries with ``col - row >= diagonal``."""
 
+def true_divide(a: Any, b: Any) -> Var:
+    """Elementwise div with numpy broadcasting."""
+
+def unary(x: Any, op: Any) -> Any:
+    'The unary op named ``op`` (Jittor\'s or numpy\'s name: "exp", "negative", "arcsin", ...) on'
+
+def unbind(x: Any, dim: Any = ...) -> Any:
+    """The slices of ``x`` along ``dim``, each without that dim, as Jittor's ``jt.unbind`` (a list)."""
+
 def unique(x: Any, return_inverse: Any = ..., return_counts: Any = ..., dim: Any = ...) -> Any:
     """The sorted distinct values of ``x`` (flattened, or the distinct slices along ``dim``), and"""
 
@@ -932,7 +1093,7 @@ def view(x: Any, *shape: Any) -> Var:
     """``x`` with a new shape of the same size; one dim may be -1."""
 
 def where(condition: Any, x: Any = ..., y: Any = ...) -> Any:
-    """``x`` where ``condition`` is true, else ``y``, with broadcasting over all three. With the"""
+    """Where Operator, as Jittor's: ``x`` where ``condition`` is true, else ``y``, with broadcasting"""
 
 def zeros(*shape: Any, dtype: Any = ...) -> Var:
     """Zeros of ``shape``, given as dims or as one tuple; Jittor's ``jt.zeros(shape, dtype)`` works too."""

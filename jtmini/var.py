@@ -52,6 +52,27 @@ def untrack(v):
     return v
 
 
+class _ScalarData(np.ndarray):
+    """``.data`` of a 0-d Var: Jittor's 1-element array (``x.sum().data[0]``) that still converts
+    with ``float()``/``int()``, which numpy >= 2.4 refuses for any array that is not 0-d."""
+
+    def __float__(self):
+        return float(self.item())
+
+    def __int__(self):
+        return int(self.item())
+
+    def __complex__(self):
+        return complex(self.item())
+
+    def __repr__(self):
+        return repr(self.view(np.ndarray))
+
+    def __array_wrap__(self, array, context=None, return_scalar=False):
+        array = array.view(np.ndarray)      # arithmetic on it gives plain arrays
+        return array[()] if return_scalar else array
+
+
 class Shape(tuple):
     """A Var's shape: a tuple (numpy-style code indexes, unpacks and hashes it) that also compares
     equal to the list Jittor's ``Var.shape`` is, so ``x.shape == [2, 3]`` holds as in Jittor.
@@ -152,7 +173,7 @@ class Var:
         so ``correct.sum().data[0]`` works."""
         value = _host(self.sync()._data)
         value.flags.writeable = False       # a GPU value's host copy too: read-only as a host value
-        return value.reshape(1) if value.ndim == 0 else value
+        return value.reshape(1).view(_ScalarData) if value.ndim == 0 else value
 
     @data.setter
     def data(self, value):

@@ -1,5 +1,5 @@
-"""Jittor's defaults for data given without a dtype (flag ``auto_convert_64_to_32``, on by default)
-and ``Var.shape`` comparing equal to a list as Jittor's does."""
+"""Jittor's habits with data: data given without a dtype (flag ``auto_convert_64_to_32``, on by
+default), ``Var.shape`` comparing equal to a list, and ``.data`` of a 0-d Var."""
 import os
 import subprocess
 import sys
@@ -76,3 +76,13 @@ def test_shape_compares_equal_to_a_list_and_stays_a_tuple():
     assert hash(x.shape) == hash((2, 3)) and {(2, 3): 1}[x.shape] == 1
     assert np.zeros(x.shape).shape == (2, 3) and x.shape[::-1] == (3, 2)
     assert jt.zeros(()).shape == [] and (x + 1).reshape(6).shape == [6]
+
+
+def test_data_of_a_0d_var_indexes_and_converts_as_in_jittor():
+    d = (jt.array([1.5, 2.0]).sum()).data
+    assert d.shape == (1,) and d[0] == 3.5 and not d.flags.writeable
+    assert float(d) == 3.5 and int(d) == 3          # numpy >= 2.4 refuses float() of a 1-d array
+    assert repr(d) == repr(np.array([3.5], np.float32))
+    assert type(d + 1) is np.ndarray and type(np.exp(d)) is np.ndarray
+    with pytest.raises(TypeError):
+        float(jt.array([1.0, 2.0]).data)            # more than one element: no scalar, as numpy
