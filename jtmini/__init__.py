@@ -21,6 +21,7 @@ from .counters import reset_stats, stats  # noqa: F401
 from .executor import fetch, sync, sync_all  # noqa: F401
 from .flags import flag_scope, flags  # noqa: F401
 from .interop import dirty_fix_pytorch_runtime_error  # noqa: F401
+from .log import LOG, log_capture_scope  # noqa: F401
 from .profiler import profile_scope  # noqa: F401
 from .state import clear_caches  # noqa: F401
 from .var import Var, install_methods, pending_roots  # noqa: F401

@@ -24,9 +24,11 @@ from .autograd import enable_grad as enable_grad
 from .autograd import no_grad as no_grad
 from .creation import DType as _DType
 from .flags import Flags as _Flags
+from .log import _Log as __Log
 from .nn.module import Module as Module
 from .ops.special import digamma as digamma
 
+LOG: __Log
 __version__: _builtins.str
 bool: _DType
 cudnn: Any
@@ -755,6 +757,9 @@ def load(path: Any) -> Any:
 
 def log(x: Any) -> Var:
     """Elementwise log."""
+
+def log_capture_scope(**flag_changes: Any) -> Any:
+    """Collect the messages logged inside the block, instead of printing them, as a list of dicts"""
 
 def log_softmax(x: Any, dim: Any = ...) -> Var:
     """``log(softmax(x))`` over ``dim`` (every dim when None), as ``x - max - log(sum(exp(x - max)))``."""

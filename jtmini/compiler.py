@@ -48,7 +48,7 @@ import sys
 import tempfile
 import threading
 
-from jtmini import counters
+from jtmini import counters, log
 from jtmini.flags import flags
 from jtmini.state import register_cache
 
@@ -238,30 +238,10 @@ def _kill_group(proc):
     proc.stderr.close()
 
 
-class _JittorStyle(logging.Formatter):
-    """``[i jtmini] message``, with the level's first letter: i, w, e as Jittor prints them."""
-
-    def format(self, record):
-        return f"[{record.levelname[0].lower()} jtmini] {record.getMessage()}"
-
-
-def _logger():
-    logger = logging.getLogger("jtmini")
-    if not logger.handlers:
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(_JittorStyle())
-        logger.addHandler(handler)
-        # Under mpirun only rank 0 speaks: N identical lines per event help nobody.
-        from . import world
-        logger.setLevel(logging.INFO if world.rank == 0 else logging.WARNING)
-        logger.propagate = False  # a configured root logger would print the line a second time
-    return logger
-
-
 def _log(message, every_rank=False):
     """Print ``[i jtmini] message`` to stderr, through the "jtmini" logger so users can silence it.
     Under mpirun only rank 0's lines show, unless ``every_rank`` (what differs by rank: its GPU)."""
-    logger = _logger()
+    logger = log.logger()
     if every_rank and not logger.disabled:      # past the level that quiets ranks other than 0
         logger.handle(logger.makeRecord(logger.name, logging.INFO, __file__, 0, message, (), None))
     else:
@@ -270,7 +250,7 @@ def _log(message, every_rank=False):
 
 def _warn(message):
     """Print ``[w jtmini] message`` on every rank: each rank falls back on its own."""
-    _logger().warning(message)
+    log.logger().warning(message)
 
 
 def _argv(tc, src, out, soname):

@@ -57,6 +57,15 @@ def _check_count(name, value):
     return int(value)
 
 
+def _check_level(name, value):
+    """An int >= 0: a verbosity."""
+    if not _is_int(value):
+        raise TypeError(f"flag {name} must be an int >= 0, got {value!r} ({type(value).__name__})")
+    if value < 0:
+        raise ValueError(f"flag {name} must be an int >= 0, got {value}")
+    return int(value)
+
+
 def _check_seconds(name, value):
     """A number of seconds > 0 (inf: no limit)."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
@@ -100,6 +109,7 @@ def _check_amp_reg(name, value):
 _SPECS = {
     "num_threads": (_default_threads, int, _check_count,
                     "threads each CPU kernel (and BLAS) may use; under mpirun cores are divided among local ranks"),
+    "log_v": (0, int, _check_level, "verbosity of jt.LOG: LOG.v shows from 1, LOG.vv from 10, LOG.vvv from 100"),
     "dump_kernels": (False, _parse_bool, _check_bool, "print each generated kernel's source and compile command"),
     "cache_dir": (lambda: os.path.join(os.path.expanduser("~"), ".cache", "jtmini"), str, _check_path,
                   "where compiled kernels (and downloaded data sets) are kept"),
