@@ -1,0 +1,58 @@
+"""tools/jittor_tests.py on a small folder laid out as Jittor's tests are: `import jittor` is
+jtmini, a relative import between test files works, and the counts come out right."""
+import subprocess
+import sys
+from pathlib import Path
+
+TOOL = Path(__file__).resolve().parent.parent / "tools" / "jittor_tests.py"
+
+CORE = '''
+import unittest
+import jittor as jt
+from jittor import nn
+
+def helper():
+    return jt.array([1.0, 2.0]).sum().item()
+
+class TestCore(unittest.TestCase):
+    def test_sum(self):
+        assert helper() == 3.0 and jt.__name__ == "jtmini" and nn.Linear
+
+    def test_fails(self):
+        assert jt.array([1]).shape == [2]
+
+    @unittest.skip("as Jittor's CUDA tests do")
+    def test_skipped(self):
+        pass
+'''
+OTHER = '''
+import unittest
+from .test_core import helper
+
+class TestOther(unittest.TestCase):
+    def test_relative_import(self):
+        assert helper() == 3.0
+
+    def test_error(self):
+        raise KeyError("x")
+'''
+
+
+def test_counts_per_file_and_in_total(tmp_path):
+    (tmp_path / "test_core.py").write_text(CORE)
+    (tmp_path / "test_other.py").write_text(OTHER)
+    done = subprocess.run([sys.executable, str(TOOL), str(tmp_path), "core", "test_other", "--logs",
+                           str(tmp_path / "logs")], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert any(line.split()[:9] == ["test_core", "passed", "1", "failed", "1", "errors", "0", "skipped", "1"]
+               for line in lines), done.stdout
+    assert any(line.split()[:9] == ["test_other", "passed", "1", "failed", "0", "errors", "1", "skipped", "0"]
+               for line in lines), done.stdout
+    assert "2 passed, 1 failed, 1 errors, 1 skipped; 50.0% of the tests that ran passed" in done.stdout
+    assert "KeyError" in (tmp_path / "logs" / "test_other.log").read_text()
+
+
+def test_refuses_a_folder_that_is_not_jittors_tests(tmp_path):
+    done = subprocess.run([sys.executable, str(TOOL), str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0 and "test_core.py" in done.stderr
