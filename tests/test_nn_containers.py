@@ -350,7 +350,7 @@ def test_upsample_and_resize_layers_match_torch(rng):
     check_grad(up, torch.nn.Upsample(scale_factor=2, mode="bilinear", align_corners=True),
                [rng.standard_normal(SHAPE)])
     check_grad(Upsample(2), torch.nn.Upsample(scale_factor=2), [rng.standard_normal(SHAPE)])
-    check_grad(Resize((7, 4)), lambda t: TF.interpolate(t, size=(7, 4), mode="bilinear"),
+    check_grad(Resize((7, 4), "bilinear"), lambda t: TF.interpolate(t, size=(7, 4), mode="bilinear"),
                [rng.standard_normal(SHAPE)], layouts=["sliced"])
     assert Resize(3, mode="nearest")(jt.ones(*SHAPE)).shape == (2, 3, 3, 3)
 

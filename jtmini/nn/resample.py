@@ -422,13 +422,14 @@ class Upsample(Module):
 
 
 class Resize(Module):
-    """Resize (N, C, H, W) input to ``size`` (an int or (H, W)) with ``interpolate``.
+    """Resize (N, C, H, W) input to ``size`` (an int or (H, W)) with ``interpolate``; the mode
+    defaults to 'nearest', as in Jittor.
 
-    >>> nn.Resize((3, 7))(jt.randn(2, 1, 6, 6)).shape
+    >>> nn.Resize((3, 7), "bilinear")(jt.randn(2, 1, 6, 6)).shape
     (2, 1, 3, 7)
     """
 
-    def __init__(self, size, mode="bilinear", align_corners=False):
+    def __init__(self, size, mode="nearest", align_corners=False):
         _check_mode(mode, align_corners, "Resize")
         self.size, self.mode, self.align_corners = size, mode, bool(align_corners)
 
