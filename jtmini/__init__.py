@@ -27,6 +27,7 @@ from .state import clear_caches  # noqa: F401
 from .var import Var, install_methods, pending_roots  # noqa: F401
 
 install_methods()
+from . import init  # noqa: E402,F401  (cheap; binds Jittor's Var.uniform_, Var.zero_, ... methods)
 globals().update(ops.FUNCTIONS)
 globals().update(creation.DTYPES)        # jt.float32, jt.int64, ...: dtypes that cast when called
 globals().update(float=creation.DTYPES["float32"], int=creation.DTYPES["int32"])   # Jittor's aliases

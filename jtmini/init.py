@@ -17,6 +17,7 @@ import math
 import numpy as np
 
 from . import creation, dtypes
+from .var import Var
 
 
 def _leaf(values, dtype):
@@ -234,3 +235,32 @@ def kaiming_normal_(var, a=0, mode="fan_in", nonlinearity="leaky_relu"):
 
 
 normal_ = gauss_
+
+
+def random_(var):
+    """U(0, 1) in place (Jittor's ``var.random_()``); returns ``var``: ``init.random_(linear.bias)``."""
+    return uniform_(var, 0.0, 1.0)
+
+
+def trunc_normal_(var, mean=0.0, std=1.0, a=-2.0, b=2.0):
+    """N(mean, std^2) restricted to [a, b], in place; returns ``var``. Sampled by the inverse CDF
+    (a uniform draw between the CDF values of a and b, mapped through erfinv), so no redraw loop.
+
+        >>> init.trunc_normal_(linear.weight, std=0.02)
+    """
+    if not std > 0 or not a < b:
+        raise ValueError(f"trunc_normal_: need std > 0 and a < b, got std={std}, a={a}, b={b}")
+    cdf_low, cdf_high = (math.erf((t - mean) / (std * math.sqrt(2.0))) for t in (a, b))
+    if cdf_high - cdf_low < 1e-6:
+        raise ValueError(f"trunc_normal_: [a, b] = [{a}, {b}] lies too far in the tail of "
+                         f"N({mean}, {std}^2) to sample (it holds < 1e-6 of the mass)")
+    u = uniform(var.shape, "float64", cdf_low, cdf_high)
+    values = (u.erfinv() * (std * math.sqrt(2.0)) + mean).clamp(a, b)
+    return var.assign(values.cast(var.dtype))
+
+
+# Jittor also offers each in-place initialiser as a Var method: ``linear.weight.uniform_(-1, 1)``
+for _name in ("constant_", "zero_", "one_", "eye_", "uniform_", "gauss_", "normal_", "random_",
+              "invariant_uniform_", "relu_invariant_gauss_", "xavier_uniform_", "xavier_gauss_",
+              "kaiming_uniform_", "kaiming_normal_", "trunc_normal_"):
+    setattr(Var, _name, globals()[_name])

@@ -382,8 +382,8 @@ def _check_hyper(optimizer, group):
         betas = value("betas")
         need(len(betas) == 2 and all(0 <= b < 1 for b in betas), "betas", "two numbers in [0, 1)")
     if hasattr(optimizer, "nesterov") and value("nesterov"):
-        need(value("momentum") > 0 and value("dampening") == 0, "nesterov",
-             "used with momentum > 0 and dampening 0")
+        # Jittor (unlike PyTorch) also takes dampening with Nesterov: the look-ahead uses the damped buffer
+        need(value("momentum") > 0, "nesterov", "used with momentum > 0")
 
 
 def _saved_steps(saved_state, keys, n_step, count):

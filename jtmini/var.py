@@ -20,6 +20,7 @@ result rebinds the argument too:
 """
 import itertools
 import math
+import sys
 import weakref
 
 import numpy as np
@@ -157,10 +158,18 @@ class Var:
         return f"jt.Var({value}, shape={self.shape}, dtype={self.dtype})"
 
     # --- values --------------------------------------------------------------------------------
-    def sync(self):
-        """Compute this Var now (if it is not already); returns self."""
+    def sync(self, device_sync=False, weak_sync=True):
+        """Compute this Var now (if it is not already); returns self. As in Jittor's
+        ``x.sync(device_sync, weak_sync)``, ``device_sync`` also waits for queued GPU work;
+        ``weak_sync`` steers Jittor's executor scheduling and has no counterpart here, so it is ignored.
+
+        >>> y = (jt.array([1.0, 2.0]) * 2).sync(True)
+        """
         if self._data is None:
             services.realize([self])
+        cupy = sys.modules.get("cupy")      # loaded only if the CUDA backend ran something
+        if device_sync and cupy is not None:
+            cupy.cuda.Device().synchronize()
         return self
 
     def numpy(self):

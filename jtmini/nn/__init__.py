@@ -29,8 +29,9 @@ from .losses import (BCELoss, BCEWithLogitsLoss, CrossEntropyLoss, KLDivLoss, L1
 from .module import Module, Sequential
 from .norm import GroupNorm, InstanceNorm2d, LayerNorm, group_norm, layer_norm
 from ..persist import load, save
-from .pool import (AdaptiveAvgPool2d, AdaptiveMaxPool2d, AvgPool2d, MaxPool2d, Pool, adaptive_avg_pool2d,
-                   adaptive_max_pool2d, avg_pool2d, max_pool2d, pool)
+from .pool import (AdaptiveAvgPool2d, AdaptiveMaxPool2d, AvgPool2d, AvgPool3d, MaxPool2d, MaxPool3d, MaxUnpool2d,
+                   Pool, Pool3d, adaptive_avg_pool2d, adaptive_max_pool2d, avg_pool2d, avg_pool3d, max_pool2d,
+                   max_pool3d, pool, pool3d)
 from .rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNBase, RNNCell
 from .resample import (ConstantPad2d, Dropout2d, PixelShuffle, ReflectionPad2d, ReplicationPad2d, Resize,
                        Upsample, ZeroPad2d, dropout2d, interpolate, pad, pixel_shuffle)

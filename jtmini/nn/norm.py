@@ -139,13 +139,15 @@ class LayerNorm(Module):
 
 class GroupNorm(Module):
     """Layer form of ``group_norm``; ``weight`` (ones) and ``bias`` (zeros) have one entry per
-    channel (None without ``affine``).
+    channel (None without ``affine``). Jittor's ``is_train`` is accepted and, as in Jittor, has no
+    effect (group statistics come from each sample, in training and evaluation alike).
 
     >>> nn.GroupNorm(2, 4)(jt.randn(2, 4, 3, 3)).shape
     (2, 4, 3, 3)
     """
 
-    def __init__(self, num_groups, num_channels, eps=1e-5, affine=True):
+    def __init__(self, num_groups, num_channels, eps=1e-5, affine=True, is_train=True):
+        self.is_train = bool(is_train)
         self.num_groups = count("GroupNorm", "num_groups", num_groups)
         self.num_channels = count("GroupNorm", "num_channels", num_channels)
         if self.num_channels % self.num_groups:
@@ -163,14 +165,17 @@ class GroupNorm(Module):
 class InstanceNorm2d(Module):
     """Normalise each channel of each sample of (N, C, H, W) input (or unbatched (C, H, W)) over
     its H x W positions; with ``affine``, then a per-channel ``weight`` (ones) and ``bias``
-    (zeros). No running statistics are kept, as with PyTorch's default.
+    (zeros). No running statistics are kept, as with PyTorch's default. Jittor's ``momentum``,
+    ``is_train`` and ``sync`` are accepted and, as in Jittor, have no effect: with no running
+    statistics the output is the same in training and evaluation.
 
     >>> nn.InstanceNorm2d(3)(jt.randn(2, 3, 4, 4)).shape
     (2, 3, 4, 4)
     """
 
-    def __init__(self, num_features, eps=1e-5, affine=False):
+    def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=False, is_train=True, sync=True):
         self.num_features = count("InstanceNorm2d", "num_features", num_features)
+        self.momentum, self.is_train, self.sync = momentum, bool(is_train), bool(sync)
         self.eps, self.affine = _eps("InstanceNorm2d", eps), bool(affine)
         self.weight = init.one((self.num_features,)) if affine else None
         self.bias = init.zero((self.num_features,)) if affine else None

@@ -128,15 +128,24 @@ def adaptive_avg_pool2d(x, output_size):
 
 
 class MaxPool2d(Module):
-    """Max pooling layer; see ``max_pool2d``."""
+    """Max pooling layer; see ``max_pool2d``. With ``return_indices`` (argument order as in
+    Jittor and PyTorch) a call returns ``(out, indices)``, each index the flat position
+    ``h * W + w`` (int64) of its window's max in the input plane, which ``MaxUnpool2d`` takes.
 
-    def __init__(self, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False):
+    >>> out, indices = nn.MaxPool2d(2, return_indices=True)(jt.randn(1, 3, 4, 4))
+    """
+
+    def __init__(self, kernel_size, stride=None, padding=0, dilation=1, return_indices=False, ceil_mode=False):
         _geometry("MaxPool2d", kernel_size, stride, padding, dilation)
         self.kernel_size, self.stride, self.padding = kernel_size, stride, padding
-        self.dilation, self.ceil_mode = dilation, ceil_mode
+        self.dilation, self.ceil_mode, self.return_indices = dilation, ceil_mode, bool(return_indices)
 
     def execute(self, x):
-        return max_pool2d(x, self.kernel_size, self.stride, self.padding, self.dilation, self.ceil_mode)
+        if not self.return_indices:
+            return max_pool2d(x, self.kernel_size, self.stride, self.padding, self.dilation, self.ceil_mode)
+        geometry = _geometry("MaxPool2d", self.kernel_size, self.stride, self.padding, self.dilation)
+        x = _pool_input("MaxPool2d", x)
+        return _on_batch("MaxPool2d", x, lambda b: _max_pool_with_indices(b, geometry, self.ceil_mode))
 
 
 class AvgPool2d(Module):
@@ -315,3 +324,184 @@ class AdaptiveMaxPool2d(Module):
 
     def execute(self, x):
         return adaptive_max_pool2d(x, self.output_size, self.return_indices)
+
+
+# --- max unpooling, 3-d pooling (Jittor's MaxUnpool2d, Pool3d, MaxPool3d, AvgPool3d) -------------
+def _unpool_size(who, pooled, kernel, stride, padding, output_size):
+    """(H, W) of the unpooled plane: the last two of ``output_size``, else the inverse of the
+    pooling's size formula, (pooled - 1) * stride - 2 * padding + kernel, as in PyTorch."""
+    if output_size is not None:
+        size = items(output_size)[-2:]
+        if len(size) != 2 or not all(is_count(s) and s >= 1 for s in size):
+            raise ValueError(f"{who}: output_size must end in two ints >= 1 (H, W), got {output_size!r}")
+        return int(size[0]), int(size[1])
+    return tuple((p - 1) * s - 2 * q + k for p, k, s, q in zip(pooled, kernel, stride, padding))
+
+
+class MaxUnpool2d(Module):
+    """Jittor's inverse of ``MaxPool2d(..., return_indices=True)``: each pooled value is put back
+    at its flat position ``h * W + w`` in a zero (N, C, H, W) plane (or (C, H, W)). Values of
+    overlapping windows that share a winner are added, as in Jittor. H, W come from
+    ``output_size`` or else invert the pooling's size formula.
+
+    >>> pool, unpool = nn.MaxPool2d(2, return_indices=True), nn.MaxUnpool2d(2)
+    >>> out, where = pool(jt.randn(1, 1, 4, 4)); unpool(out, where).shape
+    (1, 1, 4, 4)
+    """
+
+    def __init__(self, kernel_size, stride=None, padding=0):
+        check_geometry("MaxUnpool2d", kernel_size=kernel_size, stride=stride, padding=padding)
+        self.kernel_size, self.padding = pair(kernel_size), pair(padding)
+        self.stride = self.kernel_size if stride is None else pair(stride)
+
+    def execute(self, x, indices, output_size=None):
+        who = "MaxUnpool2d"
+        if not isinstance(indices, Var) or "int" not in indices.dtype or indices.shape != _pool_input(who, x).shape:
+            got = f"{indices.dtype} {indices.shape}" if isinstance(indices, Var) else type(indices).__name__
+            raise ValueError(f"{who}: indices must be an int Var of the input's shape {x.shape}, got {got}")
+        h, w = _unpool_size(who, x.shape[-2:], self.kernel_size, self.stride, self.padding, output_size)
+        if indices.numel() and not 0 <= int(indices.min().item()) <= int(indices.max().item()) < h * w:
+            raise ValueError(f"{who}: indices must lie in [0, {h * w}) for an output plane of {h}x{w}, got "
+                             f"values in [{int(indices.min().item())}, {int(indices.max().item())}]")
+
+        def unpool(b, where):
+            n, c = b.shape[:2]
+            flat = b.reindex_reduce("add", [n, c, h * w], ["i0", "i1", "@e0(i0,i1,i2,i3)"], extras=[where])
+            return flat.reshape(n, c, h, w)
+        if x.ndim == 3:
+            return unpool(x.reshape((1,) + x.shape), indices.reshape((1,) + x.shape))[0]
+        if x.ndim != 4:
+            raise ValueError(f"{who}: input must be (N, C, H, W) or (C, H, W), got shape {x.shape}")
+        return unpool(x, indices)
+
+
+def _triple(who, name, value):
+    """``value`` (an int or three ints) as a (d, h, w) tuple of ints."""
+    values = (value,) * 3 if is_count(value) else items(value)
+    if len(values) != 3 or not all(is_count(v) for v in values):
+        raise ValueError(f"{who}: {name} must be an int or three ints (d, h, w), got {value!r}")
+    return tuple(int(v) for v in values)
+
+
+def _geometry3d(who, kernel_size, stride, padding, dilation):
+    """(kernel, stride, padding, dilation) triples, checked as PyTorch checks 3-d pooling."""
+    kernel = _triple(who, "kernel_size", kernel_size)
+    stride = kernel if stride is None else _triple(who, "stride", stride)
+    padding, dilation = _triple(who, "padding", padding), _triple(who, "dilation", 1 if dilation is None else dilation)
+    for name, values, least in (("kernel_size", kernel, 1), ("stride", stride, 1), ("padding", padding, 0),
+                                ("dilation", dilation, 1)):
+        if min(values) < least:
+            raise ValueError(f"{who}: {name} must be >= {least}, got {values}")
+    if any(2 * p > k for p, k in zip(padding, kernel)):     # else a window could lie all in the padding
+        raise ValueError(f"{who}: padding {padding} must be at most half the kernel size {kernel}")
+    return kernel, stride, padding, dilation
+
+
+def _windows3d(x, geometry, ceil_mode, fill):
+    """(N, C, Do, Ho, Wo, kd, kh, kw): every window element of NCDHW ``x``, ``fill`` outside it."""
+    kernel, stride, padding, dilation = geometry
+    outs = [out_size(size, *g, ceil_mode) for size, g in zip(x.shape[2:], zip(kernel, stride, padding, dilation))]
+    exprs = ["i0", "i1"] + [f"i{2 + a}*{stride[a]}-{padding[a]}+i{5 + a}*{dilation[a]}" for a in range(3)]
+    return x.reindex(list(x.shape[:2]) + outs + list(kernel), exprs, overflow_value=fill)
+
+
+def _max_indices3d(tap, x, geometry):
+    """The flat position ``(d * H + h) * W + w`` (int64) in its volume of each window's element
+    ``tap`` (its index in the flattened kd*kh*kw window)."""
+    (kd, kh, kw), stride, padding, dilation = geometry
+    taps = (tap // (kh * kw), tap // kw % kh, tap % kw)
+    flat = None
+    for a, (size, out) in enumerate(zip(x.shape[2:], tap.shape[2:])):
+        start = arange(out, dtype="int64") * stride[a] - padding[a]
+        coord = start.reshape([1, 1] + [out if b == a else 1 for b in range(3)]) + taps[a].cast("int64") * dilation[a]
+        flat = coord if flat is None else flat * size + coord
+    return flat
+
+
+def _pool3d(x, geometry, op, ceil_mode, count_include_pad, return_indices):
+    """``op`` ('maximum', 'minimum' or 'mean') over the windows of NCDHW ``x``."""
+    if op == "minimum":         # the smallest element is the negated largest of -x
+        return -_pool3d(-x, geometry, "maximum", ceil_mode, count_include_pad, False)
+    if op == "maximum":
+        # the max is read at its window's first largest element, so (as in PyTorch) a tie's
+        # gradient goes to that one element alone
+        windows = _windows3d(x, geometry, ceil_mode, float("-inf"))
+        flat = windows.reshape(tuple(windows.shape[:5]) + (-1,))
+        tap, _ = flat.argmax(dim=5)
+        out = flat.reindex(list(tap.shape), ["i0", "i1", "i2", "i3", "i4", "@e0(i0,i1,i2,i3,i4)"], extras=[tap])
+        return (out, _max_indices3d(tap, x, geometry)) if return_indices else out
+    total = _windows3d(x, geometry, ceil_mode, 0).sum(dims=(5, 6, 7))
+    padding = geometry[2]
+    if count_include_pad:       # count positions of the padded frame, not a ceil_mode overhang
+        frame = ones((1, 1) + tuple(s + 2 * p for s, p in zip(x.shape[2:], padding)), dtype=x.dtype)
+        count = _windows3d(frame, geometry[:2] + ((0, 0, 0),) + geometry[3:], ceil_mode, 0)
+        count = count[:, :, :total.shape[2], :total.shape[3], :total.shape[4]]
+    else:
+        count = _windows3d(ones((1, 1) + tuple(x.shape[2:]), dtype=x.dtype), geometry, ceil_mode, 0)
+    return total / count.sum(dims=(5, 6, 7))
+
+
+class Pool3d(Module):
+    """Jittor's general 3-D pooling over NCDHW (or CDHW) input: ``op`` 'maximum', 'minimum' or
+    'mean' (with ``count_include_pad``); ``stride`` defaults to the kernel size. With
+    ``return_indices`` (op 'maximum') a call returns ``(out, indices)``, each index the flat
+    position ``(d * H + h) * W + w`` (int64) of its window's max in the input volume, as PyTorch's.
+
+    >>> nn.Pool3d(3, 1, 1)(jt.randn(1, 2, 4, 4, 4)).shape
+    (1, 2, 4, 4, 4)
+    """
+
+    def __init__(self, kernel_size, stride=None, padding=0, dilation=None, return_indices=None, ceil_mode=False,
+                 count_include_pad=True, op="maximum"):
+        if op not in _POOL_OPS:
+            raise ValueError(f"Pool3d: op must be one of {', '.join(map(repr, _POOL_OPS))}, got {op!r}")
+        self.geometry = _geometry3d("Pool3d", kernel_size, stride, padding, dilation)
+        if op == "mean" and self.geometry[3] != (1, 1, 1):
+            raise ValueError(f"Pool3d: dilation applies to op 'maximum' and 'minimum' only, got {dilation!r}")
+        if return_indices and op != "maximum":
+            raise ValueError(f"Pool3d: return_indices needs op 'maximum', got op {op!r}")
+        self.kernel_size, self.stride, self.padding, self.dilation = self.geometry
+        self.return_indices, self.ceil_mode = bool(return_indices), bool(ceil_mode)
+        self.count_include_pad, self.op = bool(count_include_pad), op
+
+    def execute(self, x):
+        x = _pool_input("Pool3d", x)
+        if self.op != "maximum" and not dtypes.is_float(x.dtype):
+            raise TypeError(f"Pool3d: op {self.op!r} needs float input, got {x.dtype}")
+        if x.ndim not in (4, 5):
+            raise ValueError(f"Pool3d: input must be (N, C, D, H, W) or (C, D, H, W), got shape {x.shape}")
+        run = lambda b: _pool3d(b, self.geometry, self.op, self.ceil_mode, self.count_include_pad,  # noqa: E731
+                                self.return_indices)
+        if x.ndim == 5:
+            return run(x)
+        out = run(x.reshape((1,) + x.shape))
+        return tuple(o[0] for o in out) if isinstance(out, tuple) else out[0]
+
+
+class MaxPool3d(Pool3d):
+    """3-D max pooling; see ``Pool3d``: ``nn.MaxPool3d(3, 2, 1)(jt.randn(1, 2, 8, 8, 8))``."""
+
+    def __init__(self, kernel_size, stride=None, padding=0, dilation=None, return_indices=None, ceil_mode=False):
+        super().__init__(kernel_size, stride, padding, dilation, return_indices, ceil_mode, op="maximum")
+
+
+class AvgPool3d(Pool3d):
+    """3-D average pooling; see ``Pool3d``: ``nn.AvgPool3d(2)(jt.randn(1, 2, 8, 8, 8))``."""
+
+    def __init__(self, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True):
+        super().__init__(kernel_size, stride, padding, None, None, ceil_mode, count_include_pad, op="mean")
+
+
+def pool3d(x, kernel_size, op, padding=0, stride=None):
+    """Jittor's functional 3-D pooling: ``Pool3d(kernel_size, stride, padding, op=op)(x)``."""
+    return Pool3d(kernel_size, stride, padding, op=op)(x)
+
+
+def max_pool3d(x, kernel_size, stride=None, padding=0, dilation=None, return_indices=None, ceil_mode=False):
+    """Functional ``MaxPool3d`` (Jittor's argument order): ``nn.max_pool3d(x, 2)``."""
+    return MaxPool3d(kernel_size, stride, padding, dilation, return_indices, ceil_mode)(x)
+
+
+def avg_pool3d(x, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True):
+    """Functional ``AvgPool3d``: ``nn.avg_pool3d(x, 3, 1, 1)``."""
+    return AvgPool3d(kernel_size, stride, padding, ceil_mode, count_include_pad)(x)

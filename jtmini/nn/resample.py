@@ -171,12 +171,17 @@ class _Pad2d(Module):
         self.padding = _four_sides(padding, type(self).__name__)
 
     def execute(self, x):
-        _input(x, type(self).__name__, (3, 4))
+        # a constant border needs no neighbours, so (as in PyTorch) any input of >= 2 dims works
+        who = type(self).__name__
+        if self._mode != "constant":
+            _input(x, who, (3, 4))
+        elif _input(x, who, (x.ndim,) if isinstance(x, Var) else ()).ndim < 2:
+            raise ValueError(f"{who}: input must have at least 2 dims, got shape {x.shape}")
         return pad(x, self.padding, self._mode, self.value)
 
 
 class ZeroPad2d(_Pad2d):
-    """Pad the last two dims with zeros; ``padding`` an int or (left, right, top, bottom).
+    """Pad the last two dims (of input with >= 2 dims) with zeros; ``padding`` an int or (left, right, top, bottom).
 
     >>> nn.ZeroPad2d((1, 0, 2, 0))(jt.ones(1, 1, 2, 2)).shape
     (1, 1, 4, 3)
@@ -184,7 +189,7 @@ class ZeroPad2d(_Pad2d):
 
 
 class ConstantPad2d(_Pad2d):
-    """Pad the last two dims with ``value``; ``padding`` an int or (left, right, top, bottom).
+    """Pad the last two dims (of input with >= 2 dims) with ``value``; ``padding`` an int or (left, right, top, bottom).
 
     >>> nn.ConstantPad2d(1, 3.5)(jt.zeros(1, 1, 2, 2)).numpy()[0, 0, 0]
     array([3.5, 3.5, 3.5, 3.5], dtype=float32)
@@ -417,13 +422,14 @@ class Upsample(Module):
 
 
 class Resize(Module):
-    """Resize (N, C, H, W) input to ``size`` (an int or (H, W)) with ``interpolate``.
+    """Resize (N, C, H, W) input to ``size`` (an int or (H, W)) with ``interpolate``; the mode
+    defaults to 'nearest', as in Jittor.
 
-    >>> nn.Resize((3, 7))(jt.randn(2, 1, 6, 6)).shape
+    >>> nn.Resize((3, 7), "bilinear")(jt.randn(2, 1, 6, 6)).shape
     (2, 1, 3, 7)
     """
 
-    def __init__(self, size, mode="bilinear", align_corners=False):
+    def __init__(self, size, mode="nearest", align_corners=False):
         _check_mode(mode, align_corners, "Resize")
         self.size, self.mode, self.align_corners = size, mode, bool(align_corners)
 
