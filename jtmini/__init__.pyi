@@ -190,6 +190,8 @@ class Var:
         """``x`` limited to ``[min_v, max_v]`` (either may be None: no limit on that side; a bound may"""
     def clone(self) -> Var:
         """A new Var with ``x``'s value; gradients flow back to ``x``. Unlike ``y = x``, a later"""
+    def constant_(self, value: Any = ...) -> Var:
+        """Fill ``var`` with ``value`` in place; returns ``var``: ``init.constant_(linear.bias, 0.0)``."""
     def copy(self) -> Var:
         """A new Var with ``x``'s value; gradients flow back to ``x``. Unlike ``y = x``, a later"""
     def cos(self) -> Var:
@@ -229,6 +231,8 @@ class Var:
         """Elementwise exp."""
     def expand(self, *shape: Any) -> Var:
         """``x`` broadcast to ``shape`` (dims or one tuple); -1 keeps that dim of ``x``, and new dims"""
+    def eye_(self) -> Var:
+        """The identity in place (``var`` must be 2-d); returns ``var``: ``init.eye_(nn.Linear(4, 4).weight)``."""
     def fetch_sync(self) -> Any:
         """The value as a numpy array (``x.numpy()``); given a list or tuple of Vars, as Jittor's"""
     def flatten(self, start_dim: Any = ..., end_dim: Any = ...) -> Var:
@@ -249,6 +253,8 @@ class Var:
     def full_like(self, value: Any, dtype: Any = ...) -> Var: ...
     def gather(self, dim: Any, index: Any) -> Var:
         """PyTorch's gather: ``out[i][j][k] = x[index[i][j][k]][j][k]`` for ``dim=0``; ``index`` has"""
+    def gauss_(self, mean: Any = ..., std: Any = ...) -> Var:
+        """N(mean, std^2) in place; returns ``var``: ``init.gauss_(linear.weight, 0.0, 0.01)``."""
     def gelu(self) -> Var:
         """Elementwise gelu."""
     def getitem(self, index: Any) -> Var:
@@ -266,6 +272,8 @@ class Var:
     def int(self) -> Var: ...
     def int32(self) -> Var: ...
     def int64(self) -> Var: ...
+    def invariant_uniform_(self, mode: Any = ...) -> Var:
+        """``invariant_uniform`` in place; returns ``var``: ``init.invariant_uniform_(conv.weight)``."""
     def is_realized(self) -> Any: ...
     def is_stop_grad(self) -> Any: ...
     def isfinite(self) -> Var:
@@ -275,6 +283,10 @@ class Var:
     def isnan(self) -> Var:
         """True where ``x`` is NaN (never for integer and bool Vars); a bool Var with no gradient."""
     def item(self) -> Any: ...
+    def kaiming_normal_(self, a: Any = ..., mode: Any = ..., nonlinearity: Any = ...) -> Var:
+        """He normal in place: N(0, (gain / sqrt(fan))^2); returns ``var``."""
+    def kaiming_uniform_(self, a: Any = ..., mode: Any = ..., nonlinearity: Any = ...) -> Var:
+        """He uniform in place: U(-b, b) with b = sqrt(3) * gain / sqrt(fan); returns ``var``."""
     def left_shift(self, b: Any) -> Var:
         """``a << b`` for integer Vars and ints, with numpy's broadcasting and dtype rules."""
     def less(self, b: Any) -> Var:
@@ -346,11 +358,15 @@ class Var:
         """The indices of ``x``'s nonzero entries as an (n, ndim) int64 Var, in row-major order. Eager:"""
     def norm(self, p: Any = ..., dim: Any = ..., keepdim: Any = ..., *, keepdims: Any = ...) -> Any:
         """The p-norm over ``dim`` (an int or a tuple; every dim when None); ``p`` is 1, 2 (Jittor's"""
+    def normal_(self, mean: Any = ..., std: Any = ...) -> Var:
+        """N(mean, std^2) in place; returns ``var``: ``init.gauss_(linear.weight, 0.0, 0.01)``."""
     def not_equal(self, b: Any) -> Var:
         """Elementwise not_equal with numpy broadcasting."""
     def numel(self) -> Any: ...
     def numpy(self) -> Any:
         """A fresh, writable numpy copy of the value."""
+    def one_(self) -> Var:
+        """Ones in place; returns ``var``: ``init.one_(bn.weight)``."""
     def ones_like(self, dtype: Any = ...) -> Var: ...
     def opt_grad(self, optimizer: Any) -> Any:
         """This parameter's gradient in ``optimizer``'s step, between ``optimizer.backward(loss)``"""
@@ -361,6 +377,8 @@ class Var:
     def pow(self, b: Any) -> Var:
         """Elementwise pow with numpy broadcasting."""
     def prod(self, dims: Any = ..., keepdims: Any = ..., *, dim: Any = ..., axis: Any = ..., keepdim: Any = ...) -> Var: ...
+    def random_(self) -> Var:
+        """U(0, 1) in place (Jittor's ``var.random_()``); returns ``var``: ``init.random_(linear.bias)``."""
     def reduce_add(self, dims: Any = ..., keepdims: Any = ..., *, keepdim: Any = ...) -> Var:
         """Jittor's ``reduce_add(x, dims=None, keepdims=False)``: the sum (bool and int32 give int64, as jt.sum) over ``dims`` (an int or a sequence; None or () is every dim, as in Jittor)."""
     def reduce_bitwise_and(self, dims: Any = ..., keepdims: Any = ..., *, keepdim: Any = ...) -> Var:
@@ -391,6 +409,8 @@ class Var:
         """Jittor's reindex_var: ``y[i] = x[indexes[0][i], indexes[1][i], ...]``, one index Var per"""
     def relu(self) -> Var:
         """Elementwise relu."""
+    def relu_invariant_gauss_(self, mode: Any = ...) -> Var:
+        '``relu_invariant_gauss`` in place (Jittor\'s ResNet convs use ``mode="fan_out"``); returns'
     def repeat(self, *reps: Any) -> Var:
         """``x`` tiled ``reps[k]`` times along dim k (PyTorch's ``repeat``, numpy's ``tile``); with more"""
     @property
@@ -450,8 +470,8 @@ class Var:
     def subtract(self, b: Any) -> Var:
         """Elementwise sub with numpy broadcasting."""
     def sum(self, dims: Any = ..., keepdims: Any = ..., *, dim: Any = ..., axis: Any = ..., keepdim: Any = ...) -> Var: ...
-    def sync(self) -> Var:
-        """Compute this Var now (if it is not already); returns self."""
+    def sync(self, device_sync: Any = ..., weak_sync: Any = ...) -> Var:
+        """Compute this Var now (if it is not already); returns self. As in Jittor's"""
     def t(self) -> Var:
         """The transpose of a matrix; 0-d and 1-D Vars come back as they are, and for more dims the"""
     def tan(self) -> Var:
@@ -472,11 +492,15 @@ class Var:
         """The upper triangle of (each matrix of) ``x``: entries with ``col - row >= diagonal``."""
     def true_divide(self, b: Any) -> Var:
         """Elementwise div with numpy broadcasting."""
+    def trunc_normal_(self, mean: Any = ..., std: Any = ..., a: Any = ..., b: Any = ...) -> Var:
+        """N(mean, std^2) restricted to [a, b], in place; returns ``var``. Sampled by the inverse CDF"""
     def unbind(self, dim: Any = ...) -> Any:
         """The slices of ``x`` along ``dim``, each without that dim, as Jittor's ``jt.unbind`` (a list)."""
     @property
     def uncertain_shape(self) -> Any:
         """Jittor's shape with unknown dims as negatives; every jtmini shape is known when the Var"""
+    def uniform_(self, low: Any = ..., high: Any = ...) -> Var:
+        """U(low, high) in place; returns ``var``: ``init.uniform_(linear.weight, -0.1, 0.1)``."""
     def unique(self, return_inverse: Any = ..., return_counts: Any = ..., dim: Any = ...) -> Any:
         """The sorted distinct values of ``x`` (flattened, or the distinct slices along ``dim``), and"""
     def unsqueeze(self, dim: Any) -> Var:
@@ -489,6 +513,12 @@ class Var:
         """``x`` with a new shape of the same size; one dim may be -1."""
     def where(self, x: Any = ..., y: Any = ...) -> Any:
         """Where Operator, as Jittor's: ``x`` where ``condition`` is true, else ``y``, with broadcasting"""
+    def xavier_gauss_(self, gain: Any = ...) -> Var:
+        """``xavier_gauss`` in place; returns ``var``: ``init.xavier_gauss_(linear.weight, 2.0)``."""
+    def xavier_uniform_(self, gain: Any = ...) -> Var:
+        """``xavier_uniform`` in place; returns ``var``: ``init.xavier_uniform_(linear.weight)``."""
+    def zero_(self) -> Var:
+        """Zeros in place; returns ``var``: ``init.zero_(linear.bias)``."""
     def zeros_like(self, dtype: Any = ...) -> Var: ...
 
 

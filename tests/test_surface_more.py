@@ -320,7 +320,8 @@ def test_shift_scalars_reflected_promotion_and_in_place():
 def test_shifts_have_no_gradient():
     a = jt.array(np.array([1, 2, 3], np.int32))
     loss = (a << 1).cast("float32").sum() + (a >> 1).cast("float32").sum()
-    assert_var(jt.grad(loss, a), np.int32([0, 0, 0]))
+    with pytest.raises(TypeError, match="float Var"):       # as Jittor: no gradient for an int Var
+        jt.grad(loss, a)
 
 
 SHIFT_ERRORS = [
