@@ -47,6 +47,8 @@ def __getattr__(name):
     if name in ("nn", "optim", "init", "models", "lr_scheduler", "misc", "transform", "dataset",
                 "compile_extern", "distributions", "loss3d"):
         return _importlib.import_module(f"{__name__}.{name}")
+    if name in ("linalg", "sparse"):      # LAPACK-backed matrix functions, sparse COO Vars
+        return _importlib.import_module(f"{__name__}.{name}")
     if name == "Module":
         from .nn import Module
         return Module
