@@ -25,6 +25,7 @@ from .log import LOG, log_capture_scope  # noqa: F401
 from .profiler import profile_scope  # noqa: F401
 from .state import clear_caches  # noqa: F401
 from .var import Var, install_methods, pending_roots  # noqa: F401
+from .var import Shape as NanoVector  # noqa: F401   Jittor's shape type: a tuple of ints here
 
 install_methods()
 globals().update(ops.FUNCTIONS)
