@@ -230,9 +230,9 @@ def svd(x):
 
 def eigh(x):
     """The eigenvalues w (..., M), ascending, and orthonormal eigenvectors v (..., M, M) (as
-    columns) of each symmetric matrix of ``x``; only the lower triangle is read. The gradient is
-    taken with respect to a symmetric x (its symmetric part, as PyTorch's); gradients of v assume
-    distinct eigenvalues.
+    columns) of each symmetric matrix of ``x``; only the lower triangle is read, so the gradient
+    lands on it (as autograd's; PyTorch's is the symmetric part instead: fold it to compare).
+    Gradients of v assume distinct eigenvalues.
 
         >>> w, v = jt.linalg.eigh(jt.array([[2.0, 0.0], [0.0, 1.0]]))
         >>> w.numpy()
@@ -242,9 +242,9 @@ def eigh(x):
     w, v = _leaf(w, x.dtype), _leaf(v, x.dtype)
     n = x.shape[-1]
 
-    def sym(g):
-        # the gradient with respect to a symmetric input, as PyTorch's and Jittor's cholesky
-        return (g + _T(g)) * 0.5
-    dw = lambda d: [sym(matmul(v * d.unsqueeze(-2), _T(v)))]
-    dv = lambda d: [sym(matmul(matmul(v, _inverse_gaps(w, False) * matmul(_T(v), d)), _T(v)))]
+    def fold(g):
+        # the upper triangle is never read: its share of the symmetric gradient goes to the lower one
+        return g * eye(n, dtype=x.dtype) + tril(g + _T(g), -1)
+    dw = lambda d: [fold(matmul(v * d.unsqueeze(-2), _T(v)))]
+    dv = lambda d: [fold(matmul(matmul(v, _inverse_gaps(w, False) * matmul(_T(v), d)), _T(v)))]
     return custom_grad(w, [x], dw), custom_grad(v, [x], dv)
