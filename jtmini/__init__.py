@@ -25,6 +25,7 @@ from .log import LOG, log_capture_scope  # noqa: F401
 from .profiler import profile_scope  # noqa: F401
 from .state import clear_caches  # noqa: F401
 from .var import Var, install_methods, pending_roots  # noqa: F401
+from .var import Shape as NanoVector  # noqa: F401   Jittor's shape type: a tuple of ints here
 
 install_methods()
 from . import init  # noqa: E402,F401  (cheap; binds Jittor's Var.uniform_, Var.zero_, ... methods)
@@ -47,6 +48,8 @@ def __getattr__(name):
     # the training stack is imported on first use, so `import jtmini` stays cheap
     if name in ("nn", "optim", "init", "models", "lr_scheduler", "misc", "transform", "dataset",
                 "compile_extern", "distributions", "loss3d"):
+        return _importlib.import_module(f"{__name__}.{name}")
+    if name in ("linalg", "sparse"):      # LAPACK-backed matrix functions, sparse COO Vars
         return _importlib.import_module(f"{__name__}.{name}")
     if name == "Module":
         from .nn import Module

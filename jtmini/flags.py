@@ -105,11 +105,25 @@ def _check_amp_reg(name, value):
     return 0
 
 
+def _check_vprefix(name, value):
+    """Jittor's "prefix=level,prefix=level" text (a prefix of "file:line", "$" ending it exactly)."""
+    if not isinstance(value, str):
+        raise TypeError(f"flag {name} must be a str like 'executor.py=10,var.py:40$=100', got {value!r}")
+    for part in filter(None, value.split(",")):
+        prefix, eq, level = part.partition("=")
+        if not (prefix and eq and level.strip().isdigit()):
+            raise ValueError(f"flag {name}: {part!r} is not 'prefix=level' with an int level >= 0 (in {value!r})")
+    return value
+
+
 # name: (default or zero-argument callable, parser of the env text, checker of a value, doc)
 _SPECS = {
     "num_threads": (_default_threads, int, _check_count,
                     "threads each CPU kernel (and BLAS) may use; under mpirun cores are divided among local ranks"),
     "log_v": (0, int, _check_level, "verbosity of jt.LOG: LOG.v shows from 1, LOG.vv from 10, LOG.vvv from 100"),
+    "log_silent": (False, _parse_bool, _check_bool, "print no info or warning messages (captures still get them)"),
+    "log_vprefix": ("", str, _check_vprefix,
+                    "verbosity per jtmini source: 'executor.py=10' (a prefix of 'file:line') overrides log_v there"),
     "dump_kernels": (False, _parse_bool, _check_bool, "print each generated kernel's source and compile command"),
     "cache_dir": (lambda: os.path.join(os.path.expanduser("~"), ".cache", "jtmini"), str, _check_path,
                   "where compiled kernels (and downloaded data sets) are kept"),

@@ -35,6 +35,8 @@ def logger():
     if not log.handlers:
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(_JittorStyle())
+        # Jittor's log_silent: info and warnings are not printed (errors still are)
+        handler.addFilter(lambda record: not (flags.log_silent and record.levelno < logging.ERROR))
         log.addHandler(handler)
         from . import world
         log.setLevel(logging.INFO if world.rank == 0 else logging.WARNING)
@@ -47,13 +49,28 @@ def _caller():
     return os.path.basename(frame.f_code.co_filename), frame.f_lineno
 
 
+def _verbosity(file, line):
+    """The verbosity at ``file:line``: the level of the longest prefix of it in flags.log_vprefix
+    ("executor.py=10"; a prefix ending in "$" must match all of it), else flags.log_v."""
+    if not flags.log_vprefix:
+        return flags.log_v
+    where, best, level = f"{file}:{line}", -1, flags.log_v
+    for part in filter(None, flags.log_vprefix.split(",")):
+        prefix, _, value = part.partition("=")
+        exact = prefix.endswith("$")
+        prefix = prefix.rstrip("$")
+        if (where == prefix if exact else where.startswith(prefix)) and len(prefix) > best:
+            best, level = len(prefix), int(value)
+    return level
+
+
 def _emit(level, verbose, args):
     """Log ``args`` joined by spaces at ``level`` (i/w/e/f); verbose messages only when
     ``flags.log_v`` reaches ``verbose``. Open capture scopes receive every message shown."""
-    if verbose and flags.log_v < verbose:
+    file, line = _caller()
+    if verbose and _verbosity(file, line) < verbose:
         return
     msg = " ".join(str(a) for a in args)
-    file, line = _caller()
     for records in _captures:
         records.append({"level": level, "verbose": verbose, "file": file, "lineno": line, "msg": msg})
     if not _captures:

@@ -207,7 +207,7 @@ ERRORS = [
 EINSUM_ERRORS = [
     ("...ij->ij", [(3, 4)], "no '...'"),
     ("ii->i", [(3, 3)], "'ii'"),
-    ("ij,jk,kl->il", [(3, 4), (4, 3), (3, 2)], "one or two operands"),
+    ("ij,jk,kl->il", [(3, 4), (4, 3)], "3 terms for 2 operands"),
     ("ij,jk->iz", [(3, 4), (4, 3)], "'iz'"),
     ("ij,jk->ik", [(3, 4), (5, 3)], "sizes 4 and 5"),
     ("ijk,jk->i", [(3, 4), (4, 3)], "(3, 4)"),

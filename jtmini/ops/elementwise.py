@@ -125,6 +125,12 @@ DOCS = {
     >>> jt.array([1.0]).trigamma().numpy()
     array([1.644934], dtype=float32)
     """,
+    "arctan2": """The angle of the point (x, y) in radians, in [-pi, pi]: ``arctan2(y, x)`` elementwise, with
+    numpy's broadcasting and signs (``arctan2(0, -1)`` is pi); integers are cast to float32.
+
+    >>> jt.arctan2(jt.array([1.0, -1.0]), jt.array([-1.0, 0.0])).numpy()
+    array([ 2.3561945, -1.5707964], dtype=float32)
+    """,
     "left_shift": """``a << b`` for integer Vars and ints, with numpy's broadcasting and dtype rules.
 
     A count that is negative or at least the bit width gives 0, as numpy does.
@@ -224,6 +230,8 @@ BINARY = {
     "floordiv": ("jt_floordiv({0}, {1})", None, "same"),
     "mod": ("jt_mod({0}, {1})", lambda d, out, x, a: [d, -d * x[0].floordiv(x[1])], "same"),
     "pow": ("jt_pow({0}, {1})", _pow_grad, "same"),
+    "arctan2": ("std::atan2({0}, {1})", lambda d, out, x, a: [d * x[1] / (x[0] * x[0] + x[1] * x[1]),
+                                                             -d * x[0] / (x[0] * x[0] + x[1] * x[1])], "float"),
     "maximum": ("jt_max({0}, {1})", _extreme_grad(lambda p, q: p > q), "same"),
     "minimum": ("jt_min({0}, {1})", _extreme_grad(lambda p, q: p < q), "same"),
     "equal": ("({0} == {1})", None, "bool"),
@@ -391,7 +399,7 @@ for _name, (_expr, _rule, _result) in BINARY.items():
 
 # Jittor's and numpy's names of the binary ops
 for _alias, _name in (("subtract", "sub"), ("multiply", "mul"), ("divide", "div"), ("true_divide", "div"),
-                      ("floor_divide", "floordiv")):
+                      ("floor_divide", "floordiv"), ("atan2", "arctan2")):
     export(_alias)(METHODS[_name])
 
 

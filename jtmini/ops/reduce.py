@@ -133,3 +133,17 @@ def _arg_front(op):
 
 argmax = export("argmax")(_arg_front("max"))
 argmin = export("argmin")(_arg_front("min"))
+
+
+@export("arg_reduce")
+def arg_reduce(x, op, dim, keepdims):
+    """Jittor's ``arg_reduce``: ``op`` "max" or "min" along ``dim``, as (index int32, value);
+    ``jt.argmax`` / ``jt.argmin`` with the op named.
+
+    >>> index, value = jt.arg_reduce(jt.array([[1.0, 3.0, 2.0]]), "max", 1, False)
+    >>> index.numpy(), value.numpy()
+    (array([1], dtype=int32), array([3.], dtype=float32))
+    """
+    if op not in ("max", "min"):
+        raise ValueError(f"arg_reduce: op must be 'max' or 'min', got {op!r}")
+    return (argmax if op == "max" else argmin)(x, dim, keepdims)

@@ -90,14 +90,21 @@ register(OpSpec("reindex", "reindex", infer=_reindex_infer, grad=_reindex_grad,
 
 
 @export("reindex")
-def reindex(x, shape, indexes, overflow_value=0, overflow_conditions=(), extras=()):
+def reindex(x, shape, indexes=None, overflow_value=0, overflow_conditions=(), extras=()):
     """Reindex Operator (Jittor's reindex): ``y[i0, i1, ...] = x[indexes...]`` with ``overflow_value`` where an index
     falls outside ``x`` or an ``overflow_conditions`` entry holds.
 
     >>> x.reindex([n, c, h - 2, w - 2, 3, 3], ["i0", "i1", "i2+i4", "i3+i5"])   # 3x3 windows
 
     Expressions are index arithmetic only (see ``symbolic.parse``); anything else is a ValueError.
+    Given index Vars in place of the shape (``x.reindex([v0, v1])``), it is ``reindex_var``, as
+    Jittor's overload.
     """
+    if indexes is None:
+        if isinstance(shape, (list, tuple)) and shape and all(isinstance(v, Var) for v in shape):
+            return reindex_var(x, shape, overflow_value, overflow_conditions)
+        raise TypeError(f"reindex: give a shape and index expressions, or one index Var per dim of x "
+                        f"(shape {x.shape}); got {shape!r} and no indexes")
     shape = dtypes.int_dims(shape, "reindex shape")
     ranks = (len(shape), x.ndim, len(shape), extras)
     return Var.node("reindex", [x, *extras], shape=tuple(shape),

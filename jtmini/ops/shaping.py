@@ -622,8 +622,8 @@ def _einsum_terms(equation, operands):
     terms = lhs.split(",")
     if "." in equation or not all(c.isalpha() for c in "".join(terms) + out):
         raise refuse("only letters, ',' and '->' are supported (no '...')")
-    if len(terms) != len(operands) or len(operands) not in (1, 2):
-        raise refuse(f"{len(terms)} terms for {len(operands)} operands; one or two operands are supported")
+    if len(terms) != len(operands) or not operands:
+        raise refuse(f"{len(terms)} terms for {len(operands)} operands")
     if not arrow:        # implicit output: the letters seen once, in alphabetical order
         out = "".join(sorted(c for c in set(lhs) - {","} if lhs.count(c) == 1))
     sizes = {}
@@ -646,9 +646,9 @@ def _sum_letters(x, term, keep):
 
 @export("einsum", method=False)
 def einsum(equation, *operands):
-    """Einstein summation over one or two Vars (``'...'`` and repeated letters within a term are
-    refused): the operands are summed over their private letters, then contracted by one batched
-    matrix product.
+    """Einstein summation over Vars (``'...'`` and repeated letters within a term are refused):
+    the operands are summed over their private letters, then contracted by one batched matrix
+    product; three or more operands are contracted pairwise, left to right.
 
     >>> jt.einsum("bhqd,bhkd->bhqk", jt.zeros(2, 4, 5, 8), jt.zeros(2, 4, 6, 8)).shape
     (2, 4, 5, 6)
@@ -657,6 +657,11 @@ def einsum(equation, *operands):
         operands = tuple(operands[0])
     operands = [creation.as_var(x) for x in operands]
     terms, out, sizes = _einsum_terms(equation, operands)
+    if len(operands) > 2:      # the first two, keeping the letters that the rest or the output use
+        later = "".join(terms[2:]) + out
+        mid = "".join(dict.fromkeys(c for c in terms[0] + terms[1] if c in later))
+        first = einsum(f"{terms[0]},{terms[1]}->{mid}", operands[0], operands[1])
+        return einsum(",".join([mid] + terms[2:]) + "->" + out, first, *operands[2:])
     if len(operands) == 1:
         x, term = _sum_letters(operands[0], terms[0], out)
         return permute(x, [term.index(c) for c in out]) if out else x

@@ -1,0 +1,148 @@
+"""Jittor's smaller helpers from its ``misc.py``: dtype limits (``finfo``, ``iinfo``), signed
+infinity tests, ``all_equal``, sampling from weights (``multinomial``) and histograms (``histc``).
+
+    >>> jt.iinfo(jt.int32).max
+    2147483647
+    >>> jt.histc(jt.array([0.0, 1.0, 1.0, 3.0]), bins=3).numpy()
+    array([1., 2., 1.], dtype=float32)
+"""
+import numpy as np
+
+from .. import creation, dtypes
+from ..var import Var
+from .elementwise import where
+from .mathfns import _as_var, isinf
+from .registry import export
+
+
+def _dtype_name(dtype, who):
+    """The numpy name of ``dtype``: a jtmini dtype (``jt.float32``), its name, a numpy dtype or a Var."""
+    if isinstance(dtype, Var):
+        return dtype.dtype
+    name = getattr(dtype, "__name__", None) if callable(dtype) and not isinstance(dtype, str) else None
+    name = str(name or dtype).split(".")[-1]
+    try:
+        return np.dtype(name).name
+    except TypeError:
+        raise TypeError(f"{who}: unknown dtype {dtype!r}") from None
+
+
+@export("finfo", method=False)
+def finfo(dtype):
+    """The limits of a float dtype (numpy's ``finfo``: ``bits``, ``eps``, ``max``, ``min``, ``tiny``...).
+
+    >>> jt.finfo(jt.float32).eps
+    1.1920929e-07
+    """
+    name = _dtype_name(dtype, "finfo")
+    if np.dtype(name).kind != "f":
+        raise TypeError(f"finfo: expected a float dtype, got {name} (use jt.iinfo for integers)")
+    return np.finfo(name)
+
+
+@export("iinfo", method=False)
+def iinfo(dtype):
+    """The limits of an integer dtype (numpy's ``iinfo``: ``bits``, ``min``, ``max``, ``dtype``).
+
+    >>> jt.iinfo("int8").min
+    -128
+    """
+    name = _dtype_name(dtype, "iinfo")
+    if np.dtype(name).kind not in "iu":
+        raise TypeError(f"iinfo: expected an integer dtype, got {name} (use jt.finfo for floats)")
+    return np.iinfo(name)
+
+
+@export("isneginf")
+def isneginf(x):
+    """True where ``x`` is -inf (never for integer and bool Vars); a bool Var.
+
+    >>> jt.isneginf(jt.array([1.0, float("-inf"), float("inf")])).numpy()
+    array([False,  True, False])
+    """
+    x = _as_var(x)
+    return isinf(x) & (x < 0)
+
+
+@export("isposinf")
+def isposinf(x):
+    """True where ``x`` is +inf (never for integer and bool Vars); a bool Var.
+
+    >>> jt.isposinf(jt.array([1.0, float("-inf"), float("inf")])).numpy()
+    array([False, False,  True])
+    """
+    x = _as_var(x)
+    return isinf(x) & (x > 0)
+
+
+@export("all_equal", method=False)
+def all_equal(a, b):
+    """Whether ``a`` and ``b`` (Vars, arrays or lists) are equal everywhere after broadcasting: a
+    Python bool, so the values are computed now. Shapes that do not broadcast: ValueError.
+
+    >>> jt.all_equal(jt.ones(2, 2), [[1, 1], [1, 1]])
+    True
+    """
+    a, b = _as_var(a), _as_var(b)
+    return bool((a == b).all().item())
+
+
+def _weight_rows(weights):
+    """The weights as a 2-D float numpy array (one row per distribution), checked."""
+    w = _as_var(weights)
+    if w.ndim not in (1, 2):
+        raise ValueError(f"multinomial: weights must be 1-D or 2-D, got shape {w.shape}")
+    if not dtypes.is_float(w.dtype):
+        raise TypeError(f"multinomial: weights must be a float Var, got dtype {w.dtype}")
+    rows = w.numpy().reshape(-1, w.shape[-1]).astype(np.float64)
+    if not np.isfinite(rows).all() or (rows < 0).any() or (rows.sum(-1) <= 0).any():
+        raise ValueError("multinomial: weights must be finite and >= 0, each row with a positive sum")
+    return w, rows
+
+
+@export("multinomial")
+def multinomial(weights, num_samples, replacement=False):
+    """``num_samples`` indices per row of ``weights`` (1-D: one distribution, 2-D: one per row),
+    each drawn with probability proportional to its weight, as ``torch.multinomial``; without
+    ``replacement`` an index is drawn at most once, so a row needs ``num_samples`` nonzero weights.
+    Seeded by ``jt.seed``; the result is an int32 Var of shape (..., num_samples).
+
+    >>> jt.multinomial(jt.array([0.0, 10.0, 3.0, 0.0]), 2).numpy()    # [1, 2] or [2, 1]
+    """
+    w, rows = _weight_rows(weights)
+    if not isinstance(num_samples, (int, np.integer)) or num_samples <= 0:
+        raise ValueError(f"multinomial: num_samples must be a positive int, got {num_samples!r}")
+    nonzero = (rows > 0).sum(-1).min()
+    if not replacement and num_samples > nonzero:
+        raise ValueError(f"multinomial: cannot draw {num_samples} distinct indices without replacement "
+                         f"from a row with {nonzero} nonzero weight(s) (weights of shape {w.shape})")
+    gen = creation.rng()
+    out = np.stack([gen.choice(len(p), num_samples, replace=replacement, p=p / p.sum()) for p in rows])
+    return creation.array(out.reshape(tuple(w.shape[:-1]) + (num_samples,)).astype(np.int32), "int32")
+
+
+@export("histc")
+def histc(input, bins=100, min=0.0, max=0.0):
+    """The histogram of ``input``'s values: ``bins`` equal bins over [min, max], as
+    ``torch.histc``: values outside are ignored, the last bin includes ``max``; min == max == 0
+    (the default) takes the range from the data. A float Var of shape (bins,).
+
+    >>> jt.histc(jt.array([1.0, 2.0, 1.0]), bins=4, min=0, max=3).numpy()
+    array([0., 2., 1., 0.], dtype=float32)
+    """
+    x = _as_var(input)
+    if not isinstance(bins, (int, np.integer)) or bins <= 0:
+        raise ValueError(f"histc: bins must be a positive int, got {bins!r}")
+    lo, hi = float(min), float(max)
+    if lo > hi:
+        raise ValueError(f"histc: min must not exceed max, got min={lo}, max={hi}")
+    x = x.reshape(-1) if dtypes.is_float(x.dtype) else x.reshape(-1).cast(dtypes.DEFAULT_FLOAT)
+    if lo == hi and x.numel() > 0:     # the data's range, widened as torch's when it is one value
+        lo, hi = float(x.min().item()), float(x.max().item())
+    if not (np.isfinite(lo) and np.isfinite(hi)):
+        raise ValueError(f"histc: the range [{lo}, {hi}] is not finite (NaN or inf in the data?)")
+    lo, hi = (lo - 1, hi + 1) if lo == hi else (lo, hi)
+    inside = (x >= lo) & (x <= hi)     # False for NaN too
+    # values outside (and NaN) are moved to bin 0 with weight 0, so no index leaves the bins
+    index = ((where(inside, x, lo) - lo) * (bins / (hi - lo))).floor().clamp(0, bins - 1).cast("int32")
+    return inside.cast(x.dtype).reindex_reduce("add", [bins], ["@e0(i0)"], extras=[index])
