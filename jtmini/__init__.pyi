@@ -9,6 +9,7 @@ from . import creation as creation
 from . import dataset as dataset
 from . import distributions as distributions
 from . import init as init
+from . import linalg as linalg
 from . import loss3d as loss3d
 from . import lr_scheduler as lr_scheduler
 from . import misc as misc
@@ -16,6 +17,7 @@ from . import models as models
 from . import nn as nn
 from . import ops as ops
 from . import optim as optim
+from . import sparse as sparse
 from . import state as state
 from . import transform as transform
 from . import world as world
@@ -27,6 +29,7 @@ from .flags import Flags as _Flags
 from .log import _Log as __Log
 from .nn.module import Module as Module
 from .ops.special import digamma as digamma
+from .var import Shape as NanoVector
 
 LOG: __Log
 __version__: _builtins.str
@@ -141,8 +144,12 @@ class Var:
         """Elementwise asinh."""
     def arctan(self) -> Var:
         """Elementwise atan."""
+    def arctan2(self, b: Any) -> Var:
+        """The angle of the point (x, y) in radians, in [-pi, pi]: ``arctan2(y, x)`` elementwise, with"""
     def arctanh(self) -> Var:
         """Elementwise atanh."""
+    def arg_reduce(self, op: Any, dim: Any, keepdims: Any) -> Any:
+        'Jittor\'s ``arg_reduce``: ``op`` "max" or "min" along ``dim``, as (index int32, value);'
     def argmax(self, dim: Any = ..., keepdims: Any = ..., *, axis: Any = ..., keepdim: Any = ...) -> Any:
         """Index (int32) of the first extreme along ``dim``, and the extreme values, as Jittor:"""
     def argmin(self, dim: Any = ..., keepdims: Any = ..., *, axis: Any = ..., keepdim: Any = ...) -> Any:
@@ -159,6 +166,8 @@ class Var:
         """``x`` converted to ``dtype`` (float to int truncates toward zero, nonzero to bool is True)."""
     def atan(self) -> Var:
         """Elementwise atan."""
+    def atan2(self, b: Any) -> Var:
+        """The angle of the point (x, y) in radians, in [-pi, pi]: ``arctan2(y, x)`` elementwise, with"""
     def atanh(self) -> Var:
         """Elementwise atanh."""
     def bitwise_and(self, b: Any) -> Var:
@@ -263,6 +272,8 @@ class Var:
         """Elementwise greater with numpy broadcasting."""
     def greater_equal(self, b: Any) -> Var:
         """Elementwise greater_equal with numpy broadcasting."""
+    def histc(self, bins: Any = ..., min: Any = ..., max: Any = ...) -> Var:
+        """The histogram of ``input``'s values: ``bins`` equal bins over [min, max], as"""
     def index(self, dim: Any = ..., dtype: Any = ...) -> Any:
         """Index Operator (Jittor's ``index``): for each element of ``shape`` (a tuple, or a Var's shape), its index"""
     def index_select(self, dim: Any, index: Any) -> Var:
@@ -282,6 +293,10 @@ class Var:
         """True where ``x`` is +inf or -inf (never for integer and bool Vars); bool, no gradient."""
     def isnan(self) -> Var:
         """True where ``x`` is NaN (never for integer and bool Vars); a bool Var with no gradient."""
+    def isneginf(self) -> Var:
+        """True where ``x`` is -inf (never for integer and bool Vars); a bool Var."""
+    def isposinf(self) -> Var:
+        """True where ``x`` is +inf (never for integer and bool Vars); a bool Var."""
     def item(self) -> Any: ...
     def kaiming_normal_(self, a: Any = ..., mode: Any = ..., nonlinearity: Any = ...) -> Var:
         """He normal in place: N(0, (gain / sqrt(fan))^2); returns ``var``."""
@@ -341,6 +356,8 @@ class Var:
         """Rank r gets ``x[r]`` of ``root``'s ``x``, which has shape ``(world_size, *s)``; the output has"""
     def mul(self, b: Any) -> Var:
         """Elementwise mul with numpy broadcasting."""
+    def multinomial(self, num_samples: Any, replacement: Any = ...) -> Var:
+        """``num_samples`` indices per row of ``weights`` (1-D: one distribution, 2-D: one per row),"""
     def multiply(self, b: Any) -> Var:
         """Elementwise mul with numpy broadcasting."""
     def name(self, new_name: Any = ...) -> Any:
@@ -401,7 +418,7 @@ class Var:
         """Jittor's ``reduce_multiply(x, dims=None, keepdims=False)``: the product (bool and int32 give int64, as jt.prod) over ``dims`` (an int or a sequence; None or () is every dim, as in Jittor)."""
     def register_hook(self, hook: Any) -> None:
         """Call ``hook(grad)`` with this Var's gradient whenever one is computed through it; a"""
-    def reindex(self, shape: Any, indexes: Any, overflow_value: Any = ..., overflow_conditions: Any = ..., extras: Any = ...) -> Var:
+    def reindex(self, shape: Any, indexes: Any = ..., overflow_value: Any = ..., overflow_conditions: Any = ..., extras: Any = ...) -> Var:
         """Reindex Operator (Jittor's reindex): ``y[i0, i1, ...] = x[indexes...]`` with ``overflow_value`` where an index"""
     def reindex_reduce(self, op: Any, shape: Any, indexes: Any, overflow_conditions: Any = ..., extras: Any = ...) -> Var:
         """Jittor's reindex_reduce: ``y[indexes(i)] op= x[i]`` for every index ``i`` of ``x``; ``op`` is"""
@@ -537,6 +554,9 @@ def add(a: Any, b: Any) -> Var:
 def all(x: Any, dims: Any = ..., keepdims: Any = ..., **kw: Any) -> Var:
     """True where no element over ``dims`` is zero (also over an empty dim, as numpy)."""
 
+def all_equal(a: Any, b: Any) -> Any:
+    """Whether ``a`` and ``b`` (Vars, arrays or lists) are equal everywhere after broadcasting: a"""
+
 def any(x: Any, dims: Any = ..., keepdims: Any = ..., **kw: Any) -> Var:
     """True where some element over ``dims`` is nonzero (never over an empty dim, as numpy)."""
 
@@ -558,8 +578,14 @@ def arcsinh(x: Any) -> Var:
 def arctan(x: Any) -> Var:
     """Elementwise atan."""
 
+def arctan2(a: Any, b: Any) -> Var:
+    """The angle of the point (x, y) in radians, in [-pi, pi]: ``arctan2(y, x)`` elementwise, with"""
+
 def arctanh(x: Any) -> Var:
     """Elementwise atanh."""
+
+def arg_reduce(x: Any, op: Any, dim: Any, keepdims: Any) -> Any:
+    'Jittor\'s ``arg_reduce``: ``op`` "max" or "min" along ``dim``, as (index int32, value);'
 
 def argmax(x: Any, dim: Any = ..., keepdims: Any = ..., *, axis: Any = ..., keepdim: Any = ...) -> Any:
     """Index (int32) of the first extreme along ``dim``, and the extreme values, as Jittor:"""
@@ -587,6 +613,9 @@ def astype(x: Any, dtype: Any) -> Var:
 
 def atan(x: Any) -> Var:
     """Elementwise atan."""
+
+def atan2(a: Any, b: Any) -> Var:
+    """The angle of the point (x, y) in radians, in [-pi, pi]: ``arctan2(y, x)`` elementwise, with"""
 
 def atanh(x: Any) -> Var:
     """Elementwise atanh."""
@@ -679,7 +708,7 @@ def divide(a: Any, b: Any) -> Var:
     """Elementwise div with numpy broadcasting."""
 
 def einsum(equation: Any, *operands: Any) -> Any:
-    """Einstein summation over one or two Vars (``'...'`` and repeated letters within a term are"""
+    """Einstein summation over Vars (``'...'`` and repeated letters within a term are refused):"""
 
 def equal(a: Any, b: Any) -> Var:
     """Elementwise equal with numpy broadcasting."""
@@ -704,6 +733,9 @@ def fetch(*args: Any) -> None:
 
 def fetch_sync(x: Any) -> Any:
     """The value as a numpy array (``x.numpy()``); given a list or tuple of Vars, as Jittor's"""
+
+def finfo(dtype: Any) -> Any:
+    """The limits of a float dtype (numpy's ``finfo``: ``bits``, ``eps``, ``max``, ``min``, ``tiny``...)."""
 
 def flag_scope(**changes: Any) -> Any:
     """Set flags for the duration of a ``with`` block, then restore them."""
@@ -749,6 +781,12 @@ def greater(a: Any, b: Any) -> Var:
 def greater_equal(a: Any, b: Any) -> Var:
     """Elementwise greater_equal with numpy broadcasting."""
 
+def histc(input: Any, bins: Any = ..., min: Any = ..., max: Any = ...) -> Var:
+    """The histogram of ``input``'s values: ``bins`` equal bins over [min, max], as"""
+
+def iinfo(dtype: Any) -> Any:
+    """The limits of an integer dtype (numpy's ``iinfo``: ``bits``, ``min``, ``max``, ``dtype``)."""
+
 def index(shape: Any, dim: Any = ..., dtype: Any = ...) -> Any:
     """Index Operator (Jittor's ``index``): for each element of ``shape`` (a tuple, or a Var's shape), its index"""
 
@@ -766,6 +804,12 @@ def isinf(x: Any) -> Var:
 
 def isnan(x: Any) -> Var:
     """True where ``x`` is NaN (never for integer and bool Vars); a bool Var with no gradient."""
+
+def isneginf(x: Any) -> Var:
+    """True where ``x`` is -inf (never for integer and bool Vars); a bool Var."""
+
+def isposinf(x: Any) -> Var:
+    """True where ``x`` is +inf (never for integer and bool Vars); a bool Var."""
 
 def left_shift(a: Any, b: Any) -> Var:
     """``a << b`` for integer Vars and ints, with numpy's broadcasting and dtype rules."""
@@ -864,6 +908,9 @@ def mpi_scatter(x: Any, root: Any = ...) -> Var:
 def mul(a: Any, b: Any) -> Var:
     """Elementwise mul with numpy broadcasting."""
 
+def multinomial(weights: Any, num_samples: Any, replacement: Any = ...) -> Var:
+    """``num_samples`` indices per row of ``weights`` (1-D: one distribution, 2-D: one per row),"""
+
 def multiply(a: Any, b: Any) -> Var:
     """Elementwise mul with numpy broadcasting."""
 
@@ -961,7 +1008,7 @@ def reduce_minimum(x: Any, dims: Any = ..., keepdims: Any = ..., *, keepdim: Any
 def reduce_multiply(x: Any, dims: Any = ..., keepdims: Any = ..., *, keepdim: Any = ...) -> Var:
     """Jittor's ``reduce_multiply(x, dims=None, keepdims=False)``: the product (bool and int32 give int64, as jt.prod) over ``dims`` (an int or a sequence; None or () is every dim, as in Jittor)."""
 
-def reindex(x: Any, shape: Any, indexes: Any, overflow_value: Any = ..., overflow_conditions: Any = ..., extras: Any = ...) -> Var:
+def reindex(x: Any, shape: Any, indexes: Any = ..., overflow_value: Any = ..., overflow_conditions: Any = ..., extras: Any = ...) -> Var:
     """Reindex Operator (Jittor's reindex): ``y[i0, i1, ...] = x[indexes...]`` with ``overflow_value`` where an index"""
 
 def reindex_reduce(x: Any, op: Any, shape: Any, indexes: Any, overflow_conditions: Any = ..., extras: Any = ...) -> Var:
