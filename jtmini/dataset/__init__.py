@@ -8,7 +8,7 @@
 from jtmini.dataset.dataset import (Dataset, TensorDataset, collate, map_arrays, prefetched, rank_slice,
                                     shard_bounds, to_var)
 from jtmini.dataset.image_folder import DataLoader, ImageFolder
-from jtmini.dataset.mnist import MNIST, ToNormalizedTensor
+from jtmini.dataset.mnist import MNIST, ToNormalizedTensor, ToRGBTensor
 from jtmini.dataset.sampler import BatchSampler, RandomSampler, Sampler, SequentialSampler, SubsetRandomSampler
 from jtmini.dataset import dataset as _dataset_module
 
@@ -17,5 +17,5 @@ from jtmini.dataset import dataset as _dataset_module
 _dataset_module.ImageFolder = ImageFolder
 
 __all__ = ["BatchSampler", "DataLoader", "Dataset", "ImageFolder", "MNIST", "RandomSampler", "Sampler",
-           "SequentialSampler", "SubsetRandomSampler", "TensorDataset", "ToNormalizedTensor", "collate",
+           "SequentialSampler", "SubsetRandomSampler", "TensorDataset", "ToNormalizedTensor", "ToRGBTensor", "collate",
            "map_arrays", "prefetched", "rank_slice", "shard_bounds", "to_var"]
