@@ -17,9 +17,12 @@ Under mpirun (``world.in_mpi``) ``batch_size`` is the GLOBAL batch. Every rank d
 permutation (seeded by ``seed`` and the epoch number, no communication) and cuts each global batch
 into ``world_size`` contiguous shards; see ``shard_bounds`` for who gets what.
 """
+import multiprocessing
 import numbers
 import queue
+import signal
 import threading
+import traceback
 from collections.abc import Mapping
 
 import numpy as np
@@ -168,6 +171,50 @@ def prefetched(source):
         thread.join()
 
 
+class Worker:
+    """A data-loading process of a Dataset (Jittor's ``dataset.workers[i]``); ``p`` is its
+    ``multiprocessing.Process``."""
+
+    def __init__(self, process):
+        self.p = process
+
+
+def worker_seed(worker_id, epoch_id):
+    """The global seed of worker ``worker_id`` in epoch ``epoch_id``: Jittor's
+    ``(get_seed() ^ (worker_id * 1167)) ^ 1234``, plus the epoch, since jtmini starts workers
+    per epoch and must not repeat the last epoch's random numbers (``set_global_seed`` then adds
+    ``2591 * rank`` under mpirun)."""
+    base = creation.get_seed()
+    base = base if isinstance(base, numbers.Integral) else hash(repr(base)) & 0x7FFFFFFF
+    return ((int(base) ^ (worker_id * 1167)) ^ 1234) + 100003 * epoch_id
+
+
+def _worker_main(dataset, worker_id, epoch_id, tasks, results):
+    """Body of a worker process: build the batches named on ``tasks`` until terminated."""
+    # libgomp's thread pool does not survive fork: kernels run single-threaded here, and the
+    # workers are the parallelism
+    from ..flags import flags
+    flags.num_threads = 1
+    creation.set_global_seed(worker_seed(worker_id, epoch_id))
+    while True:
+        number, indices = tasks.get()
+        try:
+            results.put((number, dataset.get_batch(indices), None))
+        except BaseException:       # sent as text: the exception may not pickle
+            results.put((number, None, traceback.format_exc()))
+
+
+def _dead_worker_message(workers):
+    """A message for the first worker that died abnormally (signal or non-zero code), or None."""
+    for i, w in enumerate(workers):
+        code = w.p.exitcode
+        if code is not None and code != 0:
+            how = f"signal {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
+            return (f"Caught SIGCHLD: Dataset worker {i} (pid {w.p.pid}) died with {how} (maybe "
+                    f"out of memory: reduce num_workers); the other workers were stopped, quick exit")
+    return None
+
+
 class BatchVar(Var):
     """A Var of a batch a Dataset yielded under mpirun, carrying its ``shard``: (samples on this
     rank, samples in the global batch), what the optimizer weighs this rank's loss by. It travels
@@ -243,7 +290,9 @@ class Dataset:
       shuffle           new random order each epoch, the same on every rank
       drop_last         drop the last, short global batch
       total_len         number of samples (default: the subclass's ``__len__``)
-      num_workers       > 0 turns on the prefetch thread (no worker processes in jtmini)
+      num_workers       > 0: that many forked processes build batches ahead (``__getitem__``
+                        and Python transforms run in parallel), seeded per worker and rank
+                        (``worker_seed``); a dead worker stops the epoch with an error
       prefetch          build the next batch in a background thread while this one is used
       seed, epoch_id    the shuffle order of an epoch is a function of (seed, epoch_id) only;
                         every ``iter()`` starts a new epoch and increments ``epoch_id`` (not
@@ -275,6 +324,7 @@ class Dataset:
         self.epoch_id = 0
         self.keep_numpy_array = keep_numpy_array
         self.sampler = None     # set by a jt.dataset sampler made for this data set
+        self.workers = []       # the worker processes of the running epoch (num_workers > 0)
 
     def __setattr__(self, name, value):
         """Sizes are checked when set (a negative ``total_len`` would otherwise give an empty or
@@ -283,6 +333,8 @@ class Dataset:
             value = _size(self, name, value, 0)
         elif name == "batch_size":
             value = _size(self, name, value, 1)
+        elif name == "num_workers":
+            value = _size(self, name, value, 0)
         object.__setattr__(self, name, value)
 
     def __getitem__(self, index):
@@ -361,9 +413,12 @@ class Dataset:
         # the epoch's shards are cut here, in the caller's thread, from the world as it is now
         in_mpi = world.in_mpi
         shards = self._rank_batches(self._epoch_order(), *_rank_and_size())
-        batches = map(self.get_batch, (indices for indices, _ in shards))
-        if self.prefetch or self.num_workers > 0:
-            batches = prefetched(batches)
+        if self.num_workers > 0:
+            batches = self._worker_batches([indices for indices, _ in shards])
+        else:
+            batches = map(self.get_batch, (indices for indices, _ in shards))
+            if self.prefetch:
+                batches = prefetched(batches)
         for (indices, global_size), batch in zip(shards, batches):
             shard = _last_shard = (len(indices), global_size)    # as it is handed over, not when prefetched
             if self.keep_numpy_array:
@@ -372,6 +427,57 @@ class Dataset:
                 yield map_arrays(lambda array: _with_shard(to_var(array), shard), batch)
             else:
                 yield map_arrays(to_var, batch)
+
+    def terminate(self):
+        """Stop this data set's worker processes (Jittor's ``Dataset.terminate``); the next
+        epoch starts new ones."""
+        for w in self.workers:
+            if w.p.is_alive():
+                w.p.terminate()
+        for w in self.workers:
+            w.p.join(timeout=5)
+        self.workers = []
+
+    def _worker_batches(self, index_lists):
+        """Yield ``get_batch(indices)`` for each of ``index_lists`` in order, built by
+        ``num_workers`` forked processes, at most two batches per worker ahead of the consumer.
+        Batch ``n`` goes to worker ``n % num_workers``, so a seed gives the same random numbers
+        every run. A worker that fails raises its traceback here; one that dies stops the epoch."""
+        ctx = multiprocessing.get_context("fork")
+        tasks, results = [ctx.Queue() for _ in range(self.num_workers)], ctx.Queue()
+        for q in tasks + [results]:     # exiting must not wait to flush a queue dead workers left
+            q.cancel_join_thread()
+        self.terminate()
+        self.workers = [Worker(ctx.Process(target=_worker_main, daemon=True, name=f"jtmini-worker-{i}",
+                                           args=(self, i, self.epoch_id, tasks[i], results)))
+                        for i in range(self.num_workers)]
+        for w in self.workers:
+            w.p.start()
+        sent, ready = 0, {}
+        try:
+            for number in range(len(index_lists)):
+                while sent < len(index_lists) and sent < number + 2 * self.num_workers:
+                    tasks[sent % self.num_workers].put((sent, index_lists[sent]))
+                    sent += 1
+                while number not in ready:
+                    got, batch, error = self._next_result(results)
+                    if error is not None:
+                        raise RuntimeError(f"{type(self).__name__}: a worker failed on batch {got}:\n{error}")
+                    ready[got] = batch
+                yield ready.pop(number)
+        finally:
+            self.terminate()
+
+    def _next_result(self, results):
+        """The next (batch number, batch, error text) from the workers, checking while waiting
+        that none of them died (killed, out of memory), which would otherwise wait forever."""
+        while True:
+            try:
+                return results.get(timeout=0.1)
+            except queue.Empty:
+                message = _dead_worker_message(self.workers)
+                if message is not None:
+                    raise RuntimeError(message)
 
     def _epoch_order(self):
         """Sample order of the next epoch; identical on all ranks without talking to them. An
