@@ -195,6 +195,9 @@ def _worker_main(dataset, worker_id, epoch_id, tasks, results):
     # workers are the parallelism
     from ..flags import flags
     flags.num_threads = 1
+    # a CUDA context does not survive fork either: Var ops in __getitem__ run on the CPU, as the
+    # batch goes back to the parent as numpy anyway
+    flags.use_cuda, flags.backend = False, ""
     creation.set_global_seed(worker_seed(worker_id, epoch_id))
     while True:
         number, indices = tasks.get()
