@@ -207,3 +207,39 @@ def test_mpi_ranks_get_their_own_seeds_and_workers_cover_the_epoch(ranks):
     assert ids == list(range(40))
     noise = [x for r in range(ranks) for x in by_rank[r]["noise"]]
     assert len(set(noise)) == 40
+
+
+# ---- Jittor's other Dataset attributes -------------------------------------------------------
+
+class Rows(Dataset):
+    def __getitem__(self, k):
+        return np.full(2, k, np.float32)
+
+
+def test_batches_stop_grad_by_default_and_on_request():
+    x = next(iter(Rows(batch_size=3).set_attrs(total_len=6)))
+    assert x.is_stop_grad()
+    w = jt.array(np.ones(2, np.float32))
+    x2 = next(iter(Rows(batch_size=3, stop_grad=False).set_attrs(total_len=6)))
+    assert not x2.is_stop_grad()
+    gx, gw = jt.grad((x2 * w * w).sum(), [x2, w])
+    np.testing.assert_allclose(gx.numpy(), np.ones((3, 2)))
+    np.testing.assert_allclose(gw.numpy(), 2 * x2.numpy().sum(0))
+
+
+def test_endless_runs_epoch_after_epoch_and_batch_id_counts():
+    ds = Rows(batch_size=2, endless=True, shuffle=True, keep_numpy_array=True).set_attrs(total_len=5)
+    seen, ids = [], []
+    for i, x in enumerate(ds):
+        seen.append(x[:, 0])
+        ids.append(ds.batch_id)
+        if i == 8:
+            break
+    assert ids == [0, 1, 2] * 3 and ds.epoch_id == 3
+    for epoch_rows in (seen[0:3], seen[3:6], seen[6:9]):
+        assert sorted(np.concatenate(epoch_rows).tolist()) == [0, 1, 2, 3, 4]
+
+
+def test_buffer_size_is_accepted():
+    ds = Rows().set_attrs(buffer_size=1 << 20, total_len=4, num_workers=1, keep_numpy_array=True)
+    assert ds.buffer_size == 1 << 20 and len(list(ds)) == 1

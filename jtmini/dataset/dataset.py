@@ -301,6 +301,10 @@ class Dataset:
                         every ``iter()`` starts a new epoch and increments ``epoch_id`` (not
                         inside ``jt.single_process_scope`` under mpirun: see ``_epoch_order``)
       keep_numpy_array  yield numpy arrays instead of ``Var``s
+      stop_grad         yielded Vars do not take gradients (default True, as in Jittor)
+      endless           one ``for`` loop runs epoch after epoch without end
+      batch_id          (read) the number of the batch last yielded in its epoch
+      buffer_size       accepted for Jittor's code; no effect (workers need no fixed buffer)
 
     ``len(dataset)`` is the number of batches per epoch, which is the same on every rank
     (Jittor's meaning), unless a subclass overrides ``__len__`` to count samples.
@@ -316,7 +320,8 @@ class Dataset:
     """
 
     def __init__(self, batch_size=16, shuffle=False, drop_last=False, num_workers=0,
-                 prefetch=False, seed=0, keep_numpy_array=False):
+                 prefetch=False, seed=0, keep_numpy_array=False, stop_grad=True, endless=False,
+                 buffer_size=512 * 1024 * 1024):
         self.total_len = None
         self.batch_size = batch_size
         self.shuffle = shuffle
@@ -328,6 +333,12 @@ class Dataset:
         self.keep_numpy_array = keep_numpy_array
         self.sampler = None     # set by a jt.dataset sampler made for this data set
         self.workers = []       # the worker processes of the running epoch (num_workers > 0)
+        self.stop_grad = stop_grad
+        self.endless = endless
+        self.batch_id = 0
+        # Jittor's per-worker shared-memory ring buffer; jtmini's workers send batches through
+        # pipes that need no fixed size, so the value is kept but has no effect
+        self.buffer_size = buffer_size
 
     def __setattr__(self, name, value):
         """Sizes are checked when set (a negative ``total_len`` would otherwise give an empty or
@@ -412,9 +423,20 @@ class Dataset:
         return full * self.real_batch_size + hi - lo
 
     def __iter__(self):
+        # with ``endless``, epoch after epoch in one loop, as in Jittor
+        while True:
+            yield from self._one_epoch()
+            if not self.endless:
+                return
+
+    def _one_epoch(self):
         global _last_shard
         # the epoch's shards are cut here, in the caller's thread, from the world as it is now
         in_mpi = world.in_mpi
+
+        def convert(array, shard):
+            var = _with_shard(to_var(array), shard) if in_mpi else to_var(array)
+            return var.stop_grad() if self.stop_grad else var
         shards = self._rank_batches(self._epoch_order(), *_rank_and_size())
         if self.num_workers > 0:
             batches = self._worker_batches([indices for indices, _ in shards])
@@ -422,14 +444,9 @@ class Dataset:
             batches = map(self.get_batch, (indices for indices, _ in shards))
             if self.prefetch:
                 batches = prefetched(batches)
-        for (indices, global_size), batch in zip(shards, batches):
+        for self.batch_id, ((indices, global_size), batch) in enumerate(zip(shards, batches)):
             shard = _last_shard = (len(indices), global_size)    # as it is handed over, not when prefetched
-            if self.keep_numpy_array:
-                yield batch
-            elif in_mpi:
-                yield map_arrays(lambda array: _with_shard(to_var(array), shard), batch)
-            else:
-                yield map_arrays(to_var, batch)
+            yield batch if self.keep_numpy_array else map_arrays(lambda array: convert(array, shard), batch)
 
     def terminate(self):
         """Stop this data set's worker processes (Jittor's ``Dataset.terminate``); the next
