@@ -437,6 +437,7 @@ class Dataset:
         def convert(array, shard):
             var = _with_shard(to_var(array), shard) if in_mpi else to_var(array)
             return var.stop_grad() if self.stop_grad else var
+
         shards = self._rank_batches(self._epoch_order(), *_rank_and_size())
         if self.num_workers > 0:
             batches = self._worker_batches([indices for indices, _ in shards])
