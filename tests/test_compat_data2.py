@@ -243,3 +243,70 @@ def test_endless_runs_epoch_after_epoch_and_batch_id_counts():
 def test_buffer_size_is_accepted():
     ds = Rows().set_attrs(buffer_size=1 << 20, total_len=4, num_workers=1, keep_numpy_array=True)
     assert ds.buffer_size == 1 << 20 and len(list(ds)) == 1
+
+
+# ---- CIFAR (synthetic files in the real format: the real ones need the internet) ---------------
+
+def _md5(path):
+    import hashlib
+    return hashlib.md5(path.read_bytes()).hexdigest()
+
+
+def _fake_cifar(folder, n_train=6, n_test=4):
+    """CIFAR-10's python-pickle layout with random pixels; the subclass lists their md5s."""
+    import pickle
+    rng = np.random.default_rng(0)
+    folder.mkdir(parents=True)
+    batches = {"data_batch_1": n_train // 2, "data_batch_2": n_train - n_train // 2, "test_batch": n_test}
+    for name, n in batches.items():
+        entry = {"data": rng.integers(0, 256, (n, 3072), dtype=np.uint8), "labels": rng.integers(0, 10, n).tolist()}
+        (folder / name).write_bytes(pickle.dumps(entry))
+    (folder / "batches.meta").write_bytes(pickle.dumps({"label_names": [f"c{i}" for i in range(10)]}))
+
+    from jtmini.dataset.cifar import CIFAR10
+
+    class Fake(CIFAR10):
+        base_folder = folder.name
+        train_list = [(n, _md5(folder / n)) for n in ("data_batch_1", "data_batch_2")]
+        test_list = [("test_batch", _md5(folder / "test_batch"))]
+        meta = {"filename": "batches.meta", "key": "label_names", "md5": _md5(folder / "batches.meta")}
+    return Fake
+
+
+def test_cifar_reads_hwc_images_and_collates_pil(tmp_path):
+    import pickle
+    Fake = _fake_cifar(tmp_path / "cifar-10-batches-py")
+    train = Fake(root=str(tmp_path), download=False, batch_size=4)
+    raw = pickle.loads((tmp_path / "cifar-10-batches-py" / "data_batch_1").read_bytes())
+    img, label = train[1]
+    np.testing.assert_array_equal(np.asarray(img), raw["data"][1].reshape(3, 32, 32).transpose(1, 2, 0))
+    assert label == raw["labels"][1] and train.total_len == 6 and train.classes[3] == "c3"
+    imgs, labels = next(iter(train))
+    assert imgs.shape == [4, 32, 32, 3] and labels.shape == [4]
+    np.testing.assert_array_equal(imgs.numpy(), train.data[:4])
+    test = Fake(root=str(tmp_path), train=False, download=False, transform=transform.ToTensor(),
+                target_transform=lambda t: t + 100)
+    x, t = test[0]
+    assert x.shape == (3, 32, 32) and t == test.targets[0] + 100 and test.total_len == 4
+
+
+def test_cifar_downloads_and_checks_the_archive(tmp_path):
+    import tarfile
+    src = tmp_path / "src"
+    Fake = _fake_cifar(src / "cifar-10-batches-py")
+    archive = tmp_path / "cifar.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(src / "cifar-10-batches-py", arcname="cifar-10-batches-py")
+    Fake.base_folder, Fake.url, Fake.tgz_md5 = "cifar-10-batches-py", archive.as_uri(), _md5(archive)
+    got = Fake(root=str(tmp_path / "root"))
+    assert got.total_len == 6
+    Fake.tgz_md5 = "0" * 32
+    with pytest.raises(RuntimeError, match="arrived damaged"):
+        Fake(root=str(tmp_path / "other"))
+
+
+def test_cifar_missing_files_say_how_to_get_them(tmp_path):
+    from jtmini.dataset.cifar import CIFAR10, CIFAR100
+    for cls in (CIFAR10, CIFAR100):
+        with pytest.raises(RuntimeError, match="missing .* or damaged .*download=True"):
+            cls(root=str(tmp_path), download=False)

@@ -77,7 +77,7 @@ def collate(samples):
     ndarrays are stacked on a new axis 0; Python numbers become bool, int32 or float32 (Jittor's
     defaults), the first kind that holds them all (``[1, 2.5]`` is float32), numpy scalars keep
     their dtype; tuples, lists and dicts are collated per field; strings stay a list. An object
-    with a ``numpy()`` method (a ``Var``) is collated as its array.
+    with a ``numpy()`` method (a ``Var``) is collated as its array, a PIL image as its pixels.
 
     >>> x, y = collate([(np.zeros(2), 1), (np.ones(2), 2)])
     >>> x.shape, y.dtype
@@ -103,6 +103,8 @@ def collate(samples):
         return type(first)(collate(list(field)) for field in zip(*samples))
     if hasattr(first, "numpy"):
         return np.stack([s.numpy() for s in samples])
+    if type(first).__module__.startswith("PIL."):       # PIL images: their pixels, (N, H, W[, C])
+        return np.stack([np.asarray(s) for s in samples])
     raise TypeError(f"collate: cannot batch samples of type {type(first).__name__}")
 
 
