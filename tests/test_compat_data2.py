@@ -310,3 +310,11 @@ def test_cifar_missing_files_say_how_to_get_them(tmp_path):
     for cls in (CIFAR10, CIFAR100):
         with pytest.raises(RuntimeError, match="missing .* or damaged .*download=True"):
             cls(root=str(tmp_path), download=False)
+
+
+def test_var_dataset_is_jittors_name_for_tensor_dataset():
+    from jtmini.dataset import VarDataset
+    x, y = jt.array(np.arange(6).reshape(3, 2)), np.array([7, 8, 9])
+    a, b = next(iter(VarDataset(x, y).set_attrs(batch_size=2)))
+    np.testing.assert_array_equal(a.numpy(), [[0, 1], [2, 3]])
+    np.testing.assert_array_equal(b.numpy(), [7, 8])

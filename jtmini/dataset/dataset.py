@@ -559,3 +559,7 @@ class TensorDataset(Dataset):
     def get_batch(self, indices):
         return [a[indices] for a in self.arrays]
 
+
+
+# Jittor's name for the same class
+VarDataset = TensorDataset
