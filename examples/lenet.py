@@ -3,7 +3,7 @@
     python examples/lenet.py
     bash tools/mpirun.sh -np 2 python examples/lenet.py
 
-The transform pipeline is the usual Jittor one (PIL image -> ``ToTensor`` -> ``ImageNormalize``);
+The transform pipeline is the usual Jittor one (PIL image -> ``Gray`` -> ``ImageNormalize``);
 ``CenterCrop(32)`` of a 28x28 digit pads it with 2 black pixels on every side, which is how
 LeNet-5 was fed MNIST in the paper. Only deterministic transforms are used: a random crop or
 flip would draw different numbers under mpirun (each rank transforms only its own shard).
@@ -19,8 +19,9 @@ MEAN, STD = 0.1000, 0.2752
 
 
 def make_transform():
-    """uint8 (28, 28) digit -> normalised float32 (1, 32, 32)."""
-    return transform.Compose([transform.CenterCrop(32), transform.ToTensor(),
+    """RGB PIL digit (what MNIST hands a transform) -> normalised float32 (1, 32, 32); ``Gray``
+    keeps one channel (its luma of equal R, G, B is the digit's value exactly)."""
+    return transform.Compose([transform.CenterCrop(32), transform.Gray(),
                               transform.ImageNormalize(mean=[MEAN], std=[STD])])
 
 

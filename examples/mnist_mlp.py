@@ -11,7 +11,7 @@ import argparse
 
 import jtmini as jt
 from jtmini import nn
-from jtmini.dataset import MNIST
+from jtmini.dataset import MNIST, ToNormalizedTensor
 
 from common import accuracy, global_losses, log, train_classifier
 
@@ -39,9 +39,9 @@ def make_optimizer(model, name="sgd"):
 
 
 def make_loaders(batch_size):
-    """Shuffled training batches and test batches of 1000."""
-    train_loader = MNIST(train=True).set_attrs(batch_size=batch_size, shuffle=True)
-    test_loader = MNIST(train=False).set_attrs(batch_size=1000)
+    """Shuffled training batches and test batches of 1000, normalised 1-channel images."""
+    train_loader = MNIST(train=True, transform=ToNormalizedTensor()).set_attrs(batch_size=batch_size, shuffle=True)
+    test_loader = MNIST(train=False, transform=ToNormalizedTensor()).set_attrs(batch_size=1000)
     return train_loader, test_loader
 
 

@@ -15,15 +15,49 @@ from .ops.registry import export
 from .state import services
 from .var import Var
 
-_rng = np.random.default_rng()
+# as Jittor, an unseeded process starts from a seed it can report (jt.get_seed), here from OS entropy
+_seed = int(np.random.SeedSequence().entropy % 100000007)
+_rng = np.random.default_rng(_seed)
 
 
-@export("seed", "set_seed", "set_global_seed", method=False)
+@export("seed", "set_seed", method=False)
 def seed(n):
     """Seed jtmini's random numbers (rand, randn, randint, random, init, dropout); Jittor's
-    ``jt.set_seed`` and ``jt.set_global_seed`` are this too."""
-    global _rng
-    _rng = np.random.default_rng(n)
+    ``jt.set_seed`` is this too (``jt.set_global_seed`` also seeds Python and numpy)."""
+    global _rng, _seed
+    _rng, _seed = np.random.default_rng(n), n
+
+
+@export("get_seed", method=False)
+def get_seed():
+    """The seed jtmini's generator was last seeded with (``jt.seed``, ``jt.set_global_seed``).
+
+    >>> jt.seed(7); jt.get_seed()
+    7
+    """
+    return _seed
+
+
+@export("set_global_seed", method=False)
+def set_global_seed(seed, different_seed_for_mpi=True):
+    """Seed Python's ``random``, numpy's global generator and jtmini's together, as Jittor does.
+
+    Under mpirun rank ``r`` uses ``seed + 2591 * r`` (unless ``different_seed_for_mpi=False``), so
+    ranks draw different random augmentations; Dataset worker processes derive theirs from it.
+
+    >>> jt.set_global_seed(3); a = np.random.rand(); jt.set_global_seed(3); a == np.random.rand()
+    True
+    """
+    import random
+    from . import world
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
+        raise TypeError(f"set_global_seed: seed must be an int, got {seed!r} ({type(seed).__name__})")
+    if different_seed_for_mpi and world.in_mpi:
+        seed = int(seed) + world.rank * 2591
+    # numpy's legacy seed takes 0 <= seed < 2**32 only
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    globals()["seed"](seed)         # the parameter (Jittor's name) hides the function seed()
 
 
 def rng():

@@ -213,7 +213,7 @@ needs_offline = pytest.mark.skipif(installed_mnist_dir() is None,
 def mnist_train(tmp_path_factory):
     # an empty data_root: the files must come from the installed jittor-offline copy
     return MNIST(data_root=str(tmp_path_factory.mktemp("empty")), batch_size=100,
-                 keep_numpy_array=True)
+                 transform=ToNormalizedTensor(), keep_numpy_array=True)
 
 
 @needs_offline
@@ -241,11 +241,13 @@ def test_mnist_batches_match_samples(mnist_train):
 
 @needs_offline
 def test_mnist_test_split_and_per_sample_transform(tmp_path):
-    flip = lambda image: ToNormalizedTensor()(image[:, ::-1])  # no `batched`: applied per sample
+    # no `batched`: applied per sample to the RGB PIL image, then to_tensor, as in Jittor
+    flip = lambda image: ToNormalizedTensor()(np.asarray(image.convert("L"))[:, ::-1])
     test = MNIST(data_root=str(tmp_path), train=False, transform=flip, keep_numpy_array=True)
     assert test.total_len == 10000
     images, labels = test.get_batch(np.arange(3))
     assert images.shape == (3, 1, 28, 28) and labels.tolist() == test.labels[:3].tolist()
+    np.testing.assert_array_equal(images, ToNormalizedTensor()(test.images[:3, :, ::-1]))
 
 
 def copy_test_split(root):

@@ -122,13 +122,13 @@ def measure_training(batch):
     (the global batch under mpirun); rank 0 prints one JSON line."""
     import jtmini as jt
     from jtmini import nn
-    from jtmini.dataset import MNIST
+    from jtmini.dataset import MNIST, ToNormalizedTensor
     from jtmini.models import Resnet18
     mpi_seconds, check_seconds = _time_mpi_calls(), _time_checks()
     jt.seed(1)
     model = Resnet18(num_classes=10, in_channels=1)
     optimizer = nn.SGD(model.parameters(), 0.1, 0.9, 1e-4)
-    batches = iter(MNIST(train=True).set_attrs(batch_size=batch, shuffle=True, drop_last=True, prefetch=True))
+    batches = iter(MNIST(train=True, transform=ToNormalizedTensor()).set_attrs(batch_size=batch, shuffle=True, drop_last=True, prefetch=True))
     for step in range(TRAIN_WARMUP + TRAIN_STEPS):
         if step == TRAIN_WARMUP:          # compiled, caches and buffers warm: start the clock
             jt.mpi and jt.mpi.barrier()

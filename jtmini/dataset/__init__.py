@@ -5,10 +5,11 @@
     >>> for images, labels in MNIST(batch_size=64, shuffle=True):   # doctest: +SKIP
     ...     pass
 """
-from jtmini.dataset.dataset import (Dataset, TensorDataset, collate, map_arrays, prefetched, rank_slice,
-                                    shard_bounds, to_var)
+from jtmini.dataset.dataset import (Dataset, TensorDataset, VarDataset, collate, map_arrays, prefetched,
+                                    rank_slice, shard_bounds, to_var)
 from jtmini.dataset.image_folder import DataLoader, ImageFolder
-from jtmini.dataset.mnist import MNIST, ToNormalizedTensor
+from jtmini.dataset.mnist import MNIST, ToNormalizedTensor, ToRGBTensor
+from jtmini.dataset.cifar import CIFAR10, CIFAR100
 from jtmini.dataset.sampler import BatchSampler, RandomSampler, Sampler, SequentialSampler, SubsetRandomSampler
 from jtmini.dataset import dataset as _dataset_module
 
@@ -16,6 +17,7 @@ from jtmini.dataset import dataset as _dataset_module
 # imports dataset and an import back would be a cycle.
 _dataset_module.ImageFolder = ImageFolder
 
-__all__ = ["BatchSampler", "DataLoader", "Dataset", "ImageFolder", "MNIST", "RandomSampler", "Sampler",
-           "SequentialSampler", "SubsetRandomSampler", "TensorDataset", "ToNormalizedTensor", "collate",
-           "map_arrays", "prefetched", "rank_slice", "shard_bounds", "to_var"]
+__all__ = ["BatchSampler", "CIFAR10", "CIFAR100", "DataLoader", "Dataset", "ImageFolder", "MNIST",
+           "RandomSampler", "Sampler",
+           "SequentialSampler", "SubsetRandomSampler", "TensorDataset", "ToNormalizedTensor", "ToRGBTensor", "collate",
+           "map_arrays", "prefetched", "rank_slice", "shard_bounds", "to_var", "VarDataset"]

@@ -17,9 +17,12 @@ Under mpirun (``world.in_mpi``) ``batch_size`` is the GLOBAL batch. Every rank d
 permutation (seeded by ``seed`` and the epoch number, no communication) and cuts each global batch
 into ``world_size`` contiguous shards; see ``shard_bounds`` for who gets what.
 """
+import multiprocessing
 import numbers
 import queue
+import signal
 import threading
+import traceback
 from collections.abc import Mapping
 
 import numpy as np
@@ -74,7 +77,7 @@ def collate(samples):
     ndarrays are stacked on a new axis 0; Python numbers become bool, int32 or float32 (Jittor's
     defaults), the first kind that holds them all (``[1, 2.5]`` is float32), numpy scalars keep
     their dtype; tuples, lists and dicts are collated per field; strings stay a list. An object
-    with a ``numpy()`` method (a ``Var``) is collated as its array.
+    with a ``numpy()`` method (a ``Var``) is collated as its array, a PIL image as its pixels.
 
     >>> x, y = collate([(np.zeros(2), 1), (np.ones(2), 2)])
     >>> x.shape, y.dtype
@@ -100,6 +103,8 @@ def collate(samples):
         return type(first)(collate(list(field)) for field in zip(*samples))
     if hasattr(first, "numpy"):
         return np.stack([s.numpy() for s in samples])
+    if type(first).__module__.startswith("PIL."):       # PIL images: their pixels, (N, H, W[, C])
+        return np.stack([np.asarray(s) for s in samples])
     raise TypeError(f"collate: cannot batch samples of type {type(first).__name__}")
 
 
@@ -166,6 +171,53 @@ def prefetched(source):
     finally:
         stop.set()
         thread.join()
+
+
+class Worker:
+    """A data-loading process of a Dataset (Jittor's ``dataset.workers[i]``); ``p`` is its
+    ``multiprocessing.Process``."""
+
+    def __init__(self, process):
+        self.p = process
+
+
+def worker_seed(worker_id, epoch_id):
+    """The global seed of worker ``worker_id`` in epoch ``epoch_id``: Jittor's
+    ``(get_seed() ^ (worker_id * 1167)) ^ 1234``, plus the epoch, since jtmini starts workers
+    per epoch and must not repeat the last epoch's random numbers (``set_global_seed`` then adds
+    ``2591 * rank`` under mpirun)."""
+    base = creation.get_seed()
+    base = base if isinstance(base, numbers.Integral) else hash(repr(base)) & 0x7FFFFFFF
+    return ((int(base) ^ (worker_id * 1167)) ^ 1234) + 100003 * epoch_id
+
+
+def _worker_main(dataset, worker_id, epoch_id, tasks, results):
+    """Body of a worker process: build the batches named on ``tasks`` until terminated."""
+    # libgomp's thread pool does not survive fork: kernels run single-threaded here, and the
+    # workers are the parallelism
+    from ..flags import flags
+    flags.num_threads = 1
+    # a CUDA context does not survive fork either: Var ops in __getitem__ run on the CPU, as the
+    # batch goes back to the parent as numpy anyway
+    flags.use_cuda, flags.backend = False, ""
+    creation.set_global_seed(worker_seed(worker_id, epoch_id))
+    while True:
+        number, indices = tasks.get()
+        try:
+            results.put((number, dataset.get_batch(indices), None))
+        except BaseException:       # sent as text: the exception may not pickle
+            results.put((number, None, traceback.format_exc()))
+
+
+def _dead_worker_message(workers):
+    """A message for the first worker that died abnormally (signal or non-zero code), or None."""
+    for i, w in enumerate(workers):
+        code = w.p.exitcode
+        if code is not None and code != 0:
+            how = f"signal {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
+            return (f"Caught SIGCHLD: Dataset worker {i} (pid {w.p.pid}) died with {how} (maybe "
+                    f"out of memory: reduce num_workers); the other workers were stopped, quick exit")
+    return None
 
 
 class BatchVar(Var):
@@ -243,12 +295,18 @@ class Dataset:
       shuffle           new random order each epoch, the same on every rank
       drop_last         drop the last, short global batch
       total_len         number of samples (default: the subclass's ``__len__``)
-      num_workers       > 0 turns on the prefetch thread (no worker processes in jtmini)
+      num_workers       > 0: that many forked processes build batches ahead (``__getitem__``
+                        and Python transforms run in parallel), seeded per worker and rank
+                        (``worker_seed``); a dead worker stops the epoch with an error
       prefetch          build the next batch in a background thread while this one is used
       seed, epoch_id    the shuffle order of an epoch is a function of (seed, epoch_id) only;
                         every ``iter()`` starts a new epoch and increments ``epoch_id`` (not
                         inside ``jt.single_process_scope`` under mpirun: see ``_epoch_order``)
       keep_numpy_array  yield numpy arrays instead of ``Var``s
+      stop_grad         yielded Vars do not take gradients (default True, as in Jittor)
+      endless           one ``for`` loop runs epoch after epoch without end
+      batch_id          (read) the number of the batch last yielded in its epoch
+      buffer_size       accepted for Jittor's code; no effect (workers need no fixed buffer)
 
     ``len(dataset)`` is the number of batches per epoch, which is the same on every rank
     (Jittor's meaning), unless a subclass overrides ``__len__`` to count samples.
@@ -264,7 +322,8 @@ class Dataset:
     """
 
     def __init__(self, batch_size=16, shuffle=False, drop_last=False, num_workers=0,
-                 prefetch=False, seed=0, keep_numpy_array=False):
+                 prefetch=False, seed=0, keep_numpy_array=False, stop_grad=True, endless=False,
+                 buffer_size=512 * 1024 * 1024):
         self.total_len = None
         self.batch_size = batch_size
         self.shuffle = shuffle
@@ -275,6 +334,13 @@ class Dataset:
         self.epoch_id = 0
         self.keep_numpy_array = keep_numpy_array
         self.sampler = None     # set by a jt.dataset sampler made for this data set
+        self.workers = []       # the worker processes of the running epoch (num_workers > 0)
+        self.stop_grad = stop_grad
+        self.endless = endless
+        self.batch_id = 0
+        # Jittor's per-worker shared-memory ring buffer; jtmini's workers send batches through
+        # pipes that need no fixed size, so the value is kept but has no effect
+        self.buffer_size = buffer_size
 
     def __setattr__(self, name, value):
         """Sizes are checked when set (a negative ``total_len`` would otherwise give an empty or
@@ -283,6 +349,8 @@ class Dataset:
             value = _size(self, name, value, 0)
         elif name == "batch_size":
             value = _size(self, name, value, 1)
+        elif name == "num_workers":
+            value = _size(self, name, value, 0)
         object.__setattr__(self, name, value)
 
     def __getitem__(self, index):
@@ -357,21 +425,82 @@ class Dataset:
         return full * self.real_batch_size + hi - lo
 
     def __iter__(self):
+        # with ``endless``, epoch after epoch in one loop, as in Jittor
+        while True:
+            yield from self._one_epoch()
+            if not self.endless:
+                return
+
+    def _one_epoch(self):
         global _last_shard
         # the epoch's shards are cut here, in the caller's thread, from the world as it is now
         in_mpi = world.in_mpi
+
+        def convert(array, shard):
+            var = _with_shard(to_var(array), shard) if in_mpi else to_var(array)
+            return var.stop_grad() if self.stop_grad else var
+
         shards = self._rank_batches(self._epoch_order(), *_rank_and_size())
-        batches = map(self.get_batch, (indices for indices, _ in shards))
-        if self.prefetch or self.num_workers > 0:
-            batches = prefetched(batches)
-        for (indices, global_size), batch in zip(shards, batches):
+        if self.num_workers > 0:
+            batches = self._worker_batches([indices for indices, _ in shards])
+        else:
+            batches = map(self.get_batch, (indices for indices, _ in shards))
+            if self.prefetch:
+                batches = prefetched(batches)
+        for self.batch_id, ((indices, global_size), batch) in enumerate(zip(shards, batches)):
             shard = _last_shard = (len(indices), global_size)    # as it is handed over, not when prefetched
-            if self.keep_numpy_array:
-                yield batch
-            elif in_mpi:
-                yield map_arrays(lambda array: _with_shard(to_var(array), shard), batch)
-            else:
-                yield map_arrays(to_var, batch)
+            yield batch if self.keep_numpy_array else map_arrays(lambda array: convert(array, shard), batch)
+
+    def terminate(self):
+        """Stop this data set's worker processes (Jittor's ``Dataset.terminate``); the next
+        epoch starts new ones."""
+        for w in self.workers:
+            if w.p.is_alive():
+                w.p.terminate()
+        for w in self.workers:
+            w.p.join(timeout=5)
+        self.workers = []
+
+    def _worker_batches(self, index_lists):
+        """Yield ``get_batch(indices)`` for each of ``index_lists`` in order, built by
+        ``num_workers`` forked processes, at most two batches per worker ahead of the consumer.
+        Batch ``n`` goes to worker ``n % num_workers``, so a seed gives the same random numbers
+        every run. A worker that fails raises its traceback here; one that dies stops the epoch."""
+        ctx = multiprocessing.get_context("fork")
+        tasks, results = [ctx.Queue() for _ in range(self.num_workers)], ctx.Queue()
+        for q in tasks + [results]:     # exiting must not wait to flush a queue dead workers left
+            q.cancel_join_thread()
+        self.terminate()
+        self.workers = [Worker(ctx.Process(target=_worker_main, daemon=True, name=f"jtmini-worker-{i}",
+                                           args=(self, i, self.epoch_id, tasks[i], results)))
+                        for i in range(self.num_workers)]
+        for w in self.workers:
+            w.p.start()
+        sent, ready = 0, {}
+        try:
+            for number in range(len(index_lists)):
+                while sent < len(index_lists) and sent < number + 2 * self.num_workers:
+                    tasks[sent % self.num_workers].put((sent, index_lists[sent]))
+                    sent += 1
+                while number not in ready:
+                    got, batch, error = self._next_result(results)
+                    if error is not None:
+                        raise RuntimeError(f"{type(self).__name__}: a worker failed on batch {got}:\n{error}")
+                    ready[got] = batch
+                yield ready.pop(number)
+        finally:
+            self.terminate()
+
+    def _next_result(self, results):
+        """The next (batch number, batch, error text) from the workers, checking while waiting
+        that none of them died (killed, out of memory), which would otherwise wait forever."""
+        while True:
+            try:
+                return results.get(timeout=0.1)
+            except queue.Empty:
+                message = _dead_worker_message(self.workers)
+                if message is not None:
+                    raise RuntimeError(message)
 
     def _epoch_order(self):
         """Sample order of the next epoch; identical on all ranks without talking to them. An
@@ -430,3 +559,7 @@ class TensorDataset(Dataset):
     def get_batch(self, indices):
         return [a[indices] for a in self.arrays]
 
+
+
+# Jittor's name for the same class
+VarDataset = TensorDataset

@@ -11,7 +11,7 @@ used):
     >>> train = MNIST(batch_size=100, shuffle=True)       # doctest: +SKIP
     >>> images, labels = next(iter(train))                 # doctest: +SKIP
     >>> images.shape, labels.shape                          # doctest: +SKIP
-    ((100, 1, 28, 28), (100,))
+    ((100, 3, 28, 28), (100,))
 """
 import gzip
 import hashlib
@@ -168,13 +168,32 @@ class ToNormalizedTensor:
         return out
 
 
+class ToRGBTensor:
+    """uint8 gray image(s) ``(..., H, W)`` -> float32 ``(..., 3, H, W)`` in [0, 1]: what Jittor's
+    MNIST yields without a transform (the digit converted to RGB, then ``to_tensor``), batched.
+
+    >>> ToRGBTensor()(np.full((2, 28, 28), 255, np.uint8)).shape
+    (2, 3, 28, 28)
+    """
+
+    batched = True
+
+    def __call__(self, images):
+        # the same float32 product as transform.to_tensor, so both paths give identical bits
+        rgb = np.repeat(images[..., None, :, :], 3, axis=-3)
+        return np.float32(rgb) * np.float32(1 / 255.0)
+
+
 class MNIST(Dataset):
     """The MNIST digits: 60000 training or 10000 test samples of (image, label).
 
-    An image is float32 ``(1, 28, 28)``, normalised by ``transform`` (default
-    ``ToNormalizedTensor()``: mean 0.1307, std 0.3081); a label is an int (int32 in batches).
-    A transform with ``batched = True`` is applied once per batch, any other once per sample.
-    Extra keyword arguments are ``Dataset`` attributes (drop_last, prefetch, seed, ...).
+    As in Jittor, an image is the digit converted to an RGB PIL image, passed through
+    ``transform`` if one is given, then through ``transform.to_tensor``: by default float32
+    ``(3, 28, 28)`` in [0, 1] (computed for a whole batch at once). A transform with
+    ``batched = True`` (``ToNormalizedTensor()``: 1 channel, mean 0.1307, std 0.3081) instead
+    takes the uint8 ``(N, 28, 28)`` images of a whole batch and its result is used as is.
+    A label is an int (int32 in batches; Jittor's are uint8). Extra keyword arguments are
+    ``Dataset`` attributes (drop_last, prefetch, seed, ...).
 
     >>> test = MNIST(train=False, batch_size=100)           # doctest: +SKIP
     >>> len(test), test.total_len                           # doctest: +SKIP
@@ -186,7 +205,7 @@ class MNIST(Dataset):
         super().__init__(batch_size=batch_size, shuffle=shuffle, **attrs)
         self.data_root = data_root or default_root()
         self.train = train
-        self.transform = ToNormalizedTensor() if transform is None else transform
+        self.transform = transform
         images_file, labels_file = SPLITS[bool(train)]
         self.images = read_idx(locate(images_file, self.data_root, download), ndim=3)
         self.labels = read_idx(locate(labels_file, self.data_root, download), ndim=1).astype(np.int32)
@@ -194,11 +213,24 @@ class MNIST(Dataset):
             raise ValueError(f"MNIST: {len(self.images)} images but {len(self.labels)} labels")
         self.set_attrs(total_len=len(self.labels))
 
+    def _batched_transform(self):
+        """The transform that takes uint8 image arrays directly, or None for a per-PIL-image one."""
+        if self.transform is None:
+            return ToRGBTensor()
+        return self.transform if getattr(self.transform, "batched", False) else None
+
     def __getitem__(self, index):
-        return self.transform(self.images[index]), int(self.labels[index])
+        batched = self._batched_transform()
+        if batched is not None:
+            return batched(self.images[index]), int(self.labels[index])
+        # imported here: PIL is needed only for per-image transforms
+        from jtmini import transform as trans
+        image = trans._image_module().fromarray(self.images[index]).convert("RGB")
+        return trans.to_tensor(self.transform(image)), int(self.labels[index])
 
     def get_batch(self, indices):
-        """One fancy-index gather for images and labels, then the transform on the whole batch."""
-        if not getattr(self.transform, "batched", False):
+        """One fancy-index gather for images and labels, then a batched transform on the whole batch."""
+        batched = self._batched_transform()
+        if batched is None:
             return super().get_batch(indices)
-        return self.transform(self.images[indices]), self.labels[indices]
+        return batched(self.images[indices]), self.labels[indices]

@@ -32,7 +32,7 @@ import numpy as np
 
 import jtmini as jt
 from jtmini import nn, world
-from jtmini.dataset import MNIST
+from jtmini.dataset import MNIST, ToNormalizedTensor
 from jtmini.models import Resnet18
 
 # Calibrated at a constant lr 0.1: after 600 iterations (one epoch) the last-50 mean loss was 0.098
@@ -64,9 +64,10 @@ class TestResnet(unittest.TestCase):
         cls.batch_size = _env_int("TEST_BATCH_SIZE", 100)
         cls.iterations = _env_int("TEST_ITERS", 600)
         cls.learning_rate, cls.momentum, cls.weight_decay = 0.1, 0.9, 1e-4
-        cls.train_loader = MNIST(train=True).set_attrs(batch_size=cls.batch_size, shuffle=True,
+        # 1-channel normalised digits (MNIST's default is Jittor's 3-channel [0, 1] images)
+        cls.train_loader = MNIST(train=True, transform=ToNormalizedTensor()).set_attrs(batch_size=cls.batch_size, shuffle=True,
                                                         drop_last=True, prefetch=True)
-        cls.test_loader = MNIST(train=False).set_attrs(batch_size=_env_int("TEST_EVAL_BATCH_SIZE", 500))
+        cls.test_loader = MNIST(train=False, transform=ToNormalizedTensor()).set_attrs(batch_size=_env_int("TEST_EVAL_BATCH_SIZE", 500))
 
     @staticmethod
     def setup_seed(seed):
