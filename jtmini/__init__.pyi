@@ -769,6 +769,9 @@ def gather(x: Any, dim: Any, index: Any) -> Var:
 def gelu(x: Any) -> Var:
     """Elementwise gelu."""
 
+def get_seed() -> Any:
+    """The seed jtmini's generator was last seeded with (``jt.seed``, ``jt.set_global_seed``)."""
+
 def getitem(x: Any, index: Any) -> Var:
     """``x[index]`` with numpy's semantics; lazy, and differentiable with respect to ``x``."""
 
@@ -1058,8 +1061,8 @@ def searchsorted(sorted_sequence: Any, values: Any, right: Any = ...) -> Any:
 def seed(n: Any) -> None:
     """Seed jtmini's random numbers (rand, randn, randint, random, init, dropout); Jittor's"""
 
-def set_global_seed(n: Any) -> None:
-    """Seed jtmini's random numbers (rand, randn, randint, random, init, dropout); Jittor's"""
+def set_global_seed(seed: Any, different_seed_for_mpi: Any = ...) -> None:
+    """Seed Python's ``random``, numpy's global generator and jtmini's together, as Jittor does."""
 
 def set_seed(n: Any) -> None:
     """Seed jtmini's random numbers (rand, randn, randint, random, init, dropout); Jittor's"""
