@@ -286,6 +286,8 @@ class Var:
     def invariant_uniform_(self, mode: Any = ...) -> Var:
         """``invariant_uniform`` in place; returns ``var``: ``init.invariant_uniform_(conv.weight)``."""
     def is_realized(self) -> Any: ...
+    def is_stop_fuse(self) -> Any:
+        """Whether ``x.stop_fuse()`` was called (Jittor's ``Var.is_stop_fuse``)."""
     def is_stop_grad(self) -> Any: ...
     def isfinite(self) -> Var:
         """True where ``x`` is neither NaN nor infinite (always for integer and bool Vars); bool."""
@@ -480,6 +482,8 @@ class Var:
         """Let gradients flow through this Var again (undo ``stop_grad``, in place); returns self."""
     def std(self, dim: Any = ..., keepdim: Any = ..., *, keepdims: Any = ..., unbiased: Any = ...) -> Var:
         """Standard deviation over ``dim`` (an int or a tuple; every dim when None). As in Jittor and"""
+    def stop_fuse(self) -> Var:
+        """Keep ``x`` out of the fused kernels of the ops that read it: it is computed into a buffer"""
     def stop_grad(self) -> Var:
         """Block gradients through this Var (in place); returns self, as in Jittor."""
     def sub(self, b: Any) -> Var:

@@ -128,4 +128,5 @@ def _matmul(arrays, a):
 
 RUN = {"matmul": _matmul, "batch_norm_stats": _stats, "batch_norm_grad_sums": _grad_sums, "batch_norm_table": _table,
        "batch_norm_grad_table": _grad_table, "max_pool_pick": _max_pool("pick"),
-       "max_pool_route": _max_pool("route")}
+       "max_pool_route": _max_pool("route"),
+       "fuse_barrier": lambda arrays, attrs: arrays[0]}      # stop_fuse: the buffer stays on the device
