@@ -48,7 +48,8 @@ import sys
 import tempfile
 import threading
 
-from jtmini import counters, log
+from jtmini import counters
+from jtmini.log import logger as jtmini_logger
 from jtmini.flags import flags
 from jtmini.state import register_cache
 
@@ -241,7 +242,7 @@ def _kill_group(proc):
 def _log(message, every_rank=False):
     """Print ``[i jtmini] message`` to stderr, through the "jtmini" logger so users can silence it.
     Under mpirun only rank 0's lines show, unless ``every_rank`` (what differs by rank: its GPU)."""
-    logger = log.logger()
+    logger = jtmini_logger()
     if every_rank and not logger.disabled:      # past the level that quiets ranks other than 0
         logger.handle(logger.makeRecord(logger.name, logging.INFO, __file__, 0, message, (), None))
     else:
@@ -250,7 +251,7 @@ def _log(message, every_rank=False):
 
 def _warn(message):
     """Print ``[w jtmini] message`` on every rank: each rank falls back on its own."""
-    log.logger().warning(message)
+    jtmini_logger().warning(message)
 
 
 def _argv(tc, src, out, soname):

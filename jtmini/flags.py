@@ -112,7 +112,8 @@ def _check_vprefix(name, value):
     for part in filter(None, value.split(",")):
         prefix, eq, level = part.partition("=")
         if not (prefix and eq and level.strip().isdigit()):
-            raise ValueError(f"flag {name}: {part!r} is not 'prefix=level' with an int level >= 0 (in {value!r})")
+            raise ValueError(f"flag {name} must be 'prefix=level' items with int levels >= 0, got {value!r} "
+                             f"({part!r} is not one)")
     return value
 
 

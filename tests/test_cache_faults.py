@@ -21,6 +21,7 @@ import pytest
 import jtmini as jt
 import jtmini.compiler as compiler
 from jtmini import counters
+from jtmini.log import logger as jtmini_logger
 from jtmini.flags import flags
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -96,7 +97,7 @@ def messages():
     records = []
     handler = logging.Handler()
     handler.emit = lambda record: records.append(record.getMessage())
-    logger = compiler._logger()
+    logger = jtmini_logger()
     logger.addHandler(handler)
     yield records
     logger.removeHandler(handler)
