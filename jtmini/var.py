@@ -156,7 +156,8 @@ class Shape(tuple):
 
 class Var:
     __slots__ = ("op", "inputs", "attrs", "shape", "dtype", "_data", "_stop_grad", "_backward", "_consumers",
-                 "id", "_name", "_version", "_view", "__weakref__")
+                 "id", "_name", "_version", "_view", "__weakref__",
+                 "__dict__")    # attributes of the user's own (``v.is_param = True``), as in Jittor
     __hash__ = object.__hash__       # __eq__ builds a node, identity stays the hash
     # numpy's operators defer to ours: np.float32(0.5) * x and array * x are Vars (as in PyTorch),
     # not a numpy array computed then and there, off the graph (ufuncs still convert: np.exp(x))

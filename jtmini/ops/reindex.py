@@ -90,14 +90,24 @@ register(OpSpec("reindex", "reindex", infer=_reindex_infer, grad=_reindex_grad,
 
 
 @export("reindex")
-def reindex(x, shape, indexes, overflow_value=0, overflow_conditions=(), extras=()):
+def reindex(x, shape, indexes=None, overflow_value=0, overflow_conditions=(), extras=()):
     """Reindex Operator (Jittor's reindex): ``y[i0, i1, ...] = x[indexes...]`` with ``overflow_value`` where an index
     falls outside ``x`` or an ``overflow_conditions`` entry holds.
 
     >>> x.reindex([n, c, h - 2, w - 2, 3, 3], ["i0", "i1", "i2+i4", "i3+i5"])   # 3x3 windows
 
     Expressions are index arithmetic only (see ``symbolic.parse``); anything else is a ValueError.
+    Jittor's other form, ``x.reindex([index Vars], overflow_value, overflow_conditions)``, is
+    ``reindex_var``.
     """
+    if isinstance(shape, (list, tuple)) and shape and all(isinstance(s, Var) for s in shape):
+        if indexes is not None:     # positional (index_vars, overflow_value, overflow_conditions)
+            conditions = overflow_value if isinstance(overflow_value, (list, tuple)) else overflow_conditions
+            overflow_value, overflow_conditions = indexes, conditions
+        return reindex_var(x, shape, overflow_value, overflow_conditions)
+    if indexes is None:
+        raise TypeError(f"reindex of {x.shape} to shape {shape}: indexes, one expression per dim "
+                        f"of x, is missing")
     shape = dtypes.int_dims(shape, "reindex shape")
     ranks = (len(shape), x.ndim, len(shape), extras)
     return Var.node("reindex", [x, *extras], shape=tuple(shape),
@@ -289,7 +299,9 @@ def reshape(x, *shape):
     known = math.prod(s for s in shape if s != -1)
     if shape.count(-1) > 1 or any(s < -1 for s in shape):
         raise ValueError(f"bad reshape target {tuple(shape)} for shape {x.shape}")
-    if -1 in shape:
+    if -1 in shape and known == 0 and x.numel() == 0:
+        shape[shape.index(-1)] = 0          # as in Jittor: an empty (0,) to (0, -1) is (0, 0)
+    elif -1 in shape:
         if known == 0 or x.numel() % known:
             raise ValueError(f"cannot reshape {x.shape} (size {x.numel()}) to {tuple(shape)}")
         shape[shape.index(-1)] = x.numel() // known
@@ -326,10 +338,15 @@ register(OpSpec("transpose", "reindex", infer=_transpose_infer,
                 grad=lambda d, out, x, a: [d.permute(_inverse(a["perm"]))], view=True))
 
 
-@export("permute")
+@export("permute", "fuse_transpose")
 def permute(x, *perm):
     """Dims reordered: output dim k is input dim ``perm[k]``; no argument reverses the dims (two
-    dims of a Var that is not 2-D swap them, as ``transpose`` does)."""
+    dims of a Var that is not 2-D swap them, as ``transpose`` does). Also Jittor's
+    ``fuse_transpose(x, axes)``: every transpose here is a view that fuses into its consumers.
+
+    >>> jt.rand(10, 11, 12).fuse_transpose((1, 2, 0)).shape
+    (11, 12, 10)
+    """
     if len(perm) == 1 and isinstance(perm[0], (tuple, list)):
         perm = tuple(perm[0])
     if not perm:
