@@ -247,6 +247,8 @@ class Var:
     @data.setter
     def data(self, value):
         # Jittor's ``v.data = array``: a new value in place, as ``assign`` (same shape, cast to dtype)
+        if isinstance(value, _DataView) and value.__dict__.get("_owner") is self:
+            return      # ``v.data += 1`` ends with ``v.data = <the view>``: the write is done already
         self.assign(value)
 
     def item(self):
