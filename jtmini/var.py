@@ -90,6 +90,22 @@ class _DataView(np.ndarray):
         # the written arrays themselves, so ``d += 1`` leaves the name d bound to a.data's view
         return out[0] if len(out) == 1 else out
 
+    def __array_function__(self, func, types, args, kwargs):
+        # numpy's functions that write into their first argument write into the Var
+        if func in _WRITING_FUNCTIONS and args and isinstance(args[0], _DataView):
+            owner = args[0]._owner_or_raise()
+            if owner is not None:
+                fresh = args[0]._fresh_copy()
+                func(fresh, *args[1:], **kwargs)
+                return self._commit(owner, fresh)
+        return super().__array_function__(func, types, args, kwargs)
+
+    def fill(self, value):
+        self[...] = value
+
+    def sort(self, *args, **kwargs):
+        np.copyto(self, np.sort(self.view(np.ndarray), *args, **kwargs))
+
     def __repr__(self):
         return repr(self.view(np.ndarray))
 
@@ -114,6 +130,9 @@ class _DataView(np.ndarray):
     def _commit(owner, fresh):
         owner.assign(services.array(fresh.reshape(owner.shape), owner.dtype))
         owner._write_back()
+
+
+_WRITING_FUNCTIONS = (np.copyto, np.put, np.putmask, np.place, np.fill_diagonal)
 
 
 class _ScalarData(_DataView):

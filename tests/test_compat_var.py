@@ -217,3 +217,20 @@ def test_user_attributes_and_clean():
         a.not_set_anywhere
     jt.clean()                     # frees what nothing uses; live Vars keep their values
     assert a.numpy().tolist() == [1, 2, 3]
+
+
+def test_numpy_functions_writing_into_data():
+    x = rand(3, 3)
+    a = jt.array(x)
+    np.copyto(a.data, np.eye(3))
+    np.fill_diagonal(a.data, 5.0)
+    np.put(a.data, [1], [7.0])
+    expect = np.eye(3) * 5
+    expect.flat[1] = 7.0
+    np.testing.assert_allclose(a.numpy(), expect)
+    a.data.fill(2.0)
+    assert (a.numpy() == 2.0).all()
+    b = jt.array(np.array([3.0, 1.0, 2.0]))
+    b.data.sort()
+    assert b.numpy().tolist() == [1.0, 2.0, 3.0]
+    assert np.sum(a.data) == 18.0 and np.concatenate([a.data, a.data]).shape == (6, 3)
