@@ -64,7 +64,8 @@ class _DataView(np.ndarray):
         array([ 2, -1,  4], dtype=int32)
 
     The array itself keeps showing the value it was taken at: read ``a.data`` again after a write.
-    Arrays derived from it (``d[1:]``, ``d.T``) are plain read-only views: write through ``d``."""
+    Arrays derived from it (``d[1:]``, ``d.T``, ``d.astype(...)``) are plain ndarrays, read-only
+    where they are views: write through ``d`` itself (``d[1:] = v``)."""
 
     def __setitem__(self, index, value):
         owner = self._owner_or_raise()
@@ -98,7 +99,7 @@ class _DataView(np.ndarray):
                 fresh = args[0]._fresh_copy()
                 func(fresh, *args[1:], **kwargs)
                 return self._commit(owner, fresh)
-        return super().__array_function__(func, types, args, kwargs)
+        return func(*map(_plain, args), **{k: _plain(v) for k, v in kwargs.items()})
 
     def fill(self, value):
         self[...] = value
@@ -133,6 +134,34 @@ class _DataView(np.ndarray):
 
 
 _WRITING_FUNCTIONS = (np.copyto, np.put, np.putmask, np.place, np.fill_diagonal)
+
+
+def _plain(x):
+    """``x`` with ``_DataView`` arrays (also inside a list or tuple) as plain ndarray views."""
+    if isinstance(x, _DataView):
+        return x.view(np.ndarray)
+    if type(x) in (list, tuple):
+        return type(x)(map(_plain, x))
+    return x
+
+
+def _plain_method(name):
+    method = getattr(np.ndarray, name)
+
+    def plain(self, *args, **kwargs):
+        return method(self.view(np.ndarray), *args, **kwargs)
+    plain.__name__ = name
+    return plain
+
+
+# What is derived from ``.data`` is a plain ndarray (code checks ``type(a) == np.ndarray``), a
+# read-only one where it is a view of the Var's buffer.
+for _name in ("__getitem__", "astype", "copy", "__copy__", "__deepcopy__", "reshape", "transpose",
+              "swapaxes", "squeeze", "flatten", "ravel", "diagonal", "take", "repeat", "round", "clip",
+              "cumsum", "cumprod", "argmax", "argmin", "argsort", "nonzero", "dot", "mean", "std", "var",
+              "sum", "prod", "max", "min", "all", "any", "conj", "compress", "searchsorted"):
+    setattr(_DataView, _name, _plain_method(_name))
+_DataView.T = property(lambda self: self.view(np.ndarray).T)
 
 
 class _ScalarData(_DataView):
