@@ -90,24 +90,14 @@ register(OpSpec("reindex", "reindex", infer=_reindex_infer, grad=_reindex_grad,
 
 
 @export("reindex")
-def reindex(x, shape, indexes=None, overflow_value=0, overflow_conditions=(), extras=()):
+def reindex(x, shape, indexes, overflow_value=0, overflow_conditions=(), extras=()):
     """Reindex Operator (Jittor's reindex): ``y[i0, i1, ...] = x[indexes...]`` with ``overflow_value`` where an index
     falls outside ``x`` or an ``overflow_conditions`` entry holds.
 
     >>> x.reindex([n, c, h - 2, w - 2, 3, 3], ["i0", "i1", "i2+i4", "i3+i5"])   # 3x3 windows
 
     Expressions are index arithmetic only (see ``symbolic.parse``); anything else is a ValueError.
-    Jittor's other form, ``x.reindex([index Vars], overflow_value, overflow_conditions)``, is
-    ``reindex_var``.
     """
-    if isinstance(shape, (list, tuple)) and shape and all(isinstance(s, Var) for s in shape):
-        if indexes is not None:     # positional (index_vars, overflow_value, overflow_conditions)
-            conditions = overflow_value if isinstance(overflow_value, (list, tuple)) else overflow_conditions
-            overflow_value, overflow_conditions = indexes, conditions
-        return reindex_var(x, shape, overflow_value, overflow_conditions)
-    if indexes is None:
-        raise TypeError(f"reindex of {x.shape} to shape {shape}: indexes, one expression per dim "
-                        f"of x, is missing")
     shape = dtypes.int_dims(shape, "reindex shape")
     ranks = (len(shape), x.ndim, len(shape), extras)
     return Var.node("reindex", [x, *extras], shape=tuple(shape),
