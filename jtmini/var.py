@@ -20,7 +20,6 @@ result rebinds the argument too:
 """
 import itertools
 import math
-import numbers
 import weakref
 
 import numpy as np
@@ -552,7 +551,7 @@ def _getitem(self, index):
     The reference to x is strong, as Jittor's graph edge is: in ``a[1][2] = v`` nothing else holds
     the temporary ``a[1]``."""
     result = METHODS["getitem"](self, index)
-    if isinstance(index, numbers.Integral) and not isinstance(index, (bool, np.bool_)):
+    if isinstance(index, (int, np.integer)) and not isinstance(index, (bool, np.bool_)):
         result._view = (self, index, self._version)
     return result
 
