@@ -18,7 +18,7 @@ from . import mpi as _mpi
 from .autograd import enable_grad, grad, no_grad  # noqa: F401
 from .compiler import VERSION as __version__  # noqa: F401
 from .counters import reset_stats, stats  # noqa: F401
-from .executor import fetch, sync, sync_all  # noqa: F401
+from .executor import clean, fetch, sync, sync_all  # noqa: F401
 from .flags import flag_scope, flags  # noqa: F401
 from .interop import dirty_fix_pytorch_runtime_error  # noqa: F401
 from .log import LOG, log_capture_scope  # noqa: F401

@@ -108,6 +108,23 @@ def sync_all(device_sync=False):
         cupy.cuda.Device().synchronize()
 
 
+def clean():
+    """Jittor's ``jt.clean()``: free what nothing uses any more, now. A full garbage collection
+    drops unreachable Vars with their buffers (a cycle through a Var can otherwise hold one until
+    Python's next collection), the table of pending Vars is swept, and cupy's memory pool, if the
+    GPU ran, returns its free blocks to the device. Compiled kernels stay cached (see
+    ``jt.clear_caches`` to drop those too).
+
+        >>> jt.clean()
+    """
+    import gc
+    gc.collect()
+    pending_roots()                     # sweeps the dead entries of the pending table
+    cupy = sys.modules.get("cupy")
+    if cupy is not None:
+        cupy.get_default_memory_pool().free_all_blocks()
+
+
 def fetch(*args):
     """Jittor's ``jt.fetch(*values, callback)``: compute the Vars among ``values`` and call
     ``callback`` with all values, each Var replaced by its numpy array. Jittor may run the

@@ -53,7 +53,118 @@ def untrack(v):
     return v
 
 
-class _ScalarData(np.ndarray):
+class _DataView(np.ndarray):
+    """What ``Var.data`` returns: a zero-copy view of the Var's (read-only) buffer whose writes go
+    to the Var, as in Jittor. A write (``d[i] = v``, ``d += 1``, a ufunc's ``out=d``) copies the
+    Var's current value, applies the write and rebinds the Var to the copy (``assign``), so a Var
+    sharing the old buffer (a view, a cached constant, a node built earlier) keeps its value.
+
+        >>> a = jt.array([1, 2, 3])
+        >>> a.data[1] = -2; a.data += 1; a.numpy()
+        array([ 2, -1,  4], dtype=int32)
+
+    The array itself keeps showing the value it was taken at: read ``a.data`` again after a write.
+    Arrays derived from it (``d[1:]``, ``d.T``, ``d.astype(...)``) are plain ndarrays, read-only
+    where they are views: write through ``d`` itself (``d[1:] = v``)."""
+
+    def __setitem__(self, index, value):
+        owner = self._owner_or_raise()
+        if owner is None:
+            return np.ndarray.__setitem__(self, index, value)
+        fresh = self._fresh_copy()
+        fresh[index] = np.asarray(value) if isinstance(value, Var) else value
+        self._commit(owner, fresh)
+
+    def __array_ufunc__(self, ufunc, method, *inputs, out=None, **kwargs):
+        plain = tuple(x.view(np.ndarray) if isinstance(x, _DataView) else x for x in inputs)
+        if out is None:
+            return getattr(ufunc, method)(*plain, **kwargs)
+        targets = [(o, o._owner_or_raise()) if isinstance(o, _DataView) else (o, None) for o in out]
+        fresh = tuple(o._fresh_copy() if owner is not None else o for o, owner in targets)
+        # ``d += 1`` reads the Var's current value (earlier writes through d included), not d's
+        current = {id(o): f for (o, _), f in zip(targets, fresh)}
+        plain = tuple(current.get(id(x), p) for x, p in zip(inputs, plain))
+        result = getattr(ufunc, method)(*plain, out=fresh, **kwargs)
+        for (o, owner), f in zip(targets, fresh):
+            if owner is not None:
+                self._commit(owner, f)
+        # the written arrays themselves, so ``d += 1`` leaves the name d bound to a.data's view
+        return out[0] if len(out) == 1 else out
+
+    def __array_function__(self, func, types, args, kwargs):
+        # numpy's functions that write into their first argument write into the Var
+        if func in _WRITING_FUNCTIONS and args and isinstance(args[0], _DataView):
+            owner = args[0]._owner_or_raise()
+            if owner is not None:
+                fresh = args[0]._fresh_copy()
+                func(fresh, *args[1:], **kwargs)
+                return self._commit(owner, fresh)
+        return func(*map(_plain, args), **{k: _plain(v) for k, v in kwargs.items()})
+
+    def fill(self, value):
+        self[...] = value
+
+    def sort(self, *args, **kwargs):
+        np.copyto(self, np.sort(self.view(np.ndarray), *args, **kwargs))
+
+    def __repr__(self):
+        return repr(self.view(np.ndarray))
+
+    def __reduce__(self):
+        return self.view(np.ndarray).__reduce__()     # pickles as a plain array, without its Var
+
+    def _owner_or_raise(self):
+        """The Var this array writes to; None for a writable copy (``d.copy()``), an error for a
+        read-only array derived from ``.data`` that does not know where it sits in the Var."""
+        owner = self.__dict__.get("_owner")
+        if owner is None and not self.flags.writeable:
+            raise ValueError("this array is a read-only view derived from a Var's .data (sliced, "
+                             "reshaped or transposed): write through the Var's .data itself "
+                             "(a.data[1:] = v) or use a.assign(...)")
+        return owner
+
+    def _fresh_copy(self):
+        """A writable copy of the owner's current value, in this array's shape (1-element for a 0-d Var)."""
+        return np.array(_host(self._owner.sync()._data), copy=True).reshape(self.shape)
+
+    @staticmethod
+    def _commit(owner, fresh):
+        owner.assign(services.array(fresh.reshape(owner.shape), owner.dtype))
+        owner._write_back()
+
+
+_WRITING_FUNCTIONS = (np.copyto, np.put, np.putmask, np.place, np.fill_diagonal)
+
+
+def _plain(x):
+    """``x`` with ``_DataView`` arrays (also inside a list or tuple) as plain ndarray views."""
+    if isinstance(x, _DataView):
+        return x.view(np.ndarray)
+    if type(x) in (list, tuple):
+        return type(x)(map(_plain, x))
+    return x
+
+
+def _plain_method(name):
+    method = getattr(np.ndarray, name)
+
+    def plain(self, *args, **kwargs):
+        return method(self.view(np.ndarray), *args, **kwargs)
+    plain.__name__ = name
+    return plain
+
+
+# What is derived from ``.data`` is a plain ndarray (code checks ``type(a) == np.ndarray``), a
+# read-only one where it is a view of the Var's buffer.
+for _name in ("__getitem__", "astype", "copy", "__copy__", "__deepcopy__", "reshape", "transpose",
+              "swapaxes", "squeeze", "flatten", "ravel", "diagonal", "take", "repeat", "round", "clip",
+              "cumsum", "cumprod", "argmax", "argmin", "argsort", "nonzero", "dot", "mean", "std", "var",
+              "sum", "prod", "max", "min", "all", "any", "conj", "compress", "searchsorted"):
+    setattr(_DataView, _name, _plain_method(_name))
+_DataView.T = property(lambda self: self.view(np.ndarray).T)
+
+
+class _ScalarData(_DataView):
     """``.data`` of a 0-d Var: Jittor's 1-element array (``x.sum().data[0]``) that still converts
     with ``float()``/``int()``, which numpy >= 2.4 refuses for any array that is not 0-d."""
 
@@ -93,7 +204,8 @@ class Shape(tuple):
 
 class Var:
     __slots__ = ("op", "inputs", "attrs", "shape", "dtype", "_data", "_stop_grad", "_backward", "_consumers",
-                 "id", "_name", "__weakref__")
+                 "id", "_name", "_version", "_view", "__weakref__",
+                 "__dict__")    # attributes of the user's own (``v.is_param = True``), as in Jittor
     __hash__ = object.__hash__       # __eq__ builds a node, identity stays the hash
     # numpy's operators defer to ours: np.float32(0.5) * x and array * x are Vars (as in PyTorch),
     # not a numpy array computed then and there, off the graph (ufuncs still convert: np.exp(x))
@@ -108,6 +220,7 @@ class Var:
         self._data, self._stop_grad, self._consumers = data, False, []
         self._backward = None        # (inputs, rule) set by autograd.custom_grad
         self.id, self._name = next(_ids), ""
+        self._version, self._view = 0, None     # see _write_back
         for inp in self.inputs:
             inp._add_consumer(self)
         if data is None:
@@ -178,15 +291,20 @@ class Var:
 
     @property
     def data(self):
-        """The value as a read-only numpy array. As in Jittor, a 0-d Var gives a 1-element array,
-        so ``correct.sum().data[0]`` works."""
+        """The value as a zero-copy numpy array; writes through it change this Var, as in Jittor
+        (``a.data[0] = 5``, ``a.data += 1``; see ``_DataView``). As in Jittor, a 0-d Var gives a
+        1-element array, so ``correct.sum().data[0]`` works."""
         value = _host(self.sync()._data)
         value.flags.writeable = False       # a GPU value's host copy too: read-only as a host value
-        return value.reshape(1).view(_ScalarData) if value.ndim == 0 else value
+        view = value.reshape(1).view(_ScalarData) if value.ndim == 0 else value.view(_DataView)
+        view._owner = self
+        return view
 
     @data.setter
     def data(self, value):
         # Jittor's ``v.data = array``: a new value in place, as ``assign`` (same shape, cast to dtype)
+        if isinstance(value, _DataView) and value.__dict__.get("_owner") is self:
+            return      # ``v.data += 1`` ends with ``v.data = <the view>``: the write is done already
         self.assign(value)
 
     def item(self):
@@ -313,6 +431,7 @@ class Var:
             self.op, self.inputs, self.attrs, self._data = source.op, source.inputs, source.attrs, source._data
             self._backward = source._backward
         self._consumers = []
+        self._version += 1
         for inp in self.inputs:
             inp._add_consumer(self)
         if self._data is None:
@@ -320,6 +439,20 @@ class Var:
         else:
             _pending.pop(id(self), None)
         return old
+
+    def _write_back(self):
+        """After a write to this Var (``self[i] = v``, ``self.data[i] = v``): if it is ``x[k]``
+        for an int k and x has not been rebound since, write the new value into x as well, as
+        Jittor's cascade setitem does, so ``a[1][2] = v`` changes ``a``. Only a single int index
+        counts, as in Jittor: the result of any other index is a value of its own."""
+        if self._view is None:
+            return
+        source, k, version = self._view
+        if source._version != version:      # the source holds another value now: no view of it
+            self._view = None
+            return
+        source[k] = self                    # rebinds source, and writes back further up a chain
+        self._view = (source, k, source._version)
 
     def _set_value(self, data):
         """Called by the executor with the computed buffer. A node no gradient flows through (a
@@ -418,5 +551,20 @@ def install_methods():
     Var.__abs__ = lambda self: METHODS["abs"](self)
     Var.__invert__ = lambda self: METHODS["bitwise_not"](self)
     Var.__pos__ = lambda self: self
-    Var.__getitem__ = lambda self, index: METHODS["getitem"](self, index)
-    Var.__setitem__ = lambda self, index, value: self._rebind(METHODS["setitem"](self, index, value))
+    Var.__getitem__ = _getitem
+    Var.__setitem__ = _setitem
+
+
+def _getitem(self, index):
+    """``x[index]``; ``x[k]`` for an int k remembers x, k and x's version, for ``_write_back``.
+    The reference to x is strong, as Jittor's graph edge is: in ``a[1][2] = v`` nothing else holds
+    the temporary ``a[1]``."""
+    result = METHODS["getitem"](self, index)
+    if isinstance(index, (int, np.integer)) and not isinstance(index, (bool, np.bool_)):
+        result._view = (self, index, self._version)
+    return result
+
+
+def _setitem(self, index, value):
+    self._rebind(METHODS["setitem"](self, index, value))
+    self._write_back()

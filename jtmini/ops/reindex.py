@@ -296,7 +296,9 @@ def reshape(x, *shape):
     known = math.prod(s for s in shape if s != -1)
     if shape.count(-1) > 1 or any(s < -1 for s in shape):
         raise ValueError(f"bad reshape target {tuple(shape)} for shape {x.shape}")
-    if -1 in shape:
+    if -1 in shape and known == 0 and x.numel() == 0:
+        shape[shape.index(-1)] = 0          # as in Jittor: an empty (0,) to (0, -1) is (0, 0)
+    elif -1 in shape:
         if known == 0 or x.numel() % known:
             raise ValueError(f"cannot reshape {x.shape} (size {x.numel()}) to {tuple(shape)}")
         shape[shape.index(-1)] = x.numel() // known
@@ -333,10 +335,15 @@ register(OpSpec("transpose", "reindex", infer=_transpose_infer,
                 grad=lambda d, out, x, a: [d.permute(_inverse(a["perm"]))], view=True))
 
 
-@export("permute")
+@export("permute", "fuse_transpose")
 def permute(x, *perm):
     """Dims reordered: output dim k is input dim ``perm[k]``; no argument reverses the dims (two
-    dims of a Var that is not 2-D swap them, as ``transpose`` does)."""
+    dims of a Var that is not 2-D swap them, as ``transpose`` does). Also Jittor's
+    ``fuse_transpose(x, axes)``: every transpose here is a view that fuses into its consumers.
+
+    >>> jt.rand(10, 11, 12).fuse_transpose((1, 2, 0)).shape
+    (11, 12, 10)
+    """
     if len(perm) == 1 and isinstance(perm[0], (tuple, list)):
         perm = tuple(perm[0])
     if not perm:
