@@ -68,7 +68,8 @@ class Var:
     def __float__(self) -> Any: ...
     def __floordiv__(self, other: Any) -> Var: ...
     def __ge__(self, other: Any) -> Var: ...
-    def __getitem__(self, index: Any) -> Var: ...
+    def __getitem__(self, index: Any) -> Var:
+        """``x[index]``; ``x[k]`` for an int k remembers x, k and x's version, for ``_write_back``."""
     def __gt__(self, other: Any) -> Var: ...
     def __hash__(self, /) -> Any:
         """Return hash(self)."""
@@ -118,7 +119,7 @@ class Var:
     def __rsub__(self, other: Any) -> Var: ...
     def __rtruediv__(self, other: Any) -> Var: ...
     def __rxor__(self, other: Any) -> Var: ...
-    def __setitem__(self, index: Any, value: Any) -> Var: ...
+    def __setitem__(self, index: Any, value: Any) -> None: ...
     def __sub__(self, other: Any) -> Var: ...
     def __truediv__(self, other: Any) -> Var: ...
     def __xor__(self, other: Any) -> Var: ...
@@ -215,7 +216,7 @@ class Var:
         """Cumulative sum along ``dim`` (the last dim when None, as in Jittor); bool and int32 give"""
     @property
     def data(self) -> Any:
-        """The value as a read-only numpy array. As in Jittor, a 0-d Var gives a 1-element array,"""
+        """The value as a zero-copy numpy array; writes through it change this Var, as in Jittor"""
     @data.setter
     def data(self, value: Any) -> None: ...
     def detach(self) -> Var:
@@ -260,6 +261,8 @@ class Var:
     def floordiv(self, b: Any) -> Var:
         """Elementwise floordiv with numpy broadcasting."""
     def full_like(self, value: Any, dtype: Any = ...) -> Var: ...
+    def fuse_transpose(self, *perm: Any) -> Var:
+        """Dims reordered: output dim k is input dim ``perm[k]``; no argument reverses the dims (two"""
     def gather(self, dim: Any, index: Any) -> Var:
         """PyTorch's gather: ``out[i][j][k] = x[index[i][j][k]][j][k]`` for ``dim=0``; ``index`` has"""
     def gauss_(self, mean: Any = ..., std: Any = ...) -> Var:
@@ -669,6 +672,9 @@ def chunk(x: Any, chunks: Any, dim: Any = ...) -> Any:
 def clamp(x: Any, min_v: Any = ..., max_v: Any = ..., *, min: Any = ..., max: Any = ...) -> Var:
     """``x`` limited to ``[min_v, max_v]`` (either may be None: no limit on that side; a bound may"""
 
+def clean() -> None:
+    """Jittor's ``jt.clean()``: free what nothing uses any more, now. A full garbage collection"""
+
 def clear_caches() -> None:
     """Empty every registered cache: later steps compile (from the disk cache), plan and load"""
 
@@ -766,6 +772,9 @@ def full(shape: Any, value: Any, dtype: Any = ...) -> Var:
     """A constant Var: ``value`` is a kernel argument, so changing it never recompiles."""
 
 def full_like(x: Any, value: Any, dtype: Any = ...) -> Var: ...
+
+def fuse_transpose(x: Any, *perm: Any) -> Var:
+    """Dims reordered: output dim k is input dim ``perm[k]``; no argument reverses the dims (two"""
 
 def gather(x: Any, dim: Any, index: Any) -> Var:
     """PyTorch's gather: ``out[i][j][k] = x[index[i][j][k]][j][k]`` for ``dim=0``; ``index`` has"""
