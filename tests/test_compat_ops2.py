@@ -288,5 +288,5 @@ def test_log_silent_and_vprefix():
         jt.LOG.vv("shown")
         jt.LOG.vvv("hidden")
     assert [r["msg"] for r in logs] == ["shown"]
-    with pytest.raises(ValueError, match="'abc' is not 'prefix=level'"):
+    with pytest.raises(ValueError, match="got 'abc' \\('abc' is not one\\)"):
         jt.flags.log_vprefix = "abc"
