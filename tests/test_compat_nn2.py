@@ -251,3 +251,10 @@ def test_densenet_builders_and_errors():
         densenet.densenet169(pretrained=True)
     with pytest.raises(ValueError, match=r"DenseNet needs \(N, 3, H, W\) input with H, W >= 32, got \(1, 3, 16, 16\)"):
         densenet.DenseNet(8, (1,), 8)(jt.randn(1, 3, 16, 16))
+
+
+def test_nn_holds_matmul_and_bmm_as_jittor():
+    a = np.random.default_rng(3).standard_normal((2, 3, 4))
+    b = np.random.default_rng(4).standard_normal((2, 4, 5))
+    np.testing.assert_allclose(jt.nn.matmul(jt.array(a), jt.array(b[0])).numpy(), a @ b[0], rtol=1e-10)
+    np.testing.assert_allclose(jt.nn.bmm(jt.array(a), jt.array(b)).numpy(), a @ b, rtol=1e-10)

@@ -36,6 +36,11 @@ from .rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNBase, RNNCell
 from .resample import (ConstantPad2d, Dropout2d, PixelShuffle, ReflectionPad2d, ReplicationPad2d, Resize,
                        Upsample, ZeroPad2d, dropout2d, interpolate, pad, pixel_shuffle)
 
+from ..ops.registry import FUNCTIONS as _FUNCTIONS
+
+# Jittor's nn namespace holds its batched products too (nn.matmul, nn.bmm)
+matmul, bmm = _FUNCTIONS["matmul"], _FUNCTIONS["bmm"]
+
 _OPTIMIZERS = ("Optimizer", "SGD", "Adam", "AdamW", "RMSprop", "Adagrad")
 
 
