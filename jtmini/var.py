@@ -177,13 +177,6 @@ class _ScalarData(_DataView):
     def __complex__(self):
         return complex(self.item())
 
-    def __repr__(self):
-        return repr(self.view(np.ndarray))
-
-    def __array_wrap__(self, array, context=None, return_scalar=False):
-        array = array.view(np.ndarray)      # arithmetic on it gives plain arrays
-        return array[()] if return_scalar else array
-
 
 class Shape(tuple):
     """A Var's shape: a tuple (numpy-style code indexes, unpacks and hashes it) that also compares

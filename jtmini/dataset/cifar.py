@@ -10,7 +10,6 @@ md5; with ``download=True`` a missing or damaged set is fetched from the Toronto
     >>> images.shape, labels.shape                           # doctest: +SKIP
     ([16, 32, 32, 3], [16])
 """
-import hashlib
 import os
 import pickle
 import sys
@@ -20,6 +19,7 @@ import tempfile
 import numpy as np
 
 from jtmini.dataset.dataset import Dataset
+from jtmini.dataset.mnist import md5_ok
 from jtmini.flags import flags
 
 DOWNLOAD_TIMEOUT_S = 60
@@ -28,17 +28,6 @@ DOWNLOAD_TIMEOUT_S = 60
 def default_root():
     """``<flags.cache_dir>/dataset/cifar_data``."""
     return os.path.join(flags.cache_dir, "dataset", "cifar_data")
-
-
-def md5_ok(path, md5):
-    """True if ``path`` is a file whose md5 is ``md5``."""
-    if not os.path.isfile(path):
-        return False
-    digest = hashlib.md5()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest() == md5
 
 
 def download_and_extract(url, root, md5):

@@ -51,14 +51,19 @@ def default_root():
     return os.environ.get("JTMINI_MNIST_DIR") or os.path.join(flags.cache_dir, "dataset", "mnist")
 
 
-def _md5_ok(path, name):
+def md5_ok(path, md5):
+    """True if ``path`` is a file whose md5 is ``md5`` (read in 1 MB chunks)."""
     if not os.path.isfile(path):
         return False
     digest = hashlib.md5()
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             digest.update(chunk)
-    return digest.hexdigest() == MD5[name]
+    return digest.hexdigest() == md5
+
+
+def _md5_ok(path, name):
+    return md5_ok(path, MD5[name])
 
 
 def _installed_copy(name):
