@@ -10,6 +10,7 @@ each rank computes with one thread.
 """
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -57,9 +58,13 @@ def launch(ranks, prog, *args, timeout=120, **env):
 
 def reports(done, ranks):
     """The JSON line (``{"rank": r, ...}``) each rank printed, by rank; fails with the job's
-    output if it failed. Each rank writes its line in one write, so lines do not interleave."""
+    output if it failed."""
     assert done.returncode == 0, f"exit status {done.returncode}\n{done.stdout}\n{done.stderr}"
-    found = [json.loads(line) for line in done.stdout.splitlines() if line.startswith('{"rank"')]
+    # Open MPI forwards each rank's output in its own pieces: a line can lose its newline to
+    # another rank's line, so objects are decoded wherever one starts, not line by line.
+    decoder = json.JSONDecoder()
+    found = [decoder.raw_decode(done.stdout, m.start())[0]
+             for m in re.finditer(r'\{"rank"', done.stdout)]
     by_rank = {r["rank"]: r for r in found}
     assert sorted(by_rank) == list(range(ranks)), done.stdout
     return by_rank
