@@ -7,11 +7,14 @@ Targets: jtmini >= 3x faster than numpy; jtmini >= 50% of copy bandwidth.
     python tools/bench_fusion.py [--n 16777216] [--repeat 10] [--threads 2]
 """
 import argparse
+import os
+import sys
 import time
 
 import numpy as np
 
-import jtmini as jt
+sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # this checkout's jtmini, installed or not
+import jtmini as jt  # noqa: E402
 
 
 def chain_jt(a, b):

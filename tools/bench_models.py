@@ -36,6 +36,7 @@ from typing import Callable, NamedTuple
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(1, str(ROOT))     # this checkout's jtmini, installed or not (children run this file too)
 POOL = 4            # distinct batches cycled through: more would only grow both sides' RSS alike
 
 

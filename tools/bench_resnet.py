@@ -27,6 +27,8 @@ import time
 
 import numpy as np
 
+sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # this checkout's jtmini, installed or not
+
 BATCH = int(os.environ.get("BENCH_BATCH", 100))
 
 
