@@ -114,6 +114,11 @@ _private_lock = threading.Lock()
 _running = {}  # compiler Popen -> pid of the process that started it, killed at exit
 _active_temps = set()  # temp-file prefixes of compiles in flight, removed at exit
 _registry_lock = threading.Lock()
+_headers = {}  # (kernel dir, prelude key) -> its header path, or None where it cannot be built
+register_cache("kernel preludes", _headers.clear, "one precompiled header per kernel prelude met")
+# Kernel sources put this line after their includes and helpers: what is above it is parsed once
+# per cache folder into a precompiled header (_prelude_header) instead of once per kernel.
+PRELUDE_END = "// -- end of the jtmini kernel prelude --\n"
 _FULL = (errno.ENOSPC, errno.EDQUOT)
 _UNUSABLE = (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR, errno.EEXIST)
 
@@ -254,21 +259,29 @@ def _warn(message):
     jtmini_logger().warning(message)
 
 
-def _argv(tc, src, out, soname):
-    """The exact compile command; placeholders for the paths make it the cache key's template too.
-    The library's DT_SONAME is its cache path: dlopen of that path then finds the verified copy
-    ``_load_copy`` loaded, instead of opening the file again."""
+def _cflags(tc):
+    """What every compile of a kernel or of its precompiled prelude shares (GCC uses a precompiled
+    header only where these match)."""
     arch = ["-march=native"] if tc.march_native else []
     # With libmvec, kernels declare its functions SIMD (templates/cpu/kernel.cc.j2) and GCC calls
     # the vector forms (tanh: ~18 ns an element scalar, ~1 ns vectorised); -fno-math-errno lets it
     # vectorise those that may set errno (erfc, pow), which no kernel reads.
     vector = ["-DJT_VECTOR_MATH", "-fno-math-errno"] if tc.vector_math else []
+    defines = _MPI_DEFINES if tc.kind == "mpicc" else []
+    return ["-std=c++17", "-O3", *arch, *vector, "-fopenmp", "-fPIC", *defines]
+
+
+def _argv(tc, src, out, soname, prelude=None):
+    """The exact compile command; placeholders for the paths make it the cache key's template too.
+    The library's DT_SONAME is its cache path: dlopen of that path then finds the verified copy
+    ``_load_copy`` loaded, instead of opening the file again. ``prelude``: a header to read first
+    (its precompiled form beside it, see ``_prelude_header``)."""
     libs = ["-lmvec", "-lm"] if tc.vector_math else ["-lm"]
-    common = ["-std=c++17", "-O3", *arch, *vector, "-fopenmp", "-fPIC", "-shared",
-              "-Xlinker", "-soname", "-Xlinker", soname]
+    first = ["-include", prelude, "-Werror=invalid-pch"] if prelude else []
+    common = [*first, *_cflags(tc), "-shared", "-Xlinker", "-soname", "-Xlinker", soname]
     if tc.kind == "mpicc":
         # mpicc is a C driver: -x c++ and -lstdc++ make it compile and link C++.
-        return [tc.path, "-x", "c++", *common, *_MPI_DEFINES, src, "-o", out, "-lstdc++", "-lmpi", *libs]
+        return [tc.path, "-x", "c++", *common, src, "-o", out, "-lstdc++", "-lmpi", *libs]
     return [tc.path, *common, src, "-o", out, *libs]
 
 
@@ -473,7 +486,8 @@ def _compile_and_publish(base, source, tc):
         argv = _argv(tc, src, tmp + ".so", base + ".so")
         if flags.dump_kernels:
             print(f"[i jtmini] kernel {src}:\n{source}\n$ {shlex.join(argv)}", file=sys.stderr)
-        _compile(argv, src)
+        if not _compile_after_prelude(base, source, tc, tmp):
+            _compile(argv, src)
         digest = _digest(tmp + ".so")
         os.replace(tmp + ".so", base + ".so")
         # The sidecar goes last: until it matches, readers treat the .so as missing.
@@ -482,6 +496,68 @@ def _compile_and_publish(base, source, tc):
         _remove_temps(tmp)
         with _registry_lock:
             _active_temps.discard(tmp)
+
+
+def _compile_after_prelude(base, source, tc, tmp):
+    """Compile what follows ``PRELUDE_END`` in ``source`` into ``tmp.so``, reading the precompiled
+    prelude; False (nothing built) where the source has none, the header cannot be had, or GCC
+    refuses it: the caller then compiles the whole source, whose errors name the real file."""
+    prelude, marker, body = source.partition(PRELUDE_END)
+    key = (os.path.dirname(base), _key(prelude + marker, tc))
+    header = _prelude_header(key, prelude + marker, tc) if marker else None
+    if header is None:
+        return False
+    with open(tmp + ".cc", "w") as f:     # the source's own temporary name, free again
+        f.write(body)
+    try:
+        _compile(_argv(tc, tmp + ".cc", tmp + ".so", base + ".so", prelude=header), base + ".cc")
+    except CompileError as e:
+        _log(f"compiling {base}.cc after the precompiled prelude {header} failed, so this process "
+             f"compiles kernels whole from now on ({e})")
+        _headers[key] = None
+        return False
+    counters.bump("prelude_reused")
+    return True
+
+
+def _prelude_header(key, prelude, tc):
+    """Path of ``prelude`` as ``prelude-<key>.h`` in the kernel folder ``key[0]``, with its
+    precompiled ``.h.gch`` beside it, built once per folder (under a file lock: ranks share it);
+    None where it cannot be built. Parsing <cmath> and the helpers took over half of each kernel's
+    compile."""
+    kernel_dir = key[0]
+    if key not in _headers:
+        base = os.path.join(kernel_dir, f"prelude-{key[1][:24]}")
+        try:
+            with _file_lock(base + ".lock"):
+                _headers[key] = _build_header(base, prelude, tc)
+        except (OSError, CompileError) as e:
+            _log(f"no precompiled kernel prelude in {kernel_dir} ({e}); kernels are compiled whole")
+            _headers[key] = None
+    return _headers[key]
+
+
+def _build_header(base, prelude, tc):
+    """``base.h`` holding ``prelude`` and its ``.h.gch``, unless both are there already (the
+    header's text is checked, the precompiled form is GCC's to check: -Werror=invalid-pch)."""
+    header, gch = base + ".h", base + ".h.gch"
+    with contextlib.suppress(OSError), open(header) as f:
+        if f.read() == prelude and os.path.exists(gch):
+            return header
+    tmp = f"{base}.tmp.{temp_owner()}.{threading.get_ident()}"
+    with _registry_lock:
+        _active_temps.add(tmp)
+    try:
+        with open(tmp + ".cc", "w") as f:
+            f.write(prelude)
+        _compile([tc.path, "-x", "c++-header", "-c", *_cflags(tc), tmp + ".cc", "-o", tmp + ".so"], header)
+        os.replace(tmp + ".cc", header)
+        os.replace(tmp + ".so", gch)
+    finally:
+        _remove_temps(tmp)
+        with _registry_lock:
+            _active_temps.discard(tmp)
+    return header
 
 
 def _compile(argv, src):

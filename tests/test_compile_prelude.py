@@ -1,0 +1,115 @@
+"""compiler.py's precompiled prelude: what a kernel source puts above ``compiler.PRELUDE_END`` is
+parsed once per cache folder into a GCC precompiled header, and every kernel compiles only what
+follows it; a damaged header is rebuilt or bypassed, never trusted."""
+import ctypes
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import jtmini as jt
+import jtmini.compiler as compiler
+from jtmini import counters
+from jtmini.flags import flags
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PRELUDE = "#include <cmath>\nstatic inline double jt_twice(double x) { return 2 * x; }\n" + compiler.PRELUDE_END
+
+CHILD = """
+import ctypes, json, sys
+import jtmini.compiler as compiler
+from jtmini import counters
+results = []
+for source in json.loads(sys.argv[1]):
+    f = ctypes.CDLL(compiler.build(source)).f
+    f.restype, f.argtypes = ctypes.c_double, [ctypes.c_double]
+    results.append(f(16.0))
+print(json.dumps({"results": results, **counters.stats()}))
+"""
+
+
+def kernel(n):
+    """A distinct kernel per ``n`` after PRELUDE: f(x) = 2 sqrt(x) + n."""
+    return PRELUDE + f'extern "C" double f(double x) {{ return jt_twice(std::sqrt(x)) + {n}; }}\n'
+
+
+def call_f(path):
+    f = ctypes.CDLL(path).f
+    f.restype, f.argtypes = ctypes.c_double, [ctypes.c_double]
+    return f(16.0)
+
+
+def run_child(cache_dir, sources):
+    done = subprocess.run([sys.executable, "-c", CHILD, json.dumps(sources)], cwd=REPO, text=True,
+                          capture_output=True, timeout=120,
+                          env=dict(os.environ, JTMINI_CACHE_DIR=str(cache_dir), PYTHONPATH=REPO))
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout), done.stderr
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setattr(flags, "cache_dir", str(tmp_path))
+    counters.reset_stats()
+    return tmp_path
+
+
+def header_files(cache):
+    (header,) = (cache / "kernels").glob("prelude-*.h")
+    return header, header.with_name(header.name + ".gch")
+
+
+def test_kernels_share_one_precompiled_prelude(cache):
+    paths = [compiler.build(kernel(n)) for n in range(3)]
+    assert [call_f(p) for p in paths] == [8.0, 9.0, 10.0]
+    assert counters.stats()["prelude_reused"] == 3 and counters.stats()["kernels_compiled"] == 3
+    header, gch = header_files(cache)
+    assert header.read_text() == PRELUDE and gch.stat().st_size > 0
+    for n, path in enumerate(paths):            # the cache keeps each whole source, for reading
+        assert open(path[:-3] + ".cc").read() == kernel(n)
+
+
+def test_another_process_reuses_the_folder_prelude(cache):
+    compiler.build(kernel(0))
+    header, gch = header_files(cache)
+    built = gch.stat().st_mtime_ns
+    out, _ = run_child(cache, [kernel(1)])
+    assert out["results"] == [9.0] and out["prelude_reused"] == 1
+    assert gch.stat().st_mtime_ns == built
+
+
+@pytest.mark.parametrize("damage", ["truncated", "garbage", "other header text"])
+def test_a_damaged_prelude_is_rebuilt_or_bypassed(cache, damage):
+    compiler.build(kernel(0))
+    header, gch = header_files(cache)
+    if damage == "truncated":
+        gch.write_bytes(gch.read_bytes()[:4096])
+    elif damage == "garbage":
+        gch.write_bytes(os.urandom(8192))
+    else:                                       # a header that is not the prelude is rewritten
+        header.write_text(PRELUDE.replace("2 * x", "3 * x"))
+    out, err = run_child(cache, [kernel(1), kernel(2)])
+    assert out["results"] == [9.0, 10.0]
+    assert out["kernels_compiled"] == 2
+    if damage == "other header text":
+        assert out["prelude_reused"] == 2 and header.read_text() == PRELUDE
+    elif out.get("prelude_reused", 0) < 2:      # GCC refused the file: said once, then whole compiles
+        assert err.count("compiles kernels whole") == 1
+
+
+def test_a_kernel_error_is_reported_against_the_whole_source(cache):
+    bad = PRELUDE + 'extern "C" double f(double x) { return undefined_name(x); }\n'
+    with pytest.raises(compiler.CompileError, match="undefined_name") as info:
+        compiler.build(bad)
+    assert ".cc" in str(info.value)
+    assert call_f(compiler.build(kernel(5))) == 13.0    # later kernels still build (whole)
+
+
+def test_generated_kernels_use_the_prelude(cache):
+    x = np.linspace(-2, 2, 12, dtype=np.float32).reshape(3, 4)
+    y = (jt.tanh(jt.array(x)) * 3 + jt.array(x).transpose()[:, :3].transpose()).numpy()
+    np.testing.assert_allclose(y, np.tanh(x) * 3 + x, rtol=1e-6, atol=1e-6)
+    assert counters.stats()["prelude_reused"] >= 1
