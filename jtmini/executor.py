@@ -18,7 +18,7 @@ tight loop, and most of the difference is cache misses in the kernel itself, not
 import sys
 import time
 
-from . import counters, profiler, replay, schedule
+from . import counters, history, profiler, replay, schedule
 from .flags import flags
 from .gc_pause import paused
 from .runtime import base
@@ -30,7 +30,8 @@ from .var import pending_roots
 def realize(targets):
     """Compute every Var in ``targets`` that has no value yet, in one fused schedule."""
     seen, todo = set(), []
-    for t in targets:
+    updated = history.pending_rebound()
+    for t in list(targets) + updated:
         if t._data is None and id(t) not in seen:
             seen.add(id(t))
             todo.append(t)
@@ -40,6 +41,7 @@ def realize(targets):
     runtime = _runtime()
     steps, compiled = replay.steps_for(todo, runtime)
     _run(steps, compiled, seen, runtime, recorder)
+    history.drop_dead_history(updated)
     if recorder is not None:
         recorder.record("realize", "realize", began, time.perf_counter(), in_steps=False)
 

@@ -32,7 +32,7 @@ from .dataset.dataset import shard_of
 from .executor import sync
 from .gc_pause import paused
 from .ops.collective import broadcast_in_place, mpi_all_reduce_many
-from .ops.elementwise import axpby
+from .ops.elementwise import adam_update, axpby
 from .ops.reindex import stack
 from .var import Var, pending_roots
 
@@ -498,8 +498,7 @@ class Adam(Optimizer):
             else:
                 p_start, g = p, (axpby(1, g, decay, p) if decay else g)
             m_new, v_new = axpby(b1, m, 1 - b1, g), axpby(b2, v, 1 - b2, g * g)
-            denom = v_new.sqrt() / root_c2 + eps
-            out += [(m, m_new), (v, v_new), (p, p_start - m_new / denom * step_size)]
+            out += [(m, m_new), (v, v_new), (p, adam_update(p_start, m_new, v_new, step_size, root_c2, eps))]
         return out
 
 

@@ -35,6 +35,8 @@ _ids = itertools.count()
 # creation, and a callback when it dies); the dead ones are swept as the table doubles.
 _pending = {}
 _sweep_at = 1024
+# id -> weak reference to a Var rebound to a pending node (``p -= g * lr``): see history.py
+rebound = {}
 
 
 def _track(v):
@@ -429,6 +431,7 @@ class Var:
             inp._add_consumer(self)
         if self._data is None:
             _track(self)
+            rebound[id(self)] = weakref.ref(self)       # computed at the next realize (history.py)
         else:
             _pending.pop(id(self), None)
         return old

@@ -185,6 +185,28 @@ def test_bce_with_logits_is_stable_at_large_logits_and_exact_at_zero():
     assert_var(jt.grad(loss.sum(), jx), tx.grad.numpy())      # sigmoid(x) - t: -0.5 at x = 0
 
 
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_bce_with_logits_one_node_matches_torch(rng, reduction):
+    x, t = rng.standard_normal((5, 3)) * 4, probs(rng, 5, 3)
+    check_grad(lambda a, b: F.binary_cross_entropy_with_logits(a, b, reduction=reduction),
+               lambda a, b: TF.binary_cross_entropy_with_logits(a, b, reduction=reduction),
+               [x, t], layouts=["transposed", "sliced"], rng=rng)
+    loss = F.binary_cross_entropy_with_logits(jt.array(x), jt.array(t), reduction="none")
+    assert loss.op == "bce_logits"
+
+
+def test_bce_with_logits_second_derivatives_match_torch(rng):
+    x, t = rng.standard_normal((4, 3)), probs(rng, 4, 3)
+    tx, tt = (torch.tensor(v, requires_grad=True) for v in (x, t))
+    (gx,) = torch.autograd.grad(TF.binary_cross_entropy_with_logits(tx, tt, reduction="sum"), [tx], create_graph=True)
+    want = torch.autograd.grad((gx * gx).sum(), [tx, tt])
+    jx, jtt = jt.array(x), jt.array(t)
+    jgx = jt.grad(F.binary_cross_entropy_with_logits(jx, jtt, reduction="sum"), jx)
+    got = jt.grad((jgx * jgx).sum(), [jx, jtt])
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=1e-10, atol=1e-12)
+
+
 @pytest.mark.filterwarnings("ignore:reduction. 'mean' divides")    # torch's advice to use batchmean
 @pytest.mark.parametrize("reduction", ["mean", "batchmean", "sum", "none"])
 @pytest.mark.parametrize("log_target", [False, True])

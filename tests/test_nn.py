@@ -201,6 +201,23 @@ def test_softmax_family_and_regression_losses():
                    torch.nn.functional.leaky_relu(tx, 0.2).numpy()) <= TOL
 
 
+@pytest.mark.parametrize("layout", ["contig", "transposed", "sliced"])
+def test_leaky_relu_is_one_node_with_torch_values_and_gradients(layout):
+    from conftest import check_grad
+    x = randn(6, 5, seed=4)
+    x[0, :3] = [0.0, -0.0, np.nan]
+    check_grad(lambda a: nn.leaky_relu(a, 0.2), lambda a: torch.nn.functional.leaky_relu(a, 0.2),
+               [np.nan_to_num(x)], layouts=[layout])
+    out = nn.leaky_relu(jt.array(x), 0.2)
+    assert out.op == "leaky_relu" and np.isnan(out.numpy()[0, 2])
+    np.testing.assert_array_equal(out.numpy()[1:], torch.nn.functional.leaky_relu(
+        torch.tensor(x[1:]), 0.2).numpy().astype(np.float32))
+    a = jt.array(x[1:])                      # second order: the gradient's gradient w.r.t. d is the mask
+    d = jt.array(np.ones((5, 5), np.float32))
+    (g,) = jt.grad((nn.leaky_relu(a, 0.2) * d).sum(), [a])
+    np.testing.assert_allclose(jt.grad((g * g).sum(), [d])[0].numpy(), 2 * np.where(x[1:] > 0, 1, 0.04), rtol=1e-6)
+
+
 def test_dropout_scales_kept_values_and_is_identity_in_eval():
     jt.seed(3)
     layer, x = nn.Dropout(0.25), jt.ones(100_000)

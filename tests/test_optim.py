@@ -254,3 +254,18 @@ def test_save_killed_mid_write_leaves_previous_file_intact(tmp_path):
         child.wait()
     assert path.read_bytes() == before
     assert np.array_equal(nn.load(path)["w"], np.arange(5.0))
+
+
+def test_adam_update_is_the_operators_bit_for_bit():
+    from jtmini.ops.elementwise import adam_update
+    rng = np.random.default_rng(3)
+    p, m = (jt.array(rng.standard_normal((5, 7)).astype(np.float32)) for _ in range(2))
+    v = jt.array(rng.random((7, 5)).astype(np.float32)).transpose()       # non-contiguous
+    args = (0.01 / (1 - 0.9 ** 3), (1 - 0.999 ** 3) ** 0.5, 1e-8)
+    fused = adam_update(p, m, v, *args)
+    assert fused.op == "adam_update"
+    plain = p - m / (v.sqrt() / args[1] + args[2]) * args[0]
+    np.testing.assert_array_equal(fused.numpy(), plain.numpy())
+    lr = jt.array(np.float32(0.01))                   # a Var step size: the operators, same value
+    np.testing.assert_allclose(adam_update(p, m, v, lr, *args[1:]).numpy(),
+                               (p - m / (v.sqrt() / args[1] + args[2]) * lr).numpy(), rtol=1e-6)

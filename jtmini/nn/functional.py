@@ -13,7 +13,8 @@ import numbers
 import numpy as np
 
 from .. import creation, dtypes
-from ..ops.elementwise import broadcast_shapes, where
+from ..ops.elementwise import bce_logits, broadcast_shapes, where
+from ..ops.elementwise import leaky_relu as _leaky_relu
 from ..ops.mathfns import softmax_over
 
 
@@ -24,7 +25,7 @@ def relu(x):
 
 def leaky_relu(x, scale=0.01):
     """x where x > 0, else ``scale * x`` (Jittor calls the slope ``scale``)."""
-    return where(x > 0, x, x * scale)
+    return _leaky_relu(creation.as_var(x), scale)
 
 
 def sigmoid(x):
@@ -441,6 +442,9 @@ def binary_cross_entropy_with_logits(output, target, weight=None, pos_weight=Non
     output, target = _loss_operands(output, target, who, same_shape=True)
     weight = _elementwise_weight(weight, output, who)
     pos_weight = _elementwise_weight(pos_weight, output, who, "pos_weight")
+    if pos_weight is None:
+        loss = bce_logits(output, target)
+        return _reduce(loss if weight is None else loss * weight, reduction)
     # each branch picks the side of x >= 0 where its formula stays finite, and x = 0 gets the
     # one-sided derivatives that add up to softplus's true slope there (-1/2)
     neg_abs = where(output >= 0, -output, output)

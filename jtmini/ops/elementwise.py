@@ -459,6 +459,78 @@ def axpby(alpha, x, beta, y):
                               _shared_const(x.shape, x.dtype, float(beta)), y])
 
 
+# --- leaky relu, as one node (the operators built three, and four for the gradient) ---------------
+# Inputs (x, slope): the slope is a shared const. x > 0 picks x, anything else (NaN too) x * slope.
+register(OpSpec("leaky_relu_grad", "elementwise", infer=lambda inputs, a: (inputs[0].shape, inputs[0].dtype),
+                c_expr="({1} > ({T})0 ? {0} : {0} * {2})",
+                grad=lambda dd, out, x, a: [Var.node("leaky_relu_grad", [dd, x[1], x[2]]), None, None]))
+register(OpSpec("leaky_relu", "elementwise", infer=_same, c_expr="({0} > ({T})0 ? {0} : {0} * {1})",
+                grad=lambda d, out, x, a: [Var.node("leaky_relu_grad", [d, x[0], x[1]]), None]))
+
+
+def leaky_relu(x, slope):
+    """``x`` where ``x > 0``, else ``slope * x``, for a float Var ``x`` and a number ``slope``.
+
+    >>> leaky_relu(jt.array([-2.0, 3.0]), 0.1).numpy()
+    array([-0.2,  3. ], dtype=float32)
+    """
+    if not (isinstance(x, Var) and dtypes.is_float(x.dtype) and isinstance(slope, numbers.Real)):
+        return where(x > 0, x, x * slope)
+    return Var.node("leaky_relu", [x, _shared_const(x.shape, x.dtype, float(slope))])
+
+
+# --- binary cross-entropy from logits, as one node -----------------------------------------------
+# (1 - t) x + softplus(-x), softplus(-x) = max(-x, 0) + log1p(exp(-|x|)): no exp overflows. The
+# operators built ~15 nodes a loss and ~20 for its gradient, whose closed form is sigmoid(x) - t.
+def _bce_logits_grad_grad(dd, out, x, a):
+    d, logits, t = x
+    s = logits.sigmoid()
+    return [dd * (s - t), dd * d * s * (1 - s), -dd * d]
+
+
+register(OpSpec("bce_logits_grad", "elementwise", infer=lambda inputs, a: (inputs[1].shape, inputs[1].dtype),
+                c_expr="({0} * (({T})1 / (({T})1 + std::exp(-{1})) - {2}))", grad=_bce_logits_grad_grad))
+register(OpSpec("bce_logits", "elementwise", infer=_same,
+                c_expr="((({T})1 - {1}) * {0} + ({0} >= ({T})0 ? ({T})0 : -{0}) + std::log1p(std::exp(-std::abs({0}))))",
+                grad=lambda d, out, x, a: [Var.node("bce_logits_grad", [d, x[0], x[1]]), -d * x[0]]))
+
+
+def bce_logits(x, t):
+    """Elementwise ``(1 - t) * x + log(1 + exp(-x))``, binary cross-entropy of the logits ``x``
+    against targets ``t`` (float Vars of one shape and dtype), stable for any ``x``; its gradient is
+    ``sigmoid(x) - t``.
+
+    >>> bce_logits(jt.array([100.0, -100.0]), jt.array([1.0, 1.0])).numpy()
+    array([  0., 100.], dtype=float32)
+    """
+    if not (x.shape == t.shape and x.dtype == t.dtype and dtypes.is_float(x.dtype)):
+        raise ValueError(f"bce_logits: logits and targets must be float Vars of one shape and dtype, "
+                         f"got {x.shape} {x.dtype} and {t.shape} {t.dtype}")
+    return Var.node("bce_logits", [x, t])
+
+
+# --- Adam's parameter update ---------------------------------------------------------------------
+# The operations and their order are those the operators built before (sqrt, /, +, /, *, -), so the
+# update is bit for bit the same; one node where they built six (and no gradient: an update is
+# never differentiated).
+register(OpSpec("adam_update", "elementwise", infer=lambda inputs, a: (inputs[0].shape, inputs[0].dtype),
+                c_expr="({0} - {1} / (std::sqrt({2}) / {3} + {4}) * {5})"))
+
+
+def adam_update(p, m, v, step_size, root_c2, eps):
+    """Adam's step ``p - m / (sqrt(v) / root_c2 + eps) * step_size`` for float Vars ``p``, ``m``,
+    ``v`` of one shape and dtype and numbers ``step_size``, ``root_c2`` (the square root of the
+    second moment's bias correction) and ``eps``.
+
+    >>> p_new = adam_update(p, m_new, v_new, lr / (1 - 0.9 ** t), (1 - 0.999 ** t) ** 0.5, 1e-8)
+    """
+    plain = all(isinstance(c, numbers.Real) for c in (step_size, root_c2, eps))    # not a Var lr
+    if not (plain and p.shape == m.shape == v.shape and p.dtype == m.dtype == v.dtype and dtypes.is_float(p.dtype)):
+        return p - m / (v.sqrt() / root_c2 + eps) * step_size
+    consts = [_shared_const(p.shape, p.dtype, float(c)) for c in (root_c2, eps, step_size)]
+    return Var.node("adam_update", [p, m, v, *consts])
+
+
 # --- a sum of many ------------------------------------------------------------------------------
 register(OpSpec("add_n", "elementwise", infer=_same,
                 c_expr=lambda in_dtypes, dtype, a: "(" + " + ".join(f"{{{k}}}" for k in range(len(in_dtypes))) + ")",

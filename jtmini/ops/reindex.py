@@ -351,6 +351,10 @@ def permute(x, *perm):
     elif len(perm) == 2 and x.ndim != 2:
         return transpose(x, *perm)
     perm = tuple(normalize_dim(p, x.ndim) for p in perm)
+    if x.op == "transpose" and x._data is None and not x._stop_grad:
+        # a transpose of a pending transpose is one of its input (a Linear's weight.T transposed
+        # back in its gradient is the weight): fewer nodes to build, walk and sign every step
+        x, perm = x.inputs[0], tuple(x.attrs["perm"][k] for k in perm)
     return x if perm == tuple(range(x.ndim)) else Var.node("transpose", [x], perm=perm)
 
 
