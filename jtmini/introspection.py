@@ -23,9 +23,9 @@ What the counts mean here, where a Var is both Jittor's Var and the op that make
   once, so after ``a = jt.array(1.0)`` Jittor says 1 op and jtmini 0.
 - ``lived_nodes``: ``lived_vars + lived_ops``, as Jittor's node count.
 
-A Var kept alive only by a reference cycle counts until the cycle is collected (``jt.clean()``
-collects). Each call walks every object Python's collector tracks: a few milliseconds in a
-training process, so call it between steps, not per op.
+Each call first collects garbage (a Var in an unreachable reference cycle, say of a dropped model
+and its optimizer, is not alive), then walks every object Python's collector tracks: some
+milliseconds in a training process, so call it between steps, not per op.
 """
 import collections
 import dataclasses
@@ -49,8 +49,11 @@ class Census:
 
 
 def census():
-    """Every lived Var (see the module doc) and which are held; one walk of the tracked objects."""
-    found = [o for o in gc.get_objects() if isinstance(o, Var)]
+    """Every lived Var (see the module doc) and which are held; one walk of the tracked objects,
+    after a collection (garbage in a reference cycle, such as a dropped model, is not alive)."""
+    gc.collect()
+    # type(), not isinstance: isinstance reads __class__, which some lazy proxies (torch's) warn on
+    found = [o for o in gc.get_objects() if issubclass(type(o), Var)]
     idle = {id(c) for c in elementwise.shared_constants() if not _has_live_consumer(c)}
     lived = [v for v in found if id(v) not in idle]
     del found
@@ -68,7 +71,13 @@ def census():
 
 
 def _has_live_consumer(v):
-    return any(ref() is not None for ref in v._consumers)
+    """Whether a live Var still reads ``v`` (a computed stop-grad Var forgets its inputs, and a
+    rebound one has others, while ``v`` keeps the weak reference to it)."""
+    for ref in v._consumers:
+        c = ref()
+        if c is not None and any(x is v for x in c.inputs):
+            return True
+    return False
 
 
 def _graph_edges(lived):
