@@ -8,6 +8,7 @@ import jtmini as jt
 from jtmini.ops import elementwise
 from jtmini.runtime.pointers import address
 from conftest import check_grad
+from mpi_launch import needs_mpirun, reports, run_mpi
 
 
 @pytest.fixture(autouse=True)
@@ -182,3 +183,21 @@ def test_nanostring_core_and_gc():
         jt.array([1], dtype=jt.NanoString("complex64"))
     assert jt.core is jt and jt.core.number_of_hold_vars() == jt.number_of_hold_vars()
     jt.gc()
+
+
+def test_mpi_test_outside_mpirun(capsys):
+    from jtmini.mpi import mpi_test       # jt.mpi itself is None outside mpirun, as in Jittor
+    out = mpi_test("")
+    assert out.dtype == "float32" and out.shape == [1] and out.item() == 123
+    assert "rank 0 out of 1 processors" in capsys.readouterr().out
+
+
+@needs_mpirun
+def test_mpi_test_under_mpirun():
+    code = ("import json, jtmini as jt; v = jt.compile_extern.mpi_ops.mpi_test('');"
+            "print(json.dumps({'rank': jt.rank, 'value': v.item()}))")
+    done, _ = run_mpi(2, ["-c", code], timeout=120)
+    by_rank = reports(done, 2)
+    assert [by_rank[r]["value"] for r in (0, 1)] == [123.0, 123.0]
+    for r in (0, 1):
+        assert f"rank {r} out of 2 processors" in done.stdout
