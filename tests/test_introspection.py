@@ -201,3 +201,39 @@ def test_mpi_test_under_mpirun():
     assert [by_rank[r]["value"] for r in (0, 1)] == [123.0, 123.0]
     for r in (0, 1):
         assert f"rank {r} out of 2 processors" in done.stdout
+
+
+def test_graph_check_passes_on_real_graphs_and_names_broken_nodes(rng):
+    import weakref
+    from jtmini.introspection import GraphError
+    a = jt.array(rng.standard_normal(3))
+    b = (a * 2).exp()
+    c = (b + a).sync()
+    w = jt.array(rng.standard_normal((3, 2)))
+    jt.grad((a.reshape(1, 3) @ w).sum(), [a, w])
+    jt.graph_check()
+    d = b.inputs[0]                       # the mul node
+    d.inputs = (c, d.inputs[1])           # a cycle c -> b -> d -> c, recorded at both ends
+    c._consumers.append(weakref.ref(d))
+    with pytest.raises(GraphError, match="a cycle"):
+        jt.graph_check()
+    d.inputs = (a, d.inputs[1])           # one end only: a does list d, the constant does too
+    e = a + 1
+    e.inputs = (jt.array(rng.standard_normal(3)), e.inputs[1])      # not told it has a reader
+    with pytest.raises(GraphError, match="does not list it as a reader"):
+        jt.graph_check()
+    e.inputs[0]._consumers.append(weakref.ref(e))
+    jt.graph_check()
+    f = jt.array(rng.standard_normal(4))
+    g = f * 2
+    h = jt.array(np.zeros((2, 4), np.float32))
+    g.inputs = (h, g.inputs[1])                      # g now reads a (2, 4) Var, built for (4,)
+    h._consumers.append(weakref.ref(g))
+    with pytest.raises(GraphError, match=r"op mul on its inputs gives float32\[2, 4\]"):
+        jt.graph_check()
+    g.inputs = (f, g.inputs[1])
+    x, y = jt.array(np.ones((2, 3))), jt.array(np.ones((3, 4)))
+    m = x @ y
+    m.inputs = (y, x)                     # (3, 4) @ (2, 3): no product at all; both ends agree
+    with pytest.raises(GraphError, match=r"op matmul rejects its inputs now: .*\(3, 4\).*\(2, 3\)"):
+        jt.graph_check()
