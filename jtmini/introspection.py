@@ -1,5 +1,6 @@
-"""Jittor's graph introspection: how many Vars and ops are alive, who holds them, and a dump of the
-graph, computed on demand from jtmini's real objects (nothing is counted when a Var is built).
+"""Jittor's graph introspection: how many Vars and ops are alive, who holds them, a dump of the
+graph and a consistency check of it (``graph_check``), computed on demand from jtmini's real
+objects (nothing is counted when a Var is built).
 
     >>> jt.liveness_info()
     {'hold_vars': 0, 'lived_vars': 0, 'lived_ops': 0, 'lived_nodes': 0}
@@ -43,7 +44,7 @@ class _Probe:
 
 @dataclasses.dataclass
 class Census:
-    """The lived Vars (by id order) and, per Var id, whether it is held from outside the graph."""
+    """The lived Vars (in id order) and the ids of those held from outside the graph."""
     lived: list
     held: set
 
