@@ -7,6 +7,7 @@
 # The public API, re-exported (hence the noqa: these names are used by jtmini's users, not here).
 import importlib as _importlib
 import pkgutil as _pkgutil
+import sys as _sys
 
 from . import creation, ops, state, world  # noqa: F401
 
@@ -19,8 +20,12 @@ from .autograd import enable_grad, grad, no_grad  # noqa: F401
 from .compiler import VERSION as __version__  # noqa: F401
 from .counters import reset_stats, stats  # noqa: F401
 from .executor import clean, fetch, sync, sync_all  # noqa: F401
+from .executor import clean as gc  # noqa: F401   Jittor's jt.gc(): free what nothing uses, now
 from .flags import flag_scope, flags  # noqa: F401
 from .interop import dirty_fix_pytorch_runtime_error  # noqa: F401
+from .introspection import (dump_all_graphs, graph_check, liveness_info, number_of_hold_vars,  # noqa: F401
+                            number_of_lived_ops, number_of_lived_vars)
+from .dtypes import NanoString  # noqa: F401
 from .log import LOG, log_capture_scope  # noqa: F401
 from .profiler import profile_scope  # noqa: F401
 from .state import clear_caches  # noqa: F401
@@ -51,6 +56,8 @@ def __getattr__(name):
         return _importlib.import_module(f"{__name__}.{name}")
     if name in ("linalg", "sparse"):      # LAPACK-backed matrix functions, sparse COO Vars
         return _importlib.import_module(f"{__name__}.{name}")
+    if name == "core":                  # Jittor's C++ core module; jtmini has no separate core
+        return _sys.modules[__name__]
     if name == "Module":
         from .nn import Module
         return Module

@@ -110,3 +110,13 @@ def scalar_dtype(value, other):
     if is_float(other):
         return other
     return "float64" if other in ("int64", "uint64") else DEFAULT_FLOAT     # as Jittor: by the int's width
+
+
+class NanoString(str):
+    """Jittor's ``jt.NanoString``: the small string type its dtypes and op names are. Here it is a
+    ``str`` (dtypes are strings in jtmini), so it goes wherever a dtype name does.
+
+        >>> jt.array([1, 2], dtype=jt.NanoString("float32")).dtype
+        'float32'
+    """
+    __slots__ = ()

@@ -13,6 +13,7 @@ Importing this module starts nothing: MPI is initialised by the first MPI call.
 import atexit
 import contextlib
 import functools
+import socket
 
 import numpy as np
 
@@ -62,6 +63,31 @@ def barrier():
     mpi_guard.fingerprints.record(_runtime.BARRIER)
     with mpi_guard.watch(f"barrier() on rank {world.rank}", collective=_runtime.next_collective()):
         comm.Barrier()
+
+
+def mpi_test(cmd=""):
+    """Jittor's ``mpi_ops.mpi_test(cmd)``: check that MPI answers, print
+    ``Hello world from processor <name>, rank <r> out of <n> processors`` and return a float32
+    Var holding 123. Under mpirun every rank all-reduces a 1 and the sum must be the world size
+    (a RuntimeError otherwise); outside it, this process is rank 0 of 1. ``cmd`` is ignored, as
+    in Jittor.
+
+        >>> jt.compile_extern.mpi_ops.mpi_test("").item()     # under mpirun
+        123.0
+    """
+    if world.in_mpi:
+        from mpi4py import MPI
+        _runtime.flush()          # lazy collectives created earlier go first, as in program order
+        comm = _runtime.comm()
+        name, rank, size = MPI.Get_processor_name(), comm.Get_rank(), comm.Get_size()
+        with mpi_guard.watch(f"mpi_test on rank {rank}"):
+            answered = comm.allreduce(1)
+        if answered != size:
+            raise RuntimeError(f"mpi_test: an all-reduce of 1 over {size} ranks gave {answered}")
+    else:
+        name, rank, size = socket.gethostname(), 0, 1
+    print(f"Hello world from processor {name}, rank {rank} out of {size} processors", flush=True)
+    return array(np.array([123], np.float32))
 
 
 def _check_peer(name, peer):

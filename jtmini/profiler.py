@@ -21,6 +21,7 @@ import json
 import os
 import threading
 import time
+import typing
 
 from . import world
 
@@ -31,7 +32,8 @@ active = None             # the _Recorder of the open scope, read by the executo
 class _Recorder:
     def __init__(self):
         self.start = time.perf_counter()
-        self.totals = collections.defaultdict(lambda: [0, 0.0])     # (name, kind) -> [calls, seconds]
+        # (name, kind) -> [calls, seconds, shortest, longest]
+        self.totals = collections.defaultdict(lambda: [0, 0.0, float("inf"), 0.0])
         self.events = []
         self.lock = threading.Lock()
 
@@ -40,19 +42,59 @@ class _Recorder:
         with self.lock:
             if in_steps:
                 total = self.totals[(name, kind)]
+                took = ended - began
                 total[0] += 1
-                total[1] += ended - began
+                total[1] += took
+                total[2] = min(total[2], took)
+                total[3] = max(total[3], took)
             self.events.append({"name": name, "cat": kind, "ph": "X", "pid": world.rank,
                                 "tid": threading.get_ident(), "ts": (began - self.start) * 1e6,
                                 "dur": (ended - began) * 1e6})
 
 
+class Row(typing.NamedTuple):
+    """One entry of a profile: a step's name and kind, how often it ran, and its times in seconds."""
+    name: str
+    kind: str
+    calls: int
+    seconds: float
+    shortest: float
+    longest: float
+
+
 class Report:
     """What a ``profile_scope`` measured: ``rows`` as ``(name, kind, calls, seconds)``, costliest
-    first; ``wall`` and ``host`` seconds (host: the wall time not spent in steps)."""
+    first; ``wall`` and ``host`` seconds (host: the wall time not spent in steps).
+
+    It is also Jittor's report, a list of rows of strings: ``report[0]`` is the header
+    ``["Name", "Kind", "Count", "TotalTime", "AvgTime", "MinTime", "MaxTime"]`` and each further
+    row one entry, times in nanoseconds as Jittor gives them; so ``len(report)`` is one more than
+    the number of distinct steps run. (Jittor's second column is the kernel's source file and its
+    rows go on with memory traffic, which jtmini does not measure; its kernel names are jit keys.)
+
+    >>> with jt.profile_scope(show=False) as rep:
+    ...     _ = (jt.ones(10) - 1).sync()
+    >>> len(rep), rep[1][0], float(rep[1][3]) > 0
+    (2, 'const const sub', True)
+    """
+    HEADER = ["Name", "Kind", "Count", "TotalTime", "AvgTime", "MinTime", "MaxTime"]
 
     def __init__(self):
-        self.rows, self.wall, self.host = [], 0.0, 0.0
+        self.rows, self.wall, self.host, self.entries = [], 0.0, 0.0, []
+
+    def _jittor_rows(self):
+        ns = _nanoseconds
+        return [self.HEADER] + [[e.name, e.kind, str(e.calls), ns(e.seconds), ns(e.seconds / e.calls),
+                                 ns(e.shortest), ns(e.longest)] for e in self.entries]
+
+    def __len__(self):
+        return 1 + len(self.entries)
+
+    def __getitem__(self, index):
+        return self._jittor_rows()[index]
+
+    def __iter__(self):
+        return iter(self._jittor_rows())
 
     def table(self):
         """The report as text, one line per entry."""
@@ -64,6 +106,10 @@ class Report:
                      f"{'host':<10} between steps: building graphs and gradients, planning, compiling")
         lines.append(f"{self.wall:9.4f} {'100.0%':>6} {'':7} {'':9}  {'wall':<10} the whole scope")
         return "\n".join(lines)
+
+
+def _nanoseconds(seconds):
+    return f"{seconds * 1e9:.0f}"
 
 
 def step_name(step):
@@ -101,8 +147,9 @@ def profile_scope(trace=None, show=True):
 
 
 def _fill(report, recorder, wall):
-    rows = [(name, kind, calls, seconds) for (name, kind), (calls, seconds) in recorder.totals.items()]
-    report.rows = sorted(rows, key=lambda row: -row[3])
+    entries = [Row(name, kind, *total) for (name, kind), total in recorder.totals.items()]
+    report.entries = sorted(entries, key=lambda e: -e.seconds)
+    rows = report.rows = [tuple(e[:4]) for e in report.entries]
     report.wall = wall
     report.host = max(0.0, wall - sum(row[3] for row in rows))
 

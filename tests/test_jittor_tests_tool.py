@@ -10,13 +10,14 @@ CORE = '''
 import unittest
 import jittor as jt
 from jittor import nn
+from jittor_utils import LOG
 
 def helper():
     return jt.array([1.0, 2.0]).sum().item()
 
 class TestCore(unittest.TestCase):
     def test_sum(self):
-        assert helper() == 3.0 and jt.__name__ == "jtmini" and nn.Linear
+        assert helper() == 3.0 and jt.__name__ == "jtmini" and nn.Linear and LOG is jt.LOG
 
     def test_fails(self):
         assert jt.array([1]).shape == [2]

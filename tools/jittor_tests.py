@@ -5,6 +5,8 @@ source release (``pip download --no-deps --no-binary :all: jittor==1.3.11.0`` an
 Each file runs as Jittor runs it, ``python -m unittest jittor.test.<name>``, in its own process,
 with ``jittor`` (and ``jittor.nn``, ...) resolved to jtmini and ``jittor.test.*`` to the folder,
 so relative imports between test files and the MPI tests' re-launch under mpirun both work.
+``jittor_utils`` (Jittor's utility package) is ``jtmini.log``: its ``LOG`` is what tests import;
+anything else from it fails to import, as jtmini has no counterpart.
 
     python tools/jittor_tests.py ~/jittor-1.3.11.0/python/jittor/test                # the user-facing set
     python tools/jittor_tests.py ~/jittor-1.3.11.0/python/jittor/test test_setitem  # some files
@@ -48,6 +50,8 @@ class JittorIsJtmini(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         if name.startswith("jittor.test."):
             file = os.path.join(TESTS, name.rsplit(".", 1)[1] + ".py")
             return importlib.util.spec_from_file_location(name, file) if os.path.exists(file) else None
+        if name == "jittor_utils":      # Jittor's utilities: of those, jtmini offers its LOG
+            return importlib.util.spec_from_loader(name, self)
         if name == "jittor" or name.startswith("jittor."):
             real = "jtmini" + name[len("jittor"):]
             try:
@@ -59,6 +63,8 @@ class JittorIsJtmini(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
     def create_module(self, spec):
         # jittor.test is a plain package; anything else is the jtmini module itself, not a copy
+        if spec.name == "jittor_utils":
+            return importlib.import_module("jtmini.log")
         return None if spec.name == "jittor.test" else importlib.import_module("jtmini" + spec.name[6:])
 
     def exec_module(self, module):

@@ -7,8 +7,9 @@ The barrier is a library op that hands its input's buffer through: library ops n
 scheduler computes the input as a buffer, and the barrier is a node like any other, so the plan
 and kernel caches tell a graph with it from one without.
 """
+from ..flags import flags
 from ..var import Var
-from .registry import OpSpec, export, register
+from .registry import FUNCTIONS, OpSpec, export, register
 
 register(OpSpec("fuse_barrier", "library", infer=lambda inputs, a: (inputs[0].shape, inputs[0].dtype),
                 run=lambda arrays, a, backend: arrays[0], grad=lambda d, out, x, a: [d]))
@@ -31,3 +32,26 @@ def stop_fuse(x):
 def is_stop_fuse(x):
     """Whether ``x.stop_fuse()`` was called (Jittor's ``Var.is_stop_fuse``)."""
     return x.op == "fuse_barrier"
+
+
+@export("out_hint", function=False)
+def out_hint(x):
+    """Jittor's ``Var.out_hint()``: keep ``x``'s value as a buffer for the backward instead of
+    recomputing it there. jtmini does that with ``stop_fuse`` (the backward's kernels then read the
+    buffer); under ``jt.no_grad()`` there is no backward, so nothing changes. Returns ``x``.
+
+    >>> mask = (a > 0).out_hint()
+    """
+    return x if flags.no_grad else stop_fuse(x)
+
+
+@export("ternary_out_hint", method=False)
+def ternary_out_hint(cond, x, y):
+    """Jittor's ``jt.ternary_out_hint(cond, x, y)``: ``jt.ternary(cond, x, y)`` with ``cond`` kept
+    as a buffer for the backward (``out_hint``), as a ReLU written with it wants its mask kept.
+
+    >>> y = jt.ternary_out_hint(x > 0, x, 0.0)
+    """
+    if isinstance(cond, Var):
+        out_hint(cond)
+    return FUNCTIONS["ternary"](cond, x, y)

@@ -291,6 +291,11 @@ _SHARED_CONSTS_MAX = 4096         # a value changing every step (a learning-rate
 _shared_consts = {}
 
 
+def shared_constants():
+    """The cached shared constants (for ``jt.liveness_info``, which leaves the idle ones out)."""
+    return list(_shared_consts.values())
+
+
 def _shared_const(shape, dtype, value):
     key = (shape, dtype, value.hex() if type(value) is float else value)   # hex: -0.0 is not 0.0
     const = _shared_consts.get(key)
