@@ -25,6 +25,7 @@ from .autograd import Function as Function
 from .autograd import enable_grad as enable_grad
 from .autograd import no_grad as no_grad
 from .creation import DType as _DType
+from .dtypes import NanoString as NanoString
 from .flags import Flags as _Flags
 from .log import _Log as __Log
 from .nn.module import Module as Module
@@ -219,6 +220,8 @@ class Var:
         """The value as a zero-copy numpy array; writes through it change this Var, as in Jittor"""
     @data.setter
     def data(self, value: Any) -> None: ...
+    def debug_msg(self) -> Any:
+        """Jittor's ``Var.debug_msg()``: this Var's line of ``jt.dump_all_graphs()`` (``node_info``)."""
     def detach(self) -> Var:
         """A new Var with the same value and no gradient history."""
     def diag(self, diagonal: Any = ...) -> Var:
@@ -261,7 +264,7 @@ class Var:
     def floordiv(self, b: Any) -> Var:
         """Elementwise floordiv with numpy broadcasting."""
     def full_like(self, value: Any, dtype: Any = ...) -> Var: ...
-    def fuse_transpose(self, *perm: Any) -> Var:
+    def fuse_transpose(self, *perm: Any) -> Any:
         """Dims reordered: output dim k is input dim ``perm[k]``; no argument reverses the dims (two"""
     def gather(self, dim: Any, index: Any) -> Var:
         """PyTorch's gather: ``out[i][j][k] = x[index[i][j][k]][j][k]`` for ``dim=0``; ``index`` has"""
@@ -392,9 +395,13 @@ class Var:
     def ones_like(self, dtype: Any = ...) -> Var: ...
     def opt_grad(self, optimizer: Any) -> Any:
         """This parameter's gradient in ``optimizer``'s step, between ``optimizer.backward(loss)``"""
+    def out_hint(self) -> Var:
+        """Jittor's ``Var.out_hint()``: keep ``x``'s value as a buffer for the backward instead of"""
     def pad(self, padding: Any, mode: Any = ..., value: Any = ...) -> Var:
         """Pad with ``value``. ``padding`` as in PyTorch: (left, right) pairs starting from the LAST"""
-    def permute(self, *perm: Any) -> Var:
+    def peek(self) -> Any:
+        """Jittor's ``Var.peek()``: dtype and shape as text, without computing anything."""
+    def permute(self, *perm: Any) -> Any:
         """Dims reordered: output dim k is input dim ``perm[k]``; no argument reverses the dims (two"""
     def pow(self, b: Any) -> Var:
         """Elementwise pow with numpy broadcasting."""
@@ -496,7 +503,7 @@ class Var:
     def sum(self, dims: Any = ..., keepdims: Any = ..., *, dim: Any = ..., axis: Any = ..., keepdim: Any = ...) -> Var: ...
     def sync(self, device_sync: Any = ..., weak_sync: Any = ...) -> Var:
         """Compute this Var now (if it is not already); returns self. As in Jittor's"""
-    def t(self) -> Var:
+    def t(self) -> Any:
         """The transpose of a matrix; 0-d and 1-D Vars come back as they are, and for more dims the"""
     def tan(self) -> Var:
         """Elementwise tan."""
@@ -506,7 +513,7 @@ class Var:
         """Jittor's name for ``where(cond, x, y)``: ``x`` where ``cond`` is true, else ``y``."""
     def topk(self, k: Any, dim: Any = ..., largest: Any = ..., sorted: Any = ...) -> Any:
         """``(values, indices)`` of the ``k`` largest (``largest=False``: smallest) entries along"""
-    def transpose(self, *dims: Any) -> Var:
+    def transpose(self, *dims: Any) -> Any:
         """``transpose(x, a, b)`` swaps dims a and b, also for a 2-D Var (as in PyTorch and Jittor);"""
     def trigamma(self) -> Var:
         """The derivative of digamma (PyTorch's ``polygamma(1, x)``), elementwise: +inf at the poles."""
@@ -717,6 +724,9 @@ def div(a: Any, b: Any) -> Var:
 def divide(a: Any, b: Any) -> Var:
     """Elementwise div with numpy broadcasting."""
 
+def dump_all_graphs() -> Any:
+    """Every lived Var and op as text, with the edges between them (see ``DumpGraphs``)."""
+
 def einsum(equation: Any, *operands: Any) -> Any:
     """Einstein summation over Vars (``'...'`` and repeated letters within a term are refused):"""
 
@@ -773,11 +783,14 @@ def full(shape: Any, value: Any, dtype: Any = ...) -> Var:
 
 def full_like(x: Any, value: Any, dtype: Any = ...) -> Var: ...
 
-def fuse_transpose(x: Any, *perm: Any) -> Var:
+def fuse_transpose(x: Any, *perm: Any) -> Any:
     """Dims reordered: output dim k is input dim ``perm[k]``; no argument reverses the dims (two"""
 
 def gather(x: Any, dim: Any, index: Any) -> Var:
     """PyTorch's gather: ``out[i][j][k] = x[index[i][j][k]][j][k]`` for ``dim=0``; ``index`` has"""
+
+def gc() -> None:
+    """Jittor's ``jt.clean()``: free what nothing uses any more, now. A full garbage collection"""
 
 def gelu(x: Any) -> Var:
     """Elementwise gelu."""
@@ -790,6 +803,9 @@ def getitem(x: Any, index: Any) -> Var:
 
 def grad(loss: Any, targets: Any, retain_graph: Any = ...) -> Any:
     """d(sum of loss)/d(target) for each target: a list for a list, one Var for one Var. Targets"""
+
+def graph_check() -> None:
+    """Jittor's ``jt.graph_check()``: check that jtmini's graph is consistent, raising"""
 
 def greater(a: Any, b: Any) -> Var:
     """Elementwise greater with numpy broadcasting."""
@@ -841,6 +857,9 @@ def lgamma(x: Any) -> Var:
 
 def linspace(start: Any, end: Any, steps: Any, dtype: Any = ...) -> Var:
     """``steps`` evenly spaced numbers from ``start`` to ``end``, both included."""
+
+def liveness_info() -> Any:
+    """Jittor's ``jt.liveness_info()``: a dict of ``hold_vars``, ``lived_vars``, ``lived_ops`` and"""
 
 def load(path: Any) -> Any:
     """The object saved at ``path`` (Vars come back as numpy arrays). A file whose pickle asks to"""
@@ -951,6 +970,15 @@ def normalize(x: Any, p: Any = ..., dim: Any = ..., eps: Any = ...) -> Any:
 def not_equal(a: Any, b: Any) -> Var:
     """Elementwise not_equal with numpy broadcasting."""
 
+def number_of_hold_vars() -> Any:
+    """How many live Vars are referenced from outside jtmini's graph (names, lists, modules)."""
+
+def number_of_lived_ops() -> Any:
+    """How many live Vars still record their op (not computed yet, or kept for a gradient)."""
+
+def number_of_lived_vars() -> Any:
+    """How many Vars are alive (see the module doc for what counts)."""
+
 def ones(*shape: Any, dtype: Any = ...) -> Var:
     """Ones of ``shape``, given as dims or as one tuple; Jittor's ``jt.ones(shape, dtype)`` works too."""
 
@@ -962,7 +990,7 @@ def pad(x: Any, padding: Any, mode: Any = ..., value: Any = ...) -> Var:
 def pending_roots() -> Any:
     """Unrealized Vars that no live Var consumes: realizing these computes everything pending."""
 
-def permute(x: Any, *perm: Any) -> Var:
+def permute(x: Any, *perm: Any) -> Any:
     """Dims reordered: output dim k is input dim ``perm[k]``; no argument reverses the dims (two"""
 
 def pow(a: Any, b: Any) -> Var:
@@ -1139,7 +1167,7 @@ def sync(vars_: Any) -> None:
 def sync_all(device_sync: Any = ...) -> None:
     """Compute every Var that is still pending; with ``device_sync`` (Jittor's"""
 
-def t(x: Any) -> Var:
+def t(x: Any) -> Any:
     """The transpose of a matrix; 0-d and 1-D Vars come back as they are, and for more dims the"""
 
 def tan(x: Any) -> Var:
@@ -1154,10 +1182,13 @@ def tensordot(a: Any, b: Any, dims: Any = ...) -> Var:
 def ternary(cond: Any, x: Any, y: Any) -> Any:
     """Jittor's name for ``where(cond, x, y)``: ``x`` where ``cond`` is true, else ``y``."""
 
+def ternary_out_hint(cond: Any, x: Any, y: Any) -> Any:
+    """Jittor's ``jt.ternary_out_hint(cond, x, y)``: ``jt.ternary(cond, x, y)`` with ``cond`` kept"""
+
 def topk(x: Any, k: Any, dim: Any = ..., largest: Any = ..., sorted: Any = ...) -> Any:
     """``(values, indices)`` of the ``k`` largest (``largest=False``: smallest) entries along"""
 
-def transpose(x: Any, *dims: Any) -> Var:
+def transpose(x: Any, *dims: Any) -> Any:
     """``transpose(x, a, b)`` swaps dims a and b, also for a 2-D Var (as in PyTorch and Jittor);"""
 
 def trigamma(x: Any) -> Var:
