@@ -14,9 +14,11 @@ their tensor: GCC had not proven them all (ResNet's dense 2x2 convolution spread
 faster without them). Flat elementwise kernels gain nothing from that and stay shape-generic.
 ``generate`` memoises on the signature plus, when compiled in, the dims.
 """
+import collections
 import functools
 import math
 import numbers
+import re
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -461,17 +463,24 @@ class _Builder:
         if self.dialect in _DIALECT_CONTEXT:
             context.update(_DIALECT_CONTEXT[self.dialect](self.kind, self.nodes[-1], context,
                                                 len(self.symbols) + len(int_consts) + len(args), len(float_consts)))
-        template = "reduce" if self.kind == "argreduce" else self.kind
-        source = _env.get_template(_template_path(self.dialect, template)).render(
-            title=" ".join(op for op, *_ in self.nodes), buffers=buffers, symbols=self.symbol_values(),
-            consts=consts, pinned=self.pinned, body=self.lines, grain=GRAIN, out_ctype=dtypes.C_TYPES[out_dtype],
-            conditional_reads=self.conditional_reads, **context)
+        template = _env.get_template(_template_path(self.dialect, "reduce" if self.kind == "argreduce" else self.kind))
+
+        def render(symbols):
+            return template.render(
+                title=" ".join(op for op, *_ in self.nodes), buffers=buffers, symbols=symbols,
+                consts=consts, pinned=self.pinned, body=self.lines, grain=GRAIN, out_ctype=dtypes.C_TYPES[out_dtype],
+                conditional_reads=self.conditional_reads, **context)
+        source = render(self.symbol_values())
+        if self.dims_in_source is not None:
+            source = render(self.symbol_values(_unused(self.symbols, source)))
         return KernelCode(source, tuple(int_consts), tuple(float_consts), arg_nodes)
 
-    def symbol_values(self):
-        """``(name, value)`` per dim symbol: the dim as a C literal, or None to read ``ip``."""
+    def symbol_values(self, unused=()):
+        """``(name, value)`` per dim symbol: the dim as a C literal, or None to read ``ip``. The
+        ``unused`` ones are read from ``ip``: a dim the code never uses (the length of the sequence
+        an RNN step slices a row from) then leaves the source, and the kernel, the same."""
         values = self.dims_in_source or [None] * len(self.symbols)
-        return [(name, None if v is None else str(v)) for name, v in zip(self.symbols, values)]
+        return [(name, None if v is None or name in unused else str(v)) for name, v in zip(self.symbols, values)]
 
     def dim(self, symbol):
         """A dim symbol as an Expr: its value when compiled in, so index math folds and divides
@@ -629,6 +638,12 @@ class _Builder:
                 "out_index": out_index, "accumulate": step.format("dst[o]", value),
                 "merge": step.format("out[k]", "parts[(t - 1) * n_out + k]"),
                 "split": "false" if red == "replace" else "true"}
+
+
+def _unused(names, source):
+    """The ``names`` that ``source`` mentions only once: in their declaration."""
+    counts = collections.Counter(re.findall(r"\b[A-Za-z_]\w*\b", source))
+    return {name for name in names if counts[name] <= 1}
 
 
 PARALLEL_CHUNKS = 64     # outer iterations a map loop nest should offer its threads
