@@ -3,9 +3,12 @@ the Jinja templates in ``templates/<dialect>`` lay out signature and loops (``co
 what the CUDA templates need on top).
 
 A source depends on structure (ops, dtypes, ranks, wiring) and never on constant values, which
-arrive in ``ip``/``fp`` at run time, so a new learning rate reuses the compiled kernel. Dims arrive
-in ``ip`` too, but a kernel with index math (broadcasts, transposes, windows: anything but one flat
-loop) has them compiled in while ``flags.specialize_shapes`` is on: with constant trip counts and
+arrive in ``ip``/``fp`` at run time, so a new learning rate reuses the compiled kernel; nor on
+offsets (a slice's starts, a pad's widths: ``OpSpec.runtime_ints``), which arrive in ``ip`` too, so
+an RNN's time steps or a split's pieces share one kernel; such an offset's range, known from the
+dims, still proves its reads in range. Dims arrive in ``ip`` too, but a kernel with index math
+(broadcasts, transposes, windows: anything but one flat loop) has those it uses compiled in while
+``flags.specialize_shapes`` is on: with constant trip counts and
 divisors the compiler unrolls the short window loops, proves bounds checks away and turns ``/`` and
 ``%`` into multiplies, which made ResNet-18's kernels 1.6x faster in all; and loops that walk
 memory as one are merged (``_Builder.coalesce``). With the dims known, codegen also works out each
