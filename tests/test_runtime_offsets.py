@@ -198,3 +198,20 @@ def test_rnn_at_a_new_sequence_length_builds_few_kernels(cls, rng):
     jt.reset_stats()
     step(7)
     assert _builds() <= max(12, first // 4), (first, _builds())
+
+
+def test_without_shape_specialisation_offsets_are_arguments_too(rng):
+    """Dims and starts both from ``ip``: one kernel for windows of one rank at any place."""
+    x_np = rng.standard_normal((12, 30))
+    with jt.flag_scope(specialize_shapes=False):
+        _fresh()
+        for start in range(0, 20, 2):
+            x = jt.array(x_np)
+            y = x[start % 5:start % 5 + 4, start:start + 9:3] * 2 - 1
+            np.testing.assert_allclose(y.numpy(), x_np[start % 5:start % 5 + 4, start:start + 9:3] * 2 - 1)
+            placed = jt.array(x_np)
+            placed[2, start:start + 5] = 0.0
+            expected = x_np.copy()
+            expected[2, start:start + 5] = 0.0
+            np.testing.assert_array_equal(placed.numpy(), expected)
+        assert _builds() <= 4
