@@ -3,9 +3,12 @@ the Jinja templates in ``templates/<dialect>`` lay out signature and loops (``co
 what the CUDA templates need on top).
 
 A source depends on structure (ops, dtypes, ranks, wiring) and never on constant values, which
-arrive in ``ip``/``fp`` at run time, so a new learning rate reuses the compiled kernel. Dims arrive
-in ``ip`` too, but a kernel with index math (broadcasts, transposes, windows: anything but one flat
-loop) has them compiled in while ``flags.specialize_shapes`` is on: with constant trip counts and
+arrive in ``ip``/``fp`` at run time, so a new learning rate reuses the compiled kernel; nor on
+offsets (a slice's starts, a pad's widths: ``OpSpec.runtime_ints``), which arrive in ``ip`` too, so
+an RNN's time steps or a split's pieces share one kernel; such an offset's range, known from the
+dims, still proves its reads in range. Dims arrive in ``ip`` too, but a kernel with index math
+(broadcasts, transposes, windows: anything but one flat loop) has those it uses compiled in while
+``flags.specialize_shapes`` is on: with constant trip counts and
 divisors the compiler unrolls the short window loops, proves bounds checks away and turns ``/`` and
 ``%`` into multiplies, which made ResNet-18's kernels 1.6x faster in all; and loops that walk
 memory as one are merged (``_Builder.coalesce``). With the dims known, codegen also works out each
@@ -14,9 +17,11 @@ their tensor: GCC had not proven them all (ResNet's dense 2x2 convolution spread
 faster without them). Flat elementwise kernels gain nothing from that and stay shape-generic.
 ``generate`` memoises on the signature plus, when compiled in, the dims.
 """
+import collections
 import functools
 import math
 import numbers
+import re
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -25,9 +30,9 @@ import numpy as np
 
 from . import codegen_cuda, dtypes, numpy_views
 from .flags import flags
-from .ops.registry import OPS
+from .ops.registry import OPS, runtime_ints
 from .state import register_cache
-from .symbolic import clamp, num, sym
+from .symbolic import as_expr, clamp, num, sym
 
 GRAIN = 16384          # below this many iterations a kernel runs on one thread
 _env = jinja2.Environment(loader=jinja2.PackageLoader("jtmini", "templates"), undefined=jinja2.StrictUndefined,
@@ -54,6 +59,12 @@ def _template_path(dialect, name):
     return found[0]
 
 
+def _node_ints(kernel, arg_nodes):
+    """The runtime integer arguments (``OpSpec.runtime_ints``) of ``kernel``'s nodes at
+    ``arg_nodes``, in order: a slice's starts, a pad's widths."""
+    return [v for k in arg_nodes for v in runtime_ints(kernel.nodes[k].op, kernel.nodes[k].attrs)]
+
+
 @dataclass(frozen=True)
 class KernelCode:
     """Generated source plus how to fill its arguments: ``consts`` lists, per const node position,
@@ -61,13 +72,16 @@ class KernelCode:
     source: str
     int_consts: tuple     # node positions whose value is appended to ip (after all dims)
     float_consts: tuple   # node positions whose value goes to fp
+    arg_nodes: tuple = ()  # node positions whose runtime ints follow the integer constants in ip
 
     def arguments(self, kernel):
-        """``(ints, floats)`` for a launch of ``kernel``: every dim of its inputs and nodes, then
-        the integer constants (``ip``, an int64 array); the float constants (``fp``)."""
+        """``(ints, floats)`` for a launch of ``kernel``: every dim of its inputs and nodes, the
+        integer constants, then the nodes' runtime integers (``ip``, an int64 array); the float
+        constants (``fp``)."""
         ints = launch_dims(kernel)
-        if self.int_consts:
-            ints = np.concatenate([ints, [int(kernel.nodes[k].attrs["value"]) for k in self.int_consts]])
+        if self.int_consts or self.arg_nodes:
+            ints = np.concatenate([ints, [int(kernel.nodes[k].attrs["value"]) for k in self.int_consts],
+                                   _node_ints(kernel, self.arg_nodes)]).astype(np.int64)
         floats = [float(kernel.nodes[k].attrs["value"]) for k in self.float_consts]
         return ints, floats
 
@@ -77,11 +91,14 @@ class CopyCode:
     """A kernel that only moves the elements of one buffer (reshape, transpose, slice and
     broadcast_to): one strided walk, compiled in whole. Generic index code would divide by
     runtime dims per element: a (100, 64, 196) -> (64, 19600) transpose took 6 ms that way, 0.2 ms
-    as a walk; and with its dims known, a slice's short inner loops unroll (5x faster)."""
+    as a walk; and with its dims known, a slice's short inner loops unroll (5x faster). The offset
+    of the first element read is computed from the nodes' runtime integers (``ip``): slices at
+    other starts share the kernel."""
     source: str
+    arg_nodes: tuple      # node positions whose runtime ints are passed, in order
 
     def arguments(self, kernel):
-        return [], []
+        return _node_ints(kernel, self.arg_nodes), []
 
 
 def _copy_walk(kernel):
@@ -95,20 +112,26 @@ def _copy_walk(kernel):
         if not v.inputs or v.inputs[0] is not source:
             return None
         source = v
-    return numpy_views.copy_walk(kernel.inputs[0].shape, [(v.op, v.attrs, v.shape) for v in kernel.nodes])
+    return numpy_views.copy_walk(kernel.inputs[0].shape, [(v.op, v.attrs, v.shape) for v in kernel.nodes],
+                                 symbolic=True)
 
 
-def _copy_code(ctype, dims, strides, offset):
-    key = ("copy", ctype, dims, strides, offset)
+def _copy_code(kernel, dims, strides, offset):
+    """The CopyCode of a walk whose ``offset`` is an Expr over ``a<n>_<k>``: the k-th runtime
+    integer of node n, read from ``ip``."""
+    counts = tuple(len(runtime_ints(v.op, v.attrs)) for v in kernel.nodes)
+    ctype = dtypes.C_TYPES[kernel.root.dtype]
+    key = ("copy", ctype, dims, strides, as_expr(offset), counts)
     code = _memo.get(key)
     if code is None:
         rank = len(dims)
         outer = [f"d{k}" for k in range(rank - 1)]
+        names = [f"a{n}_{k}" for n, count in enumerate(counts) for k in range(count)]
         source = _env.get_template("cpu/copy.cc.j2").render(
-            title=f"{ctype} copy", ctype=ctype, rank=rank, dims=dims, strides=strides, offset=offset,
-            outer=outer, grain=GRAIN,
+            title=f"{ctype} copy", ctype=ctype, rank=rank, dims=dims, strides=strides,
+            offset=as_expr(offset).render(), args=names, outer=outer, grain=GRAIN,
             row_major=_row_major([sym(f"i{k}") for k in range(rank - 1)], outer).render())
-        code = _memo[key] = CopyCode(source)
+        code = _memo[key] = CopyCode(source, tuple(n for n, count in enumerate(counts) if count))
     return code
 
 
@@ -199,7 +222,7 @@ def generate(kernel, dialect="cpu"):
     moves elements gets a CopyCode instead when dims are compiled in."""
     walk = _copy_walk(kernel) if dialect == "cpu" and flags.specialize_shapes and not kernel.outputs else None
     if walk is not None:
-        return _copy_code(dtypes.C_TYPES[kernel.root.dtype], *walk)
+        return _copy_code(kernel, *walk)
     sig = signature(kernel)
     dims = kernel_dims(kernel) if flags.specialize_shapes and not is_flat(sig) else None
     key = (dialect, sig, dims)
@@ -246,6 +269,7 @@ class _Builder:
         self.ranges = {name: (v, v) for name, v in zip(self.symbols, dims or ()) if v is not None}
         self.in_range = set()           # index names proven inside their dim: no check, no clamp
         self.index_defs = {}            # index name -> its Expr over loop indices and dims
+        self.arg_names = set()          # the runtime integer arguments an index map used
         self.accesses = []              # the offset Expr of every buffer read
 
     def dims(self, ref):
@@ -311,7 +335,7 @@ class _Builder:
         spec = OPS[op]
         src_dims = self.dims(inputs[0])
         imap = spec.index(dict(attrs), len(src_dims), ndim)
-        subst = self.substituter(idx, src_dims, self.dims(Ref("t", k)), inputs[1:])
+        subst = self.substituter(idx, src_dims, self.dims(Ref("t", k)), inputs[1:], k)
         names, conds = self.indices(imap, subst, src_dims, imap.checked)
         return names, conds, imap
 
@@ -361,12 +385,14 @@ class _Builder:
         self.conditional_reads = True
         return self.let(ctype, f"({' && '.join(conds)}) ? {inner} : {c_literal(imap.overflow_value, ctype)}")
 
-    def substituter(self, idx, xdims, ydims, extras):
-        """A function taking an index-map Expr to this kernel's: ``i<k>`` becomes ``idx[k]``, the
-        dims their symbols, and an extra input's read the name of its value."""
+    def substituter(self, idx, xdims, ydims, extras, node):
+        """A function taking node ``node``'s index-map Expr to this kernel's: ``i<k>`` becomes
+        ``idx[k]``, the dims their symbols, ``arg<j>`` its runtime integer (``node_args``), and an
+        extra input's read the name of its value."""
         table = {f"i{k}": e for k, e in enumerate(idx)}
         table.update({f"xshape{k}": self.dim(d) for k, d in enumerate(xdims)})
         table.update({f"yshape{k}": self.dim(d) for k, d in enumerate(ydims)})
+        table.update(self.node_args(node, xdims, ydims))
 
         def leaf(e):
             if e.op == "read":
@@ -381,6 +407,44 @@ class _Builder:
         def subst(expr):
             return expr.replace(leaf)
         return subst
+
+    def arg_ranges(self, k, xdims=None, ydims=None):
+        """Per runtime integer of node ``k`` (``OpSpec.int_ranges``), its inclusive range given
+        the dims compiled in (``xdims``/``ydims``: its input's and its own dim symbols), or None."""
+        op, attrs, _, ndim, inputs = self.nodes[k]
+        spec = OPS[op]
+        if spec.int_ranges is None:
+            return ()
+        xdims = xdims or self.dims(inputs[0])
+        ydims = ydims or self.dims(Ref("t", k))
+        return spec.int_ranges(dict(attrs), [self.known(d) for d in xdims], [self.known(d) for d in ydims])
+
+    def node_args(self, k, xdims, ydims):
+        """``{"arg<j>": Expr}`` for node ``k``: the symbol ``t<k>_a<j>`` read from ``ip``, its range
+        recorded; or the one value its range allows (a full-width slice starts at 0), compiled in."""
+        table = {}
+        for j, span in enumerate(self.arg_ranges(k, xdims, ydims)):
+            if span is not None and span[0] == span[1]:
+                table[f"arg{j}"] = num(span[0])
+                continue
+            name = f"t{k}_a{j}"
+            self.arg_names.add(name)
+            if span is not None:
+                self.ranges[name] = span
+            table[f"arg{j}"] = sym(name)
+        return table
+
+    def arg_consts(self, first):
+        """``(node positions, declarations)`` of every node's runtime integers, read from
+        ``ip[first]`` on, as a launch passes them (``KernelCode.arguments``)."""
+        nodes, decls = [], []
+        for k in range(len(self.nodes)):
+            count = len(self.arg_ranges(k))
+            if count:
+                nodes.append(k)
+            decls += [{"name": f"t{k}_a{j}", "ctype": "int64_t", "source": f"ip[{first + len(decls) + j}]"}
+                      for j in range(count)]
+        return tuple(nodes), decls
 
     # --- kernels ---------------------------------------------------------------------------------
     def build(self):
@@ -397,20 +461,29 @@ class _Builder:
                 source = f"fp[{len(pool)}]" if pool is float_consts else f"ip[{len(self.symbols)} + {len(pool)}]"
                 pool.append(k)
                 consts.append({"name": f"c{k}", "ctype": dtypes.C_TYPES[dtype], "source": source})
+        arg_nodes, args = self.arg_consts(len(self.symbols) + len(int_consts))
+        consts += args
         if self.dialect in _DIALECT_CONTEXT:
             context.update(_DIALECT_CONTEXT[self.dialect](self.kind, self.nodes[-1], context,
-                                                len(self.symbols) + len(int_consts), len(float_consts)))
-        template = "reduce" if self.kind == "argreduce" else self.kind
-        source = _env.get_template(_template_path(self.dialect, template)).render(
-            title=" ".join(op for op, *_ in self.nodes), buffers=buffers, symbols=self.symbol_values(),
-            consts=consts, pinned=self.pinned, body=self.lines, grain=GRAIN, out_ctype=dtypes.C_TYPES[out_dtype],
-            conditional_reads=self.conditional_reads, **context)
-        return KernelCode(source, tuple(int_consts), tuple(float_consts))
+                                                len(self.symbols) + len(int_consts) + len(args), len(float_consts)))
+        template = _env.get_template(_template_path(self.dialect, "reduce" if self.kind == "argreduce" else self.kind))
 
-    def symbol_values(self):
-        """``(name, value)`` per dim symbol: the dim as a C literal, or None to read ``ip``."""
+        def render(symbols):
+            return template.render(
+                title=" ".join(op for op, *_ in self.nodes), buffers=buffers, symbols=symbols,
+                consts=consts, pinned=self.pinned, body=self.lines, grain=GRAIN, out_ctype=dtypes.C_TYPES[out_dtype],
+                conditional_reads=self.conditional_reads, **context)
+        source = render(self.symbol_values())
+        if self.dims_in_source is not None:
+            source = render(self.symbol_values(_unused(self.symbols, source)))
+        return KernelCode(source, tuple(int_consts), tuple(float_consts), arg_nodes)
+
+    def symbol_values(self, unused=()):
+        """``(name, value)`` per dim symbol: the dim as a C literal, or None to read ``ip``. The
+        ``unused`` ones are read from ``ip``: a dim the code never uses (the length of the sequence
+        an RNN step slices a row from) then leaves the source, and the kernel, the same."""
         values = self.dims_in_source or [None] * len(self.symbols)
-        return [(name, None if v is None else str(v)) for name, v in zip(self.symbols, values)]
+        return [(name, None if v is None or name in unused else str(v)) for name, v in zip(self.symbols, values)]
 
     def dim(self, symbol):
         """A dim symbol as an Expr: its value when compiled in, so index math folds and divides
@@ -483,6 +556,7 @@ class _Builder:
         # the strides along loop_vars do not depend on the other loops' indices: those are 0
         env = {f"i{k}": 0 for k in range(max(node.ndim for node in self.nodes) + 1)}
         env.update(zip(self.symbols, self.dims_in_source))
+        env.update((name, 0) for name in self.arg_names)      # offsets shift, strides do not
         strides = []
         for offset in self.accesses + list(offsets):
             form = offset.replace(self.expand).linear(loop_vars, env)
@@ -553,7 +627,7 @@ class _Builder:
         value = self.value(inputs[0], idx)
         out_dims = self.dims(root)
         imap = OPS[op].index(attrs, len(src_dims), ndim)
-        subst = self.substituter(idx, src_dims, out_dims, inputs[1:])
+        subst = self.substituter(idx, src_dims, out_dims, inputs[1:], k)
         names, conds = self.indices(imap, subst, out_dims)     # a scatter always drops strays
         out_index = _row_major(names, out_dims).render()
         ctype = dtypes.C_TYPES[dtype]
@@ -567,6 +641,12 @@ class _Builder:
                 "out_index": out_index, "accumulate": step.format("dst[o]", value),
                 "merge": step.format("out[k]", "parts[(t - 1) * n_out + k]"),
                 "split": "false" if red == "replace" else "true"}
+
+
+def _unused(names, source):
+    """The ``names`` that ``source`` mentions only once: in their declaration."""
+    counts = collections.Counter(re.findall(r"\b[A-Za-z_]\w*\b", source))
+    return {name for name in names if counts[name] <= 1}
 
 
 PARALLEL_CHUNKS = 64     # outer iterations a map loop nest should offer its threads

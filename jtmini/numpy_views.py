@@ -23,7 +23,8 @@ Strides here count elements, not bytes; buffers are C-contiguous.
 """
 import numpy as np
 
-from .ops.registry import OPS
+from .ops.registry import OPS, runtime_ints
+from .symbolic import sym
 
 
 def contiguous_strides(shape):
@@ -58,36 +59,47 @@ def view(array, op, attrs, out_shape):
     return np.lib.stride_tricks.as_strided(first, out_shape, strides, writeable=False)
 
 
-def affine_map(op, attrs, in_shape, out_shape):
+def affine_map(op, attrs, in_shape, out_shape, args=None):
     """Per input dim, ``(coefficients along each output index, constant)`` of the index map of
-    ``op``; None when it is not affine or not a plain view (checked, conditional)."""
-    imap = OPS[op].index(attrs, len(in_shape), len(out_shape))
+    ``op``; None when it is not affine or not a plain view (checked, conditional). The constants
+    hold the node's runtime integer arguments (a slice's starts): their values, or the Exprs
+    ``args`` stand for them (the constants are then Exprs)."""
+    spec = OPS[op]
+    imap = spec.index(attrs, len(in_shape), len(out_shape))
     if imap.checked or imap.conditions:
         return None
     env = {f"xshape{k}": n for k, n in enumerate(in_shape)}
     env.update({f"yshape{k}": n for k, n in enumerate(out_shape)})
-    names = [f"i{k}" for k in range(len(out_shape))]
+    if spec.runtime_ints is None:
+        values = ()
+    else:
+        values = args if args is not None else runtime_ints(op, attrs)
+    names = [f"i{k}" for k in range(len(out_shape))] + [f"arg{k}" for k in range(len(values))]
     forms = [expr.linear(names, env) for expr in imap.exprs]
-    return None if None in forms else forms
+    if None in forms:
+        return None
+    n = len(out_shape)
+    return [(coefs[:n], start + sum(c * v for c, v in zip(coefs[n:], values))) for coefs, start in forms]
 
 
-def copy_walk(shape, chain):
+def copy_walk(shape, chain, symbolic=False):
     """``(dims, strides, offset)``: how to write the result of ``chain`` (``(op, attrs, out_shape)``
     triples of view ops) on a C-contiguous buffer of ``shape`` in C order, reading element ``offset + sum(i_k * strides[k])`` for each
     index ``i`` of ``dims``, in as few dims as possible. None when the chain has a copying
-    reshape before its last op.
+    reshape before its last op. ``symbolic``: the offset is an Expr over ``a<n>_<k>``, the k-th
+    runtime integer argument of chain op n (dims and strides never depend on them).
 
         >>> copy_walk((4, 6), [("transpose", {"perm": (1, 0)}, (6, 4)), ("reshape", {}, (24,))])
         ((6, 4), (1, 6), 0)
     """
-    walk = _walk(shape, chain, copy_allowed=True)
+    walk = _walk(shape, chain, copy_allowed=True, symbolic=symbolic)
     if walk is None:
         return None
     shape, strides, offset = walk
     return _coalesce(shape, strides) + (offset,)
 
 
-def _walk(shape, chain, copy_allowed):
+def _walk(shape, chain, copy_allowed, symbolic=False):
     """``(shape, strides, offset)`` of the view ``chain`` takes; a last reshape that would copy
     is left out when ``copy_allowed`` (walking the view before it in C order gives the same
     sequence)."""
@@ -100,10 +112,11 @@ def _walk(shape, chain, copy_allowed):
                 return (shape, strides, offset) if copy_allowed and n == len(chain) - 1 else None
             strides = new_strides
         elif op != "detach":              # the same values, without gradient history
-            forms = affine_map(op, attrs, shape, out_shape) if OPS[op].view else None
+            args = [sym(f"a{n}_{k}") for k in range(len(runtime_ints(op, attrs)))] if symbolic else None
+            forms = affine_map(op, attrs, shape, out_shape, args) if OPS[op].view else None
             if forms is None:
                 return None
-            offset += sum(step * start for step, (_, start) in zip(strides, forms))
+            offset = offset + sum(step * start for step, (_, start) in zip(strides, forms))
             strides = tuple(sum(step * coefs[k] for step, (coefs, _) in zip(strides, forms))
                             for k in range(len(out_shape)))
         shape = out_shape

@@ -9,8 +9,8 @@ its signature and, on a hit, rebuilds the steps from the stored positions on the
 The signature holds everything the plan and the generated sources depend on: per Var in
 topological order its op, compiled-in attrs, shape, dtype and inputs (by position, so sharing is
 part of it), the shapes and dtypes of the realized inputs, which Vars are targets, and the flags
-that change code. Runtime attrs (constants' values) are left out: kernels read them at launch, so
-a new learning rate still hits.
+that change code. Runtime attrs (constants' values, slice starts, pad widths) are left out:
+kernels read them at launch, so a new learning rate, or a window at a new offset, still hits.
 """
 import collections
 from typing import NamedTuple

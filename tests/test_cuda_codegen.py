@@ -92,6 +92,16 @@ def _batch_norm():
     return [y, jt.grad((y * y).sum(), x)]
 
 
+def _windows():
+    """Slices (fused, strided, backwards), a slice's gradient (a pad and a strided unslice) and a
+    write into a window: their offsets are runtime integers in ``ip`` (``OpSpec.runtime_ints``)."""
+    x = _leaf((6, 7), "float32", 13)
+    y = x[1:5, 6:0:-2] * 2 + x[2:6, 1:4].exp()
+    z = x * 1
+    z[1:6:2, 2:5] = 1.5
+    return [y, jt.grad((y * y).sum(), x), z]
+
+
 def _args(dtype):
     a = _leaf((3, 5), dtype, 7)
     return [a.argmax(1)[0], a.argmin(0)[0], a.argmax()[0]]
@@ -100,7 +110,7 @@ def _args(dtype):
 def _cases():
     """(name, schedule.Kernel) for every kernel of the graphs above."""
     graphs = {"movement": _movement(), "merged": _merged(), "unit_extents": _unit_extents(),
-              "batch_norm": _batch_norm()}
+              "batch_norm": _batch_norm(), "windows": _windows()}
     for dtype in DTYPES:
         graphs.update({f"chain_{dtype}": _chain(dtype), f"reduce_{dtype}": _reductions(dtype),
                        f"scatter_{dtype}": _scatters(dtype)})

@@ -33,7 +33,7 @@ from .. import creation
 from ..var import Var
 from .elementwise import broadcast_shapes, cast, where
 from .registry import export
-from .reindex import reindex, reindex_reduce, slice_var
+from .reindex import reindex, reindex_reduce, slice_var, unslice_var
 
 _PLAIN = ("slice", "new")        # entries that give the result one dim of their own
 _FANCY = ("int", "array")        # entries numpy broadcasts together once an index array is present
@@ -154,13 +154,6 @@ def _affine(i, start, step):
     return scaled if start == 0 else f"{start}+{scaled}"
 
 
-def _unaffine(i, start, step):
-    """C expression of ``(i - start) / step``, the inverse of ``_affine`` (``start`` may be negative:
-    an empty slice running backwards starts at -1)."""
-    shifted = i if start == 0 else f"({i}-({start}))"
-    return shifted if step == 1 else f"{shifted}/({step})"
-
-
 def _layout(axes):
     """numpy's placement of the broadcast index-array dims: (their shape, first result position).
     Ints count as 0-d arrays. Standing together they replace the arrays in place; separated by a
@@ -260,15 +253,14 @@ def _fit(value, x, shape):
 
 
 def _place_basic(x, axes, value):
-    """(value spread over x's shape, bool mask of the written elements) for a basic index: a
-    checked reindex inverts the slice; positions between steps or outside read 0 (False)."""
+    """(value spread over x's shape, bool mask of the written elements) for a basic index: the
+    slice inverted (``unslice_var``); positions between steps or outside read 0 (False). The
+    window's starts are kernel arguments, so writes at new positions reuse the kernels."""
     read = [a for a in axes if a.dim is not None]
-    exprs = [_unaffine(f"i{a.dim}", a.start, a.step) for a in read]
-    conds = [f"{_unaffine(f'i{a.dim}', a.start, 1)}%({a.step})!=0" for a in read if a.step != 1]
-    region = [a.size for a in read]
+    starts, steps, region = [a.start for a in read], [a.step for a in read], [a.size for a in read]
 
     def put(v):
-        return reindex(v.reshape(region), x.shape, exprs, overflow_conditions=conds)
+        return unslice_var(v.reshape(region), starts, steps, x.shape)
     return put(_fit(value, x, _basic_shape(axes))), put(creation.full(region, True, "bool"))
 
 

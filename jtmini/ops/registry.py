@@ -22,7 +22,7 @@ from typing import Callable, Optional
 import numpy as np
 
 from ..state import services
-from ..symbolic import as_expr
+from ..symbolic import as_expr, sym
 
 KINDS = ("elementwise", "const", "reindex", "reduce", "argreduce", "scatter", "library", "collective")
 
@@ -43,6 +43,12 @@ class OpSpec:
     ``reads_view(shape, strides) -> bool`` (library) says whether the op reads an input view with
     these element strides as it is; the scheduler has a kernel gather any other view first.
     ``runtime_attrs`` are attrs passed to the kernel as arguments rather than compiled in.
+    ``runtime_ints(attrs) -> ints`` (reindex) are the integer kernel arguments of a node (slice
+    starts, pad widths), named ``arg0, arg1, ...`` (``arg``) in its index map, which then must not
+    read the runtime attrs they come from: nodes that differ only in them share one compiled
+    kernel. ``int_ranges(attrs, in_dims, out_dims) -> ((lo, hi) | None, ...)`` gives each
+    argument's inclusive range from the compiled-in attrs and the dims (None for a dim not
+    compiled in), so codegen still proves indices in range; its length is the argument count.
     """
     name: str
     kind: str
@@ -54,10 +60,25 @@ class OpSpec:
     view: bool = False
     reads_view: Optional[Callable] = None
     runtime_attrs: tuple = ()
+    runtime_ints: Optional[Callable] = None
+    int_ranges: Optional[Callable] = None
 
     def __post_init__(self):
         if self.kind not in KINDS:
             raise ValueError(f"op {self.name}: unknown kind {self.kind!r}")
+        if (self.runtime_ints is None) != (self.int_ranges is None):
+            raise ValueError(f"op {self.name}: runtime_ints and int_ranges go together")
+
+
+def arg(k):
+    """The symbol of a node's ``k``-th runtime integer argument in its index map (see OpSpec)."""
+    return sym(f"arg{k}")
+
+
+def runtime_ints(op, attrs):
+    """The runtime integer arguments of a node of ``op`` with ``attrs`` (empty for most ops)."""
+    spec = OPS[op]
+    return () if spec.runtime_ints is None else tuple(int(v) for v in spec.runtime_ints(attrs))
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ import math
 from .. import dtypes
 from ..symbolic import IndexExprError, Expr, indices, parse, sym
 from ..var import Var
-from .registry import IndexMap, OpSpec, export, register
+from .registry import IndexMap, OpSpec, arg, export, register
 
 i, xshape, yshape = indices("i"), indices("xshape"), indices("yshape")
 
@@ -380,29 +380,79 @@ def normalize_dim(dim, ndim):
 
 
 # --- slice, flip, pad --------------------------------------------------------------------------
+# A slice's starts and a pad's leading widths are kernel arguments (OpSpec.runtime_ints): a loop over
+# offsets (an RNN's time steps, a split) reuses one kernel instead of compiling one per offset.
+def _start_ranges(a, window_dims, full_dims):
+    """Per dim, the inclusive range a window's start can take: ``window_dims`` elements at
+    ``a["steps"]`` inside ``full_dims`` (ints, or None when a dim is not compiled in)."""
+    ranges = []
+    for step, n, full in zip(a["steps"], window_dims, full_dims):
+        if n is None or full is None or n == 0:
+            ranges.append(None)                  # an empty window reads nothing: no bound needed
+        elif step > 0:
+            ranges.append((0, full - 1 - step * (n - 1)))
+        else:
+            ranges.append((-step * (n - 1), full - 1))
+    return tuple(ranges)
+
+
 def _slice_grad(d, out, x, a):
-    if all(step == 1 for step in a["steps"]):       # a window: zeros around d (mpi_all_reduce_many sends d alone)
-        pads = tuple((start, full - start - n) for start, full, n in zip(a["starts"], x[0].shape, a["shape"]))
-        return [Var.node("pad", [d], pads=pads, value=0)]
-    exprs, conds = [], []
-    for k, (start, step) in enumerate(zip(a["starts"], a["steps"])):
-        exprs.append((i[k] - start) // step)
-        if step != 1:
-            conds.append(((i[k] - start) % step).ne(0))
-    return [Var.node("reindex", [d], shape=x[0].shape, exprs=tuple(exprs), overflow_value=0,
-                     conditions=tuple(conds))]
+    return [unslice_var(d, a["starts"], a["steps"], x[0].shape)]
 
 
 register(OpSpec("slice", "reindex", grad=_slice_grad,
                 infer=lambda inputs, a: (a["shape"], inputs[0].dtype),
-                index=lambda a, nin, nout: IndexMap(tuple(
-                    start + step * i[k] for k, (start, step) in enumerate(zip(a["starts"], a["steps"])))),
-                view=True))
+                index=lambda a, nin, nout: IndexMap(tuple(arg(k) + step * i[k] for k, step in enumerate(a["steps"]))),
+                runtime_attrs=("starts",), runtime_ints=lambda a: a["starts"],
+                int_ranges=lambda a, xdims, ydims: _start_ranges(a, ydims, xdims), view=True))
 
 
 def slice_var(x, starts, steps, shape):
-    """Strided window of ``x``: output index i reads ``starts + steps * i`` in every dim."""
-    return Var.node("slice", [x], starts=tuple(starts), steps=tuple(steps), shape=tuple(shape))
+    """Strided window of ``x``: output index i reads ``starts + steps * i`` in every dim, each
+    inside ``x`` (ValueError naming the shapes otherwise)."""
+    starts, steps, shape = (tuple(int(v) for v in t) for t in (starts, steps, shape))
+    _check_window(x.shape, starts, steps, shape, "slice")
+    return Var.node("slice", [x], starts=starts, steps=steps, shape=shape)
+
+
+def _check_window(full, starts, steps, shape, what):
+    """A window of ``shape`` at ``starts``/``steps`` must lie inside ``full``: kernels rely on it."""
+    if not len(full) == len(starts) == len(steps) == len(shape):
+        raise ValueError(f"{what}: shape {tuple(full)} needs one start, step and size per dim, got "
+                         f"starts {starts}, steps {steps}, shape {shape}")
+    for start, step, n, dim in zip(starts, steps, shape, full):
+        if step == 0 or n < 0 or (n and not (0 <= start < dim and 0 <= start + step * (n - 1) < dim)):
+            raise ValueError(f"{what}: the window at starts {starts}, steps {steps}, shape {shape} does not "
+                             f"lie inside shape {tuple(full)}")
+
+
+def _unslice_index(a, nin, nout):
+    """Output index i holds window element ``(i - start) / step`` where that is a whole number."""
+    exprs = tuple((i[k] - arg(k)) // step for k, step in enumerate(a["steps"]))
+    conds = tuple(((i[k] - arg(k)) % step).ne(0) for k, step in enumerate(a["steps"]) if step != 1)
+    return IndexMap(exprs, True, 0, conds)
+
+
+register(OpSpec("unslice", "reindex", infer=lambda inputs, a: (a["shape"], inputs[0].dtype),
+                index=_unslice_index,
+                grad=lambda d, out, x, a: [slice_var(d, a["starts"], a["steps"], x[0].shape)],
+                runtime_attrs=("starts",), runtime_ints=lambda a: a["starts"],
+                int_ranges=lambda a, xdims, ydims: _start_ranges(a, xdims, ydims)))
+
+
+def unslice_var(d, starts, steps, shape):
+    """The inverse of ``slice_var``: a Var of ``shape`` holding ``d`` at the window ``starts``,
+    ``steps`` and 0 elsewhere (a slice's gradient; setitem's placement). A dense window is a pad.
+
+    >>> unslice_var(jt.array([1, 2]), [3], [-2], [5]).numpy()
+    array([0, 2, 0, 1, 0], dtype=int32)
+    """
+    starts, steps, shape = (tuple(int(v) for v in t) for t in (starts, steps, shape))
+    _check_window(shape, starts, steps, d.shape, "unslice")
+    if all(step == 1 for step in steps):        # a pad (mpi_all_reduce_many sends its d alone)
+        pads = tuple((start, full - start - n) for start, full, n in zip(starts, shape, d.shape))
+        return Var.node("pad", [d], pads=pads, value=0)
+    return Var.node("unslice", [d], starts=starts, steps=steps, shape=shape)
 
 
 register(OpSpec("flip", "reindex", infer=lambda inputs, a: (inputs[0].shape, inputs[0].dtype),
@@ -425,8 +475,10 @@ def _pad_grad(d, out, x, a):
 register(OpSpec("pad", "reindex", grad=_pad_grad,
                 infer=lambda inputs, a: (tuple(s + b + e for s, (b, e) in zip(inputs[0].shape, a["pads"])),
                                          inputs[0].dtype),
-                index=lambda a, nin, nout: IndexMap(tuple(i[k] - b for k, (b, _) in enumerate(a["pads"])),
-                                                    True, a["value"])))
+                index=lambda a, nin, nout: IndexMap(tuple(i[k] - arg(k) for k in range(nin)), True, a["value"]),
+                runtime_attrs=("pads",), runtime_ints=lambda a: [before for before, _ in a["pads"]],
+                int_ranges=lambda a, xdims, ydims: tuple(
+                    None if x is None or y is None else (0, y - x) for x, y in zip(xdims, ydims))))
 
 
 @export("pad")
