@@ -30,7 +30,7 @@ from .var import pending_roots
 def realize(targets):
     """Compute every Var in ``targets`` that has no value yet, in one fused schedule."""
     seen, todo = set(), []
-    updated = history.pending_rebound()
+    updated = history.pending_rebound(targets)
     for t in list(targets) + updated:
         if t._data is None and id(t) not in seen:
             seen.add(id(t))

@@ -6,8 +6,8 @@ next loss was computed (it is only an intermediate there), every step recomputed
 update and the graph grew without end (a step went from 22 ms to 168 ms over 40 steps). So:
 
 - a Var rebound while pending (``p -= ...``, ``assign``, ``x[i] = v``) is noted (``var._rebind``
-  puts it in ``var.rebound``), and every realize computes the noted Vars still pending along with
-  its targets (``pending_rebound``);
+  puts it in ``var.rebound``), and a realize stores those its targets' graph computes anyway
+  (``pending_rebound``) instead of treating them as intermediates;
 - once computed, such a Var forgets its history when no gradient could ever be asked through it
   (``drop_dead_history``), which is Jittor's liveness rule: a node stays only while some Var the
   user still holds, and that can take a gradient, lies upstream of it. "Held" is read from
@@ -23,19 +23,27 @@ import sys
 from .var import Var, rebound
 
 
-def pending_rebound():
-    """The Vars rebound while pending that are still pending (computed ones and dead ones leave
-    the table)."""
+def pending_rebound(targets):
+    """The Vars rebound while pending that computing ``targets`` computes along the way (they
+    stay in the table until computed or dead)."""
     if not rebound:
         return []
-    out = []
+    noted = []
     for key, ref in list(rebound.items()):
         v = ref()
         if v is None or v._data is not None:
             del rebound[key]
         else:
-            out.append(v)
-    return out
+            noted.append(v)
+    if not noted:
+        return []
+    needed, stack = set(), [t for t in targets if t._data is None]
+    while stack:                          # the pending part of the targets' graph
+        v = stack.pop()
+        if id(v) not in needed:
+            needed.add(id(v))
+            stack.extend(i for i in v.inputs if i._data is None and id(i) not in needed)
+    return [v for v in noted if id(v) in needed]
 
 
 def _differentiable(v):

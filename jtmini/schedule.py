@@ -120,7 +120,7 @@ def plan(targets):
     for v in order:
         for inp in v.inputs:
             uses[id(inp)] = uses.get(id(inp), 0) + 1
-    materialized = {id(t) for t in targets}
+    materialized, fused = {id(t) for t in targets}, {}
     for v in order:
         kind = OPS[v.op].kind
         if kind not in FUSIBLE:
@@ -128,6 +128,7 @@ def plan(targets):
         elif uses.get(id(v), 0) > 1 and kind != "const" and not _cheap_view(v, materialized):
             base = _view_base(v)         # buffer the computed values; the views stay free index math
             materialized.add(id(base) if base._data is None and OPS[base.op].kind != "const" else id(v))
+        _cap_fusion(v, fused, materialized)
         if kind == "collective":          # MPI reads whole buffers, constants included
             materialized.update(id(b) for b in map(_collective_input_buffer, v.inputs) if b is not None)
         elif kind == "reindex" and _expands(v):          # views of a buffer are cheap to re-read
@@ -140,6 +141,25 @@ def plan(targets):
                     materialized.update(_library_input_buffers(inp, OPS[v.op], _is_buffer(materialized)))
     is_buffer = _is_buffer(materialized)
     return _merge_maps([_step(v, is_buffer) for v in order if id(v) in materialized], targets)
+
+
+MAX_FUSED = 128     # nodes one kernel may take in (code generation recurses about 3 frames a node)
+
+
+def _cap_fusion(v, fused, materialized):
+    """Count the nodes ``v``'s kernel would take in (``fused``: id -> count, 0 for a buffer), and
+    buffer its largest inputs while that passes ``MAX_FUSED``: a loop summing 30,000 slices made
+    one kernel of 60,000 nodes, too deep to collect and far too long to compile."""
+    if v._data is not None:
+        fused[id(v)] = 0
+        return
+    while True:
+        parts = [i for i in v.inputs if id(i) not in materialized and fused.get(id(i), 0)]
+        count = 1 + sum(fused[id(i)] for i in parts)
+        if count <= MAX_FUSED:
+            break
+        materialized.add(id(max(parts, key=lambda i: fused[id(i)])))     # buffer the largest part
+    fused[id(v)] = 0 if id(v) in materialized else count
 
 
 def _merge_maps(steps, targets):
@@ -164,7 +184,8 @@ def _merge_maps(steps, targets):
             continue
         for v in _read_at_own_index(step):
             k = producer.get(id(v))
-            if k is None or merged[k] is None or _read_between(merged[k].roots, k, n, readers):
+            if k is None or merged[k] is None or _read_between(merged[k].roots, k, n, readers) \
+                    or len(merged[k].nodes) + len(step.nodes) > MAX_FUSED:
                 continue
             first = merged[k]
             step.outputs = first.outputs + [v] + step.outputs

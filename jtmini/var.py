@@ -413,6 +413,8 @@ class Var:
         and the graph has no cycle."""
         old = Var(self.op, self.inputs, self.attrs, self.shape, self.dtype, self._data)
         old._stop_grad, old._backward = self._stop_grad, self._backward
+        if old._data is None and id(self) in rebound:     # the previous update, still to be stored
+            rebound[id(old)] = weakref.ref(old)
         if self._data is None and self.op is not None and OPS[self.op].kind == "collective":
             services.requeue_collective(self, old)
         for ref in self._consumers:

@@ -52,11 +52,12 @@ def test_readme_loop_matches_torch_with_flat_work_and_memory():
     assert max(lives[5:]) == min(lives[5:]), lives              # no history piles up
 
 
-def test_an_update_is_computed_at_the_next_sync_of_anything():
+def test_an_update_is_stored_when_a_value_that_needs_it_is_computed():
     w = jt.array(np.ones(3, np.float32))
     w -= jt.array(np.arange(3, dtype=np.float32))
+    jt.array(np.zeros(2, np.float32)).sum().item()              # an unrelated value: w waits
     assert not w.is_realized()
-    jt.array(np.zeros(2, np.float32)).sum().item()              # an unrelated value is fetched
+    assert (w * 2).sum().item() == 0.0                          # computed on the way, so stored
     assert w.is_realized()
     np.testing.assert_array_equal(w.numpy(), [1, 0, -1])
 

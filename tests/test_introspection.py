@@ -64,6 +64,8 @@ def test_idle_shared_constant_is_not_counted_but_a_read_one_is():
 
 def test_computed_no_grad_chain_keeps_two_vars():
     # Jittor's test_grad.test_no_grad: values computed under no_grad forget their history
+    jt.clean()
+    base = counts()["lived_vars"]      # other test modules may hold Vars of their own
     a = jt.array(1.0)
     with jt.no_grad():
         b = a
@@ -71,7 +73,7 @@ def test_computed_no_grad_chain_keeps_two_vars():
             b = b.clone() + 1
     assert b.item() == 11
     jt.clean()
-    assert counts()["lived_vars"] == 2
+    assert counts()["lived_vars"] == base + 2
 
 
 def _step(w, x, hook=None):
@@ -116,7 +118,9 @@ def test_dump_all_graphs_is_the_graph():
     assert line["a"] in graphs.inputs[op_b] and graphs.outputs[op_b] == [line["b"]]
     for k, outs in enumerate(graphs.outputs):        # edges are listed from both ends
         assert all(k in graphs.inputs[o] for o in outs)
-    assert sorted(graphs.hold_vars) == sorted(info[line[n]] for n in "abc")
+    mine = {info[line[n]] for n in "abc"}         # other test modules may hold Vars of their own
+    assert mine <= set(graphs.hold_vars)
+    assert not any(n.startswith("Var") and ",b," in n for n in graphs.hold_vars if n not in mine)
     c.sync()
     after = jt.dump_all_graphs().nodes_info
     var_c = [n for n in after if n.startswith("Var") and ",c," in n][0]

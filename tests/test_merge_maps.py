@@ -108,3 +108,21 @@ def test_a_long_chain_of_values_read_twice_stays_linear_in_source(rng):
     (kernel,) = kernels([w])
     assert len(codegen.generate(kernel).source) < 20_000
     np.testing.assert_allclose(w.numpy(), want, rtol=1e-5)
+
+
+def test_a_long_chain_is_cut_into_kernels_of_bounded_size():
+    """Summing 3000 one-element slices in a Python loop (Jittor's test_split_grad does 30,000):
+    one kernel would nest 6000 nodes deep, past Python's recursion limit and far too long to
+    compile; kernels stop at schedule.MAX_FUSED nodes, before and after maps merge."""
+    x_np = np.arange(3000, dtype=np.float32) / 7
+    x = jt.array(x_np)
+    total = x[0:1]
+    for k in range(1, 3000):
+        total = total + x[k:k + 1]
+    kernels = [s for s in schedule.plan([total]) if isinstance(s, schedule.Kernel)]
+    assert max(len(k.nodes) for k in kernels) <= schedule.MAX_FUSED
+    expected = np.float32(0)
+    for value in x_np:                     # the loop's own order of float32 additions
+        expected = np.float32(expected + value)
+    assert total.numpy()[0] == expected
+    np.testing.assert_array_equal(jt.grad(total.sum(), x).numpy(), np.ones(3000, np.float32))
