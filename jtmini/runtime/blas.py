@@ -75,6 +75,20 @@ def matmul(a, b, threads):
     return _on_team(gemm, a.astype(dtype, copy=False), b.astype(dtype, copy=False), batch, threads)
 
 
+class Cblas(NamedTuple):
+    """The CBLAS gemm of numpy's BLAS, for a hand-written kernel to call: its address and the C
+    type of its integer arguments (``int`` for LP64, ``int64_t`` for ILP64)."""
+    address: int
+    int_type: str
+
+
+def cblas_gemm(dtype):
+    """``Cblas`` of the gemm for float32 or float64 ``dtype``, or None without a usable one (the
+    same probe as the split products: a wrong guess at the interface must not compute garbage)."""
+    gemm = _team_gemm().get(np.dtype(dtype))
+    return None if gemm is None else Cblas(gemm.cblas.value, gemm.int_type)
+
+
 class _Gemm:
     """The compiled task runner for one dtype, with the CBLAS gemm it calls."""
 
