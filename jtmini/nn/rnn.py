@@ -108,8 +108,12 @@ def _scan(mode, gi, state, w_hh, b_hh, steps, reverse=False):
     """The hidden states of all steps (steps * batch, hidden) and the final state (h, or (h, c)
     for LSTM) of the recurrence over ``gi`` (see ``_project``), through the fused kernels."""
     h0, c0 = state if mode == "LSTM" else (state, None)
-    batch = h0.shape[0]
-    out = rnn_scan(mode, gi, h0, c0, w_hh, b_hh if mode == "GRU" else None, steps, reverse)
+    batch, b_hh = h0.shape[0], b_hh if mode == "GRU" else None
+    # the kernel takes one dtype: any float64 operand makes it float64, as the products promote
+    operands = (gi, h0, c0, w_hh, b_hh)
+    wide = "float64" if any(v is not None and v.dtype == "float64" for v in operands) else gi.dtype
+    gi, h0, c0, w_hh, b_hh = (v if v is None or v.dtype == wide else v.cast(wide) for v in operands)
+    out = rnn_scan(mode, gi, h0, c0, w_hh, b_hh, steps, reverse)
     hs, last = out[0], (0 if reverse else steps - 1) * batch
     final = _rows(hs, last, batch)
     return hs, ((final, _rows(out[1], last, batch)) if mode == "LSTM" else final)

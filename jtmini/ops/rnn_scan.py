@@ -95,8 +95,8 @@ def _gru_step(gi, h, w_hh_t, b_hh):
 
 
 def composed_scan(cell, gi, h0, c0, w_hh, b_hh, steps, reverse=False):
-    """The hidden states (steps * batch, hidden) of every step and the last cell state (LSTM;
-    None otherwise), built step by step from generic ops: what ``rnn_scan`` computes."""
+    """The hidden states (steps * batch, hidden) of every step and, for LSTM, the cell states
+    (None otherwise), built step by step from generic ops: blocks 0 and 1 of ``rnn_scan``."""
     batch, w_hh_t = h0.shape[0], w_hh.transpose(1, 0)
     state = (h0, c0) if cell == "LSTM" else h0
     hs, cs = [None] * steps, [None] * steps
@@ -199,17 +199,25 @@ def _grad_run(arrays, a, backend):
     return res
 
 
+def _stand_in(v):
+    """``v``'s value with a gradient that reaches ``v``, but a node of its own: ``grad`` with
+    respect to it is the partial derivative, not counting the paths through ``v``'s ancestors
+    (``d`` is built from ``out``, so from every other input)."""
+    frozen = v.detach()
+    return frozen + (v - frozen)
+
+
 def _grad_grad(c, res, inputs, a):
     """``rnn_scan_grad`` is the vector-Jacobian product of ``rnn_scan``; its own derivative is
     that of the same product through ``composed_scan`` (``out`` only caches the forward: None)."""
     from ..autograd import grad      # autograd builds on the ops
     d, out, *rest = inputs
+    d, *rest = [_stand_in(v) for v in [d] + rest]
     args = _args(rest, a)
-    hs, c_last = composed_scan(a["cell"], args.gi, args.h0, args.c0, args.w_hh, args.b_hh, a["steps"],
-                               a["reverse"])
+    hs, cs = composed_scan(a["cell"], args.gi, args.h0, args.c0, args.w_hh, args.b_hh, a["steps"], a["reverse"])
     total = (hs * d[0]).sum()
     if a["cell"] == "LSTM":
-        total = total + (c_last * d[1]).sum()
+        total = total + (cs * d[1]).sum()
     wrt = [v for v in args if v is not None]
     second = sum((f * p).sum() for f, p in zip(grad(total, wrt), _unpack(c, rest, a)))
     d_d, *d_args = grad(second, [d] + wrt)
