@@ -29,6 +29,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .. import dtypes
+from ..autograd import grad
 from ..var import Var
 from .registry import OpSpec, register
 from .reindex import concat, slice_var
@@ -151,7 +152,7 @@ def _scan_run(arrays, a, backend):
     out = np.empty((scan_blocks(a["cell"]), a["steps"] * batch, hidden), gi.dtype)
     kernel, gemm = _kernel(backend, a["cell"], "forward", gi.dtype)
     kernel.run([gi, h0, zeros if c0 is None else c0, w_hh, zeros if b_hh is None else b_hh, out],
-               [a["steps"], batch, hidden, gemm, int(a["reverse"])], [])
+               [a["steps"], batch, hidden, gemm, int(a["reverse"])], [], backend.thread_count())
     return out
 
 
@@ -195,7 +196,8 @@ def _grad_run(arrays, a, backend):
     res = np.empty((a["steps"] * batch + hidden + 1 + 2 * batch, GATES[a["cell"]] * hidden), d.dtype)
     c0 = np.zeros_like(args.h0) if args.c0 is None else args.c0
     kernel, gemm = _kernel(backend, a["cell"], "backward", d.dtype)
-    kernel.run([d, out, args.h0, c0, args.w_hh, res], [a["steps"], batch, hidden, gemm, int(a["reverse"])], [])
+    kernel.run([d, out, args.h0, c0, args.w_hh, res], [a["steps"], batch, hidden, gemm, int(a["reverse"])], [],
+               backend.thread_count())
     return res
 
 
@@ -210,7 +212,6 @@ def _stand_in(v):
 def _grad_grad(c, res, inputs, a):
     """``rnn_scan_grad`` is the vector-Jacobian product of ``rnn_scan``; its own derivative is
     that of the same product through ``composed_scan`` (``out`` only caches the forward: None)."""
-    from ..autograd import grad      # autograd builds on the ops
     d, out, *rest = inputs
     d, *rest = [_stand_in(v) for v in [d] + rest]
     args = _args(rest, a)
