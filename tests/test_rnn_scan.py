@@ -169,3 +169,12 @@ def test_threads_split_the_batch_with_the_same_results(cell, rng):
     for g, again, e in zip(runs[0], runs[1], expected):
         np.testing.assert_array_equal(g, again)
         np.testing.assert_allclose(g, e, rtol=1e-10, atol=1e-11)
+
+
+def test_cblas_gemm_is_found_for_floats_only():
+    """The kernels' product: numpy's BLAS, checked by a direct call; no entry for other dtypes."""
+    from jtmini.runtime import blas
+    for dtype in ("float32", "float64"):
+        entry = cpu.BACKEND.cblas_gemm(dtype)
+        assert entry is not None and entry.address and entry.int_type in ("int", "int64_t")
+    assert blas.cblas_gemm("int32") is None
