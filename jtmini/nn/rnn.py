@@ -7,8 +7,8 @@ input) with LSTM gates i, f, g, o and GRU gates r, z, n; ``..._reverse`` for the
 direction), so a PyTorch ``state_dict`` loads by name. A layer projects the inputs of all time
 steps with one matrix product per layer and direction, then runs the whole recurrence in one
 hand-written kernel, and its gradient in one more (``ops/rnn_scan.py``; an LSTM with
-``proj_size`` steps through generic ops instead); the time steps of a layer's output are rows of one (seq_len * batch, features) matrix, which the
-next layer projects in one product again.
+``proj_size`` steps through generic ops instead); the time steps of a layer's output are rows of
+one (seq_len * batch, features) matrix, which the next layer projects in one product again.
 
     >>> import jtmini as jt
     >>> from jtmini.nn.rnn import GRU
