@@ -106,7 +106,8 @@ def _cblas():
                          for kind, bits in (("s", 32), ("d", 64))}
             except AttributeError:
                 continue
-            entries = {dtype: Cblas(ctypes.cast(fn, ctypes.c_void_p).value, int_type) for dtype, fn in found.items()}
+            entries = {dtype: Cblas(ctypes.cast(fn, ctypes.c_void_p).value, int_type)
+                       for dtype, fn in found.items()}
             return entries if all(_direct_call_works(dtype, e) for dtype, e in entries.items()) else {}
     return {}
 
