@@ -152,10 +152,10 @@ def test_bad_operands_are_clear_errors(rng):
 
 @pytest.mark.parametrize("cell", ["GRU", "LSTM"])
 def test_threads_split_the_batch_with_the_same_results(cell, rng):
-    """Big enough to split (12 steps, 32 rows, 1M+ multiply-adds): 2 threads, each its own batch
-    rows through every step and a block of the weight gradient's columns, match the composed
-    recurrence and repeat bit for bit."""
-    steps, batch, hidden = 12, 32, 32
+    """Big enough to split (1M+ multiply-adds a step): 2 threads, each its own batch rows through
+    every step and a block of the weight gradient's columns, match the composed recurrence and
+    repeat bit for bit."""
+    steps, batch, hidden = 3, 64, 128 if cell == "GRU" else 64
     ops = _operands(cell, steps, batch, hidden, rng)
     weights = jt.array(rng.standard_normal((steps * batch, hidden)))
     present = [v for v in ops if v is not None]
