@@ -5,9 +5,10 @@ optionally bidirectional), as in Jittor's ``nn``.
 Parameters have PyTorch's names, shapes and gate order (``weight_ih_l0`` is (gates * hidden,
 input) with LSTM gates i, f, g, o and GRU gates r, z, n; ``..._reverse`` for the backward
 direction), so a PyTorch ``state_dict`` loads by name. A layer projects the inputs of all time
-steps with one matrix product per layer and direction, then runs the recurrence step by step;
-the time steps of a layer's output are rows of one (seq_len * batch, features) matrix, which the
-next layer projects in one product again.
+steps with one matrix product per layer and direction, then runs the whole recurrence in one
+hand-written kernel, and its gradient in one more (``ops/rnn_scan.py``; an LSTM with
+``proj_size`` steps through generic ops instead); the time steps of a layer's output are rows of
+one (seq_len * batch, features) matrix, which the next layer projects in one product again.
 
     >>> import jtmini as jt
     >>> from jtmini.nn.rnn import GRU
@@ -23,7 +24,8 @@ import warnings
 import numpy as np
 
 from .. import creation, dtypes, init
-from ..ops.reindex import concat, slice_var
+from ..ops.reindex import concat
+from ..ops.rnn_scan import rnn_scan, rows as _rows, step as _step
 from ..var import Var
 from . import functional as F
 from .arguments import count
@@ -92,64 +94,29 @@ def _proj_size(who, mode, value, hidden_size):
 
 
 # --- one time step -------------------------------------------------------------------------------
-def _rows(x, start, n):
-    """Rows ``start .. start + n`` of the 2-D ``x``: a view, and one graph node."""
-    return slice_var(x, (start, 0), (1, 1), (n, x.shape[1]))
-
-
-def _cols(x, start, stop):
-    """Columns ``start .. stop`` of the 2-D ``x``: a view, and one graph node."""
-    return slice_var(x, (0, start), (1, 1), (x.shape[0], stop - start))
-
-
 def _project(mode, x, w_ih, b_ih, b_hh):
     """``x @ w_ih.T`` plus the biases that do not depend on the step: both for RNN and LSTM
     (added once here instead of once per step), only ``b_ih`` for GRU, whose ``b_hh`` has its
-    new-gate part scaled by the reset gate (see ``_gru_step``)."""
+    new-gate part scaled by the reset gate (see ``ops/rnn_scan.py``)."""
     gi = x @ w_ih.transpose(1, 0)
     if b_ih is None:
         return gi
     return gi + (b_ih if mode == "GRU" else b_ih + b_hh)
 
 
-def _step(mode, gi, state, w_hh_t, b_hh, w_hr_t=None):
-    """The state after one step, from the step's input projection ``gi`` (see ``_project``), the
-    previous state (h, or (h, c) for LSTM), the transposed recurrent weight ``w_hh_t``, for
-    GRU the recurrent bias ``b_hh``, and for an LSTM with ``proj_size`` its projection ``w_hr_t``."""
-    if mode == "LSTM":
-        return _lstm_step(gi, state, w_hh_t, w_hr_t)
-    if mode == "GRU":
-        return _gru_step(gi, state, w_hh_t, b_hh)
-    pre = gi + state @ w_hh_t
-    return pre.relu() if mode == "RNN_RELU" else pre.tanh()
-
-
-def _lstm_step(gi, state, w_hh_t, w_hr_t=None):
-    """i, f, o = sigmoid, g = tanh of the gate columns; c' = f * c + i * g, h' = o * tanh(c'),
-    then h' @ w_hr.T when the LSTM projects its hidden state (PyTorch's ``proj_size``)."""
-    h, c = state
-    hidden = c.shape[1]
-    gates = gi + h @ w_hh_t
-    # one sigmoid over all four gates and three views of it: fewer nodes than one sigmoid per gate
-    act = gates.sigmoid()
-    i, f, o = _cols(act, 0, hidden), _cols(act, hidden, 2 * hidden), _cols(act, 3 * hidden, 4 * hidden)
-    c = f * c + i * _cols(gates, 2 * hidden, 3 * hidden).tanh()
-    h = o * c.tanh()
-    return (h if w_hr_t is None else h @ w_hr_t), c
-
-
-def _gru_step(gi, h, w_hh_t, b_hh):
-    """r, z = sigmoid(gi + gh) of their columns, n = tanh(gi_n + r * gh_n), h' = n + z * (h - n),
-    with gh = h @ w_hh.T + b_hh (PyTorch's GRU: the new gate's recurrent bias is inside the reset
-    product, so it cannot join ``gi``)."""
-    hidden = h.shape[1]
-    gh = h @ w_hh_t
-    if b_hh is not None:
-        gh = gh + b_hh
-    rz = (_cols(gi, 0, 2 * hidden) + _cols(gh, 0, 2 * hidden)).sigmoid()
-    r, z = _cols(rz, 0, hidden), _cols(rz, hidden, 2 * hidden)
-    n = (_cols(gi, 2 * hidden, 3 * hidden) + r * _cols(gh, 2 * hidden, 3 * hidden)).tanh()
-    return n + z * (h - n)
+def _scan(mode, gi, state, w_hh, b_hh, steps, reverse=False):
+    """The hidden states of all steps (steps * batch, hidden) and the final state (h, or (h, c)
+    for LSTM) of the recurrence over ``gi`` (see ``_project``), through the fused kernels."""
+    h0, c0 = state if mode == "LSTM" else (state, None)
+    batch, b_hh = h0.shape[0], b_hh if mode == "GRU" else None
+    # the kernel takes one dtype: any float64 operand makes it float64, as the products promote
+    operands = (gi, h0, c0, w_hh, b_hh)
+    wide = "float64" if any(v is not None and v.dtype == "float64" for v in operands) else gi.dtype
+    gi, h0, c0, w_hh, b_hh = (v if v is None or v.dtype == wide else v.cast(wide) for v in operands)
+    out = rnn_scan(mode, gi, h0, c0, w_hh, b_hh, steps, reverse)
+    hs, last = out[0], (0 if reverse else steps - 1) * batch
+    final = _rows(hs, last, batch)
+    return hs, ((final, _rows(out[1], last, batch)) if mode == "LSTM" else final)
 
 
 def _uniform(shape, hidden_size):
@@ -198,7 +165,7 @@ class _Cell(Module):
         rows = (lambda v: v.reshape(1, -1)) if unbatched else (lambda v: v)
         gi = _project(self.mode, rows(x), self.weight_ih, self.bias_ih, self.bias_hh)
         state = (rows(h), rows(c)) if self.mode == "LSTM" else rows(h)
-        state = _step(self.mode, gi, state, self.weight_hh.transpose(1, 0), self.bias_hh)
+        state = _scan(self.mode, gi, state, self.weight_hh, self.bias_hh, 1)[1]
         back = (lambda v: v.reshape(self.hidden_size)) if unbatched else (lambda v: v)
         return (back(state[0]), back(state[1])) if self.mode == "LSTM" else back(state)
 
@@ -315,9 +282,11 @@ class RNNBase(Module):
         suffix = f"_l{layer}" + ("_reverse" if direction else "")
         b_ih, b_hh = getattr(self, "bias_ih" + suffix, None), getattr(self, "bias_hh" + suffix, None)
         gi = _project(self.mode, x, getattr(self, "weight_ih" + suffix), b_ih, b_hh)
-        w_hh_t = getattr(self, "weight_hh" + suffix).transpose(1, 0)
-        w_hr = getattr(self, "weight_hr" + suffix, None) if self.proj_size else None
-        w_hr_t = None if w_hr is None else w_hr.transpose(1, 0)
+        w_hh = getattr(self, "weight_hh" + suffix)
+        if not self.proj_size:
+            return _scan(self.mode, gi, state, w_hh, b_hh, steps, reverse=bool(direction))
+        # an LSTM projecting h (proj_size): step by step from generic ops
+        w_hh_t, w_hr_t = w_hh.transpose(1, 0), getattr(self, "weight_hr" + suffix).transpose(1, 0)
         outs = [None] * steps
         for t in (reversed(range(steps)) if direction else range(steps)):
             state = _step(self.mode, _rows(gi, t * batch, batch), state, w_hh_t, b_hh, w_hr_t)

@@ -57,6 +57,11 @@ class Backend:
         """numpy-style batched matrix product of two arrays of this backend."""
         raise NotImplementedError
 
+    def cblas_gemm(self, dtype):
+        """``runtime.blas.Cblas`` (address and integer type) of the host BLAS's gemm for the
+        numpy ``dtype``, for hand-written host kernels that multiply matrices; None if none."""
+        raise NotImplementedError
+
     def thread_count(self):
         """Threads a kernel runs on."""
         raise NotImplementedError

@@ -75,6 +75,57 @@ def matmul(a, b, threads):
     return _on_team(gemm, a.astype(dtype, copy=False), b.astype(dtype, copy=False), batch, threads)
 
 
+class Cblas(NamedTuple):
+    """The CBLAS gemm of numpy's BLAS, for a hand-written kernel to call: its address and the C
+    type of its integer arguments (``int`` for LP64, ``int64_t`` for ILP64)."""
+    address: int
+    int_type: str
+
+
+def cblas_gemm(dtype):
+    """``Cblas`` of the gemm for float32 or float64 ``dtype``, or None without a usable one. BLAS
+    is made single-threaded first: kernels call it from their own threads."""
+    _single_threaded_blas()
+    return _cblas().get(np.dtype(dtype))
+
+
+@functools.lru_cache(maxsize=None)
+def _cblas():
+    """{dtype: Cblas} for float32 and float64 from the first loaded BLAS (numpy's first) that
+    exports a CBLAS gemm, or {} when none does or a direct call does not reproduce
+    ``np.matmul``: a wrong guess at the interface must not compute garbage. Only ctypes: nothing
+    to compile, no threads."""
+    from threadpoolctl import threadpool_info
+    libraries = sorted((info["filepath"] for info in threadpool_info() if info["user_api"] == "blas"),
+                       key=lambda path: "numpy" not in path)
+    for path in libraries:
+        blas_library = ctypes.CDLL(path)
+        for pattern, int_type in _CBLAS_SYMBOLS:
+            try:
+                found = {np.dtype(f"float{bits}"): getattr(blas_library, pattern.format(kind))
+                         for kind, bits in (("s", 32), ("d", 64))}
+            except AttributeError:
+                continue
+            entries = {dtype: Cblas(ctypes.cast(fn, ctypes.c_void_p).value, int_type)
+                       for dtype, fn in found.items()}
+            return entries if all(_direct_call_works(dtype, e) for dtype, e in entries.items()) else {}
+    return {}
+
+
+def _direct_call_works(dtype, entry):
+    """One small product with B transposed, C = A @ B.T (3 x 5 by 4 x 5), through ``entry``."""
+    integer = ctypes.c_int64 if entry.int_type == "int64_t" else ctypes.c_int
+    real = ctypes.c_float if dtype == np.float32 else ctypes.c_double
+    fn = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_int, ctypes.c_int, integer, integer, integer, real,
+                          ctypes.c_void_p, integer, ctypes.c_void_p, integer, real, ctypes.c_void_p,
+                          integer)(entry.address)
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((3, 5)).astype(dtype), rng.standard_normal((4, 5)).astype(dtype)
+    c = np.zeros((3, 4), dtype)
+    fn(101, 111, 112, 3, 4, 5, 1.0, address(a), 5, address(b), 5, 0.0, address(c), 4)   # RowMajor, N, T
+    return np.allclose(c, a @ b.T, rtol=1e-4, atol=1e-4)
+
+
 class _Gemm:
     """The compiled task runner for one dtype, with the CBLAS gemm it calls."""
 

@@ -195,5 +195,9 @@ class _Cpu(Backend):
     def matmul(a, b):
         return blas.matmul(a, b, threads=thread_count())
 
+    @staticmethod
+    def cblas_gemm(dtype):
+        return blas.cblas_gemm(dtype)
+
 
 BACKEND = _Cpu()

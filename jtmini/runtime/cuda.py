@@ -205,6 +205,10 @@ class _Cuda(Backend):
         import cupy
         return cupy.matmul(a, b)
 
+    @staticmethod
+    def cblas_gemm(dtype):
+        return None      # library ops without device kernels run on the host, through cpu.BACKEND
+
     def kernels(self, template, contexts):
         raise NotImplementedError(f"hand-written {template} kernels on the GPU are runtime/cuda_library.py's "
                                   "own; an op without one there runs on the host")
