@@ -18,6 +18,7 @@ from .. import dtypes, init
 from ..creation import zeros
 from ..ops.elementwise import where
 from ..ops.reindex import concat
+from ..ops.softmax import softmax_last
 from ..var import Var
 from . import functional as F
 from .arguments import count, real
@@ -179,11 +180,13 @@ class MultiheadAttention(Module):
         k, v, attn, padding = self._extend_keys(k, v, attn, padding)
         q, k, v = self._heads(q), self._heads(k), self._heads(v)
         scores = (q * (1.0 / math.sqrt(self.head_dim))) @ k.transpose(1, 2)
-        if attn is not None:
-            scores = scores + attn
         if padding is not None:      # (N, heads, L, S) view of the scores, so each batch gets its own row
             scores = (scores.reshape(n, heads, tgt, -1) + padding).reshape(n * heads, tgt, -1)
-        weights = F.dropout(F.softmax(scores, dim=-1), self.dropout, self.is_train)
+        if attn is not None and attn.shape[0] != 1:
+            scores, attn = scores + attn, None
+        # a mask shared by every head and sequence is added inside the softmax kernel
+        bias = None if attn is None else attn.reshape(attn.shape[1:])
+        weights = F.dropout(softmax_last(scores, bias), self.dropout, self.is_train)
         out = (weights @ v).transpose(0, 1).reshape(tgt * n, e)
         out = self.out_proj(out).reshape(tgt, n, e)
         if not need_weights:

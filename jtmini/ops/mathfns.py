@@ -30,6 +30,7 @@ from .elementwise import where
 from .reduce import _dims, all_, any_, max_, min_, prod, sum_
 from .registry import export
 from .reindex import normalize_dim, reindex
+from .softmax import softmax_over
 
 INF = float("inf")
 
@@ -289,16 +290,6 @@ def softmax(x, dim=None, log=False):
     """
     x = _floats(x)
     return softmax_over(x, _all_dims(x, dim, "softmax"), log)
-
-
-def softmax_over(x, dims, log=False):
-    """Softmax (``log``: log-softmax) of ``x`` over ``dims`` as given, without the checks and
-    casts of ``softmax``: the max is subtracted first so exp never overflows (``nn.softmax``)."""
-    shifted = x - x.max(dims=dims, keepdims=True).detach()
-    if log:
-        return shifted - shifted.exp().sum(dims=dims, keepdims=True).log()
-    e = shifted.exp()
-    return e / e.sum(dims=dims, keepdims=True)
 
 
 @export("log_softmax")
