@@ -193,3 +193,70 @@ def test_attention_with_masks_matches_pytorch(masks, rng):
     grad = jt.grad((out * jt.array(up)).sum(), x)
     tgrad, = torch.autograd.grad((tout * torch.tensor(up)).sum(), tx)
     np.testing.assert_allclose(grad.numpy(), tgrad.numpy(), rtol=1e-8, atol=1e-10)
+
+
+# --- cross entropy's kernels (ops/cross_entropy.py) ----------------------------------------------
+from jtmini.ops import cross_entropy as xent  # noqa: E402
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("label_dtype", ["int32", "int64"])
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_cross_entropy_is_fused_and_matches_pytorch(dtype, label_dtype, reduction, rng):
+    logits, labels = rng.standard_normal((9, 6)) * 3, rng.integers(0, 6, 9).astype(label_dtype)
+    loss = nn.cross_entropy_loss(jt.array(logits.astype(dtype)), jt.array(labels), reduction=reduction)
+    assert "cross_entropy_rows" in _ops(loss) and "softmax_rows" not in _ops(loss)
+    tol = dict(rtol=1e-4, atol=1e-5) if dtype == "float32" else None
+    check_grad(lambda a: nn.cross_entropy_loss(a, jt.array(labels), reduction=reduction, ignore_index=3,
+                                               label_smoothing=0.1),
+               lambda t: torch.nn.functional.cross_entropy(t, torch.tensor(labels).long(), reduction=reduction,
+                                                           ignore_index=3, label_smoothing=0.1),
+               [logits], layouts=["sliced"], dtype=dtype, tol=tol)
+
+
+def test_cross_entropy_ignored_rows_are_zero_whatever_their_logits():
+    logits = np.array([[np.nan, 1.0, 2.0], [np.inf, 0.0, 0.0], [1.0, 2.0, 3.0]], "float32")
+    labels = np.array([-100, 1, 2])
+    loss = nn.cross_entropy_loss(jt.array(logits[[0, 2]]), jt.array(labels[[0, 2]]), ignore_index=-100,
+                                 reduction="none").numpy()
+    tloss = torch.nn.functional.cross_entropy(torch.tensor(logits[[0, 2]]), torch.tensor(labels[[0, 2]]),
+                                              reduction="none").numpy()
+    np.testing.assert_allclose(loss, tloss, rtol=1e-6)
+    assert loss[0] == 0
+
+
+@pytest.mark.parametrize("smoothing", [0.0, 0.3])
+@pytest.mark.parametrize("ignore_index", [None, 1])
+def test_cross_entropy_ops_gradients_are_numerically_right(smoothing, ignore_index, rng):
+    x_np, g_np = rng.standard_normal((5, 4)), rng.standard_normal(5)
+    labels = jt.array(np.array([0, 1, 3, 7, 1]))           # 7 is out of range: only the eps term
+    w1, w2 = rng.standard_normal(5), rng.standard_normal((5, 4))
+
+    def rows(x):
+        return (xent.cross_entropy_rows(x, labels, ignore_index, smoothing) * jt.array(w1)).sum()
+
+    def rows_grad(g, x):
+        return (xent.cross_entropy_rows_grad(g, x, labels, ignore_index, smoothing) * jt.array(w2)).sum()
+    for fn, args in ((rows, [x_np]), (rows_grad, [g_np, x_np])):
+        vars_ = [jt.array(a) for a in args]
+        analytic = jt.grad(fn(*vars_), vars_)
+        for got, want in zip(analytic, numeric_grad(fn, args)):
+            np.testing.assert_allclose(got.numpy(), want, rtol=1e-6, atol=1e-8)
+
+
+def test_cross_entropy_out_of_range_lazy_label_matches_the_composed_form(rng):
+    x_np = rng.standard_normal((3, 4))
+    labels = jt.array(np.array([0, 5, 2])) + 0              # lazy: not range-checked
+    fused = nn.cross_entropy_loss(jt.array(x_np), labels, reduction="none", label_smoothing=0.2)
+    composed = nn.cross_entropy_loss(jt.array(x_np), labels, reduction="none", label_smoothing=0.2,
+                                     weight=jt.ones(4, dtype="float64"))
+    np.testing.assert_allclose(fused.numpy(), composed.numpy(), rtol=1e-12)
+
+
+def test_cross_entropy_ops_refuse_bad_shapes_naming_them():
+    with pytest.raises(ValueError, match=r"logits \(4,\) float32, labels \(4,\) int32"):
+        xent.cross_entropy_rows(jt.zeros(4), jt.zeros(4, dtype="int32"))
+    with pytest.raises(ValueError, match=r"labels \(3,\) float32"):
+        xent.cross_entropy_rows(jt.zeros((3, 4)), jt.zeros(3))
+    with pytest.raises(ValueError, match=r"\(2,\) float32"):
+        xent.cross_entropy_rows_grad(jt.zeros(2), jt.zeros((3, 4)), jt.zeros(3, dtype="int32"))

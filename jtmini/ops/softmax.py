@@ -27,15 +27,17 @@ from ..var import Var
 from .registry import OpSpec, register
 from .reindex import normalize_dim
 
-_kernels = {}        # (backend, mode, log, bias, dtype) -> HandKernel
+_kernels = {}        # (backend, mode, log, bias, dtype, label type) -> HandKernel
 
 
-def _kernel(backend, mode, log, bias, dtype):
-    """The kernel of ``templates/<dialect>/softmax`` for this mode, built on first use."""
-    key = (backend.name, mode, log, bias, dtype)
+def _kernel(backend, mode, log, bias, dtype, ttype=""):
+    """The kernel of ``templates/<dialect>/softmax`` for this mode (``ttype``: the C type of
+    cross entropy's labels), built on first use."""
+    key = (backend.name, mode, log, bias, dtype, ttype)
     fn = _kernels.get(key)
     if fn is None:
-        fn = _kernels[key] = backend.kernel("softmax", mode=mode, log=log, bias=bias, ctype=dtypes.C_TYPES[dtype])
+        fn = _kernels[key] = backend.kernel("softmax", mode=mode, log=log, bias=bias, ctype=dtypes.C_TYPES[dtype],
+                                            ttype=ttype)
     return fn
 
 
@@ -133,7 +135,7 @@ def softmax_rows_grad(g, y, log=False):
 
 
 # --- front end --------------------------------------------------------------------------------
-def _fused():
+def runs_fused():
     """Whether the CPU runs the steps: elsewhere the library kernels would be staged to the host."""
     return (flags.backend or ("cuda" if flags.use_cuda else "cpu")) == "cpu"
 
@@ -148,7 +150,7 @@ def softmax_last(x, bias=None, log=False):
     """
     if bias is not None and tuple(bias.shape) != tuple(x.shape[x.ndim - bias.ndim:]):
         raise ValueError(f"softmax_last: bias of shape {bias.shape} must match the trailing dims of x {x.shape}")
-    if (x.ndim == 0 or math.prod(x.shape) == 0 or not dtypes.is_float(x.dtype) or not _fused()
+    if (x.ndim == 0 or math.prod(x.shape) == 0 or not dtypes.is_float(x.dtype) or not runs_fused()
             or (bias is not None and bias.dtype != x.dtype)):
         return _composed(x if bias is None else x + bias, (x.ndim - 1,) if x.ndim else (), log)
     width = x.shape[-1]
