@@ -260,3 +260,15 @@ def test_cross_entropy_ops_refuse_bad_shapes_naming_them():
         xent.cross_entropy_rows(jt.zeros((3, 4)), jt.zeros(3))
     with pytest.raises(ValueError, match=r"\(2,\) float32"):
         xent.cross_entropy_rows_grad(jt.zeros(2), jt.zeros((3, 4)), jt.zeros(3, dtype="int32"))
+
+
+def test_cross_entropy_repeats_bit_for_bit_across_thread_counts(rng):
+    x_np, labels = rng.standard_normal((2048, 40)).astype("float32"), jt.array(rng.integers(0, 40, 2048))
+    results = []
+    for threads in (1, 2):
+        with jt.flag_scope(num_threads=threads):
+            x = jt.array(x_np)
+            loss = nn.cross_entropy_loss(x, labels, reduction="none", label_smoothing=0.1)
+            results.append((loss.numpy(), jt.grad((loss * loss).sum(), x).numpy()))
+    for a, b in zip(*results):
+        np.testing.assert_array_equal(a, b)
