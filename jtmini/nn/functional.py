@@ -510,16 +510,12 @@ def dropout(x, p=0.5, is_train=True):
 
 
 def linear(x, weight, bias=None):
-    """``x @ weight.T + bias`` with ``weight`` (out_features, in_features); ``x`` (..., in_features).
+    """``x @ weight.T + bias`` with ``weight`` (out_features, in_features); ``x`` (..., in_features),
+    multiplied as one (rows, in_features) matrix (see ``jt.matmul``).
 
     >>> nn.linear(jt.ones((2, 3, 4)), jt.ones((5, 4))).shape
     (2, 3, 5)
     """
-    if x.ndim > 2:
-        # one (rows, in) x (in, out) product: a batch of small ones is many BLAS calls, and the
-        # weight's gradient would be a batch of products summed afterwards
-        lead = tuple(x.shape[:-1])
-        return linear(x.reshape(math.prod(lead), x.shape[-1]), weight, bias).reshape(lead + (weight.shape[0],))
     out = x @ weight.transpose(1, 0)
     return out + bias if bias is not None else out
 
