@@ -78,3 +78,25 @@ def test_bad_input_names_the_shapes():
         ln.layer_norm_stats(jt.ones(3), 1e-5)
     with pytest.raises(ValueError, match="per_row"):
         ln.per_row(jt.ones(2, 3), 2, (3, 4))
+
+
+def test_a_finished_layer_norm_leaves_no_pending_root_behind(rng):
+    """The gradient rule must not hold its output (a reference cycle): an unconsumed live xhat is
+    a pending root, and the next optimizer step computed the old forward again to get it."""
+    import gc
+    from jtmini.var import pending_roots
+
+    def step():
+        x = jt.array(rng.standard_normal((4, 8)))
+        y = nn.layer_norm(x, (8,)) * 2.0
+        jt.grad((y * y).sum(), x).sync()
+    gc_was_on = gc.isenabled()
+    gc.disable()                    # the cycle would survive until a collection
+    try:
+        before = {id(v) for v in pending_roots()}
+        step()
+        left = [v for v in pending_roots() if id(v) not in before]
+    finally:
+        if gc_was_on:
+            gc.enable()
+    assert left == [], [(v.op, v.shape) for v in left]

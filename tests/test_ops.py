@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import jtmini as jt
-from conftest import LAYOUTS, assert_var, check_grad, make_input, numeric_grad
+from conftest import LAYOUTS, assert_var, check_grad, graph_nodes, make_input, numeric_grad
 
 SHAPE = (3, 4)
 
@@ -915,6 +915,17 @@ def test_matmul_of_computed_operands(rng):
     check_grad(lambda a, b: (a.relu() @ (b * 2).transpose() + 1).tanh(),
                lambda a, b: (a.relu() @ (b * 2).T + 1).tanh(), [a_np, b_np], ["sliced", "contig"], rng=rng)
 
+
+
+def test_matmul_of_a_batch_by_one_matrix_is_one_product(rng):
+    """(..., m, k) @ (k, n) is one (rows, k) x (k, n) product, forward and for y's gradient: not a
+    batch of small products, nor a batch summed afterwards."""
+    a_np, b_np = rng.standard_normal((2, 3, 5, 4)), rng.standard_normal((4, 6))
+    grads = check_grad(operator.matmul, torch.matmul, [a_np, b_np], ["transposed", "contig"], dtype="float64", rng=rng)
+    a, b = jt.array(a_np), jt.array(b_np)
+    products = [v for v in graph_nodes(jt.grad((a @ b).sum(), b)) if v.op == "matmul"]
+    assert products and all(len(v.shape) == 2 and all(len(i.shape) == 2 for i in v.inputs) for v in products)
+    assert all(g.shape == s for g, s in zip(grads, [a_np.shape[::-1], b_np.shape]))
 
 # --- creation --------------------------------------------------------------------------------------
 @pytest.mark.parametrize("dtype", ["float32", "float64", "int32", "int64", "bool"])

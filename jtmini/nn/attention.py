@@ -18,6 +18,7 @@ from .. import dtypes, init
 from ..creation import zeros
 from ..ops.elementwise import where
 from ..ops.reindex import concat
+from ..ops.softmax import softmax_last
 from ..var import Var
 from . import functional as F
 from .arguments import count, real
@@ -109,28 +110,27 @@ class MultiheadAttention(Module):
                              "causal attn_mask itself (e.g. jt.ones(L, L).triu(1) > 0)")
         if query.ndim == 2:      # one sequence: a batch of one, in the (L, N, E) layout
             out, weights = self._attend(query.unsqueeze(1), key.unsqueeze(1), value.unsqueeze(1),
-                                        key_padding_mask, attn_mask, need_weights, average_attn_weights, False)
+                                        key_padding_mask, attn_mask, need_weights, average_attn_weights, False, 0)
             return out.squeeze(1), (None if weights is None else weights.squeeze(0))
-        if self.batch_first:
-            query, key, value = (v.transpose(0, 1) for v in (query, key, value))
-        out, weights = self._attend(query, key, value, key_padding_mask, attn_mask, need_weights,
-                                    average_attn_weights, True)
-        return (out.transpose(0, 1) if self.batch_first else out), weights
+        # attended in the layout given: transposing (N, L, E) inputs first made each projection
+        # gather its input, and the output be transposed back
+        return self._attend(query, key, value, key_padding_mask, attn_mask, need_weights, average_attn_weights,
+                            True, 1 if self.batch_first else 0)
 
-    def _check_shapes(self, query, key, value):
+    def _check_shapes(self, query, key, value, seq):
         """Refuse feature sizes other than embed_dim / kdim / vdim, and key and value (or the
-        batches) that do not line up; all (L, N, E)."""
+        batches) that do not line up; sequences along dim ``seq`` (0: (L, N, E), 1: (N, L, E))."""
         for name, v, want in (("query", query, self.embed_dim), ("key", key, self.kdim), ("value", value, self.vdim)):
             if v.shape[-1] != want:
                 raise ValueError(f"MultiheadAttention: {name}'s last dim must be {want}, got shape {v.shape}")
-        if key.shape[:2] != value.shape[:2] or key.shape[1] != query.shape[1]:
+        if key.shape[:2] != value.shape[:2] or key.shape[1 - seq] != query.shape[1 - seq]:
             raise ValueError(f"MultiheadAttention: key {key.shape} and value {value.shape} must have the same "
                              f"length, and the batch of query {query.shape}")
 
-    def _masks(self, key_padding_mask, attn_mask, query, key, batched):
-        """Both masks as additive float Vars shaped to broadcast against the (N * heads, L, S)
+    def _masks(self, key_padding_mask, attn_mask, query, key, batched, seq):
+        """Both masks as additive float Vars shaped to broadcast against the (N, heads, L, S)
         scores: (1 or N * heads, L, S) and (N, 1, 1, S) (or None), checked against the inputs."""
-        (tgt, n, _), src, heads = query.shape, key.shape[0], self.num_heads
+        tgt, n, src, heads = query.shape[seq], query.shape[1 - seq], key.shape[seq], self.num_heads
         heads_shape = (n * heads, tgt, src) if batched else (heads, tgt, src)
         attn = _additive_mask("attn_mask", attn_mask, [(tgt, src), heads_shape], query.dtype)
         padding = _additive_mask("key_padding_mask", key_padding_mask, [(n, src) if batched else (src,)],
@@ -140,7 +140,7 @@ class MultiheadAttention(Module):
         return attn, padding
 
     def _project(self, query, key, value):
-        """The query, key and value projections, each (length, N, embed_dim)."""
+        """The query, key and value projections, each in its input's layout with embed_dim features."""
         e, b = self.embed_dim, self.in_proj_bias
         if self._qkv_same_embed_dim:
             weights = [self.in_proj_weight[k * e:(k + 1) * e] for k in range(3)]
@@ -149,44 +149,49 @@ class MultiheadAttention(Module):
         biases = [None] * 3 if b is None else [b[k * e:(k + 1) * e] for k in range(3)]
         return [F.linear(x, w, bias) for x, w, bias in zip((query, key, value), weights, biases)]
 
-    def _extend_keys(self, k, v, attn, padding):
+    def _extend_keys(self, k, v, attn, padding, seq):
         """Append ``bias_k``/``bias_v`` and (``add_zero_attn``) a zero key and value to every
-        sequence, with a 0 (attended) column in each mask for each key added."""
-        n = k.shape[1]
+        sequence (along dim ``seq``), with a 0 (attended) column in each mask for each key added."""
+        shape = [k.shape[1 - seq]] * 2 + [self.embed_dim]
+        shape[seq] = 1
         if self.bias_k is not None:
-            k = concat([k, self.bias_k.broadcast_to((1, n, self.embed_dim)).cast(k.dtype)], dim=0)
-            v = concat([v, self.bias_v.broadcast_to((1, n, self.embed_dim)).cast(v.dtype)], dim=0)
+            k = concat([k, self.bias_k.broadcast_to(tuple(shape)).cast(k.dtype)], dim=seq)
+            v = concat([v, self.bias_v.broadcast_to(tuple(shape)).cast(v.dtype)], dim=seq)
         if self.add_zero_attn:
-            k = concat([k, zeros((1, n, self.embed_dim), dtype=k.dtype)], dim=0)
-            v = concat([v, zeros((1, n, self.embed_dim), dtype=v.dtype)], dim=0)
+            k = concat([k, zeros(tuple(shape), dtype=k.dtype)], dim=seq)
+            v = concat([v, zeros(tuple(shape), dtype=v.dtype)], dim=seq)
         added = int(self.bias_k is not None) + int(self.add_zero_attn)
         if added:
             attn = None if attn is None else attn.pad((0, added))
             padding = None if padding is None else padding.pad((0, added))
         return k, v, attn, padding
 
-    def _heads(self, x):
-        """(length, N, embed_dim) -> (N * heads, length, head_dim), PyTorch's head order."""
-        return x.reshape(x.shape[0], x.shape[1] * self.num_heads, self.head_dim).transpose(0, 1)
+    def _heads(self, x, seq):
+        """A projection with sequences along dim ``seq`` -> (N, heads, length, head_dim), a view."""
+        x = x.reshape(x.shape[0], x.shape[1], self.num_heads, self.head_dim)
+        return x.permute(1, 2, 0, 3) if seq == 0 else x.permute(0, 2, 1, 3)
 
-    def _attend(self, query, key, value, key_padding_mask, attn_mask, need_weights, average, batched):
-        """Attention of (L, N, E) ``query`` over (S, N, kdim/vdim) ``key``/``value``: (L, N, E)
-        output, and the weights (N, L, S), or (N, heads, L, S) unless ``average``, or None."""
-        self._check_shapes(query, key, value)
-        (tgt, n, e), heads = query.shape, self.num_heads
-        attn, padding = self._masks(key_padding_mask, attn_mask, query, key, batched)
+    def _attend(self, query, key, value, key_padding_mask, attn_mask, need_weights, average, batched, seq):
+        """Attention of ``query`` (L, N, E) over ``key``/``value`` (S, N, kdim/vdim), or all
+        (N, length, features) with ``seq`` 1: the output in that layout, and the weights (N, L, S),
+        or (N, heads, L, S) unless ``average``, or None."""
+        self._check_shapes(query, key, value, seq)
+        tgt, n, e, heads = query.shape[seq], query.shape[1 - seq], self.embed_dim, self.num_heads
+        attn, padding = self._masks(key_padding_mask, attn_mask, query, key, batched, seq)
         q, k, v = self._project(query, key, value)
-        k, v, attn, padding = self._extend_keys(k, v, attn, padding)
-        q, k, v = self._heads(q), self._heads(k), self._heads(v)
-        scores = (q * (1.0 / math.sqrt(self.head_dim))) @ k.transpose(1, 2)
-        if attn is not None:
-            scores = scores + attn
-        if padding is not None:      # (N, heads, L, S) view of the scores, so each batch gets its own row
-            scores = (scores.reshape(n, heads, tgt, -1) + padding).reshape(n * heads, tgt, -1)
-        weights = F.dropout(F.softmax(scores, dim=-1), self.dropout, self.is_train)
-        out = (weights @ v).transpose(0, 1).reshape(tgt * n, e)
-        out = self.out_proj(out).reshape(tgt, n, e)
+        k, v, attn, padding = self._extend_keys(k, v, attn, padding, seq)
+        q, k, v = self._heads(q, seq), self._heads(k, seq), self._heads(v, seq)
+        scores = (q * (1.0 / math.sqrt(self.head_dim))) @ k.transpose(2, 3)      # (N, heads, L, S)
+        if padding is not None:
+            scores = scores + padding
+        if attn is not None and attn.shape[0] != 1:
+            scores, attn = scores + attn.reshape(n, heads, tgt, -1), None
+        # a mask shared by every head and sequence is added inside the softmax kernel
+        bias = None if attn is None else attn.reshape(attn.shape[1:])
+        weights = F.dropout(softmax_last(scores, bias), self.dropout, self.is_train)
+        out = (weights @ v).permute((2, 0, 1, 3) if seq == 0 else (0, 2, 1, 3))
+        out = self.out_proj(out.reshape(tgt * n, e))
+        out = out.reshape((tgt, n, e) if seq == 0 else (n, tgt, e))
         if not need_weights:
             return out, None
-        weights = weights.reshape(n, heads, tgt, -1)
         return out, (weights.mean(dims=1) if average else weights)

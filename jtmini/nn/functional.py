@@ -13,9 +13,11 @@ import numbers
 import numpy as np
 
 from .. import creation, dtypes
+from ..ops.cross_entropy import cross_entropy_rows
 from ..ops.elementwise import bce_logits, broadcast_shapes, where
 from ..ops.elementwise import leaky_relu as _leaky_relu
 from ..ops.mathfns import softmax_over
+from ..ops.softmax import runs_fused
 
 
 def relu(x):
@@ -321,14 +323,36 @@ def cross_entropy_loss(output, target, weight=None, ignore_index=None, reduction
     smoothing = _smoothing(label_smoothing, who)
     output = creation.as_var(output)
     shape, target = _sample_shape(output, who), creation.as_var(target)
-    log_probs = log_softmax(_classes_last(output), dim=1)
     if target.shape == output.shape and dtypes.is_float(target.dtype):
+        log_probs = log_softmax(_classes_last(output), dim=1)
         loss = _soft_target_losses(log_probs, _classes_last(target), weight, ignore_index, smoothing)
         return _reduce(loss, reduction, shape=shape)
     target = _class_target(target, who, f" (a float target is read as class probabilities only "
                                         f"when it has the input's shape {output.shape})")
-    loss, weight_sum = _class_losses(log_probs, target, weight, ignore_index, who, smoothing)
+    if weight is None and runs_fused() and 0 not in output.shape:
+        loss, weight_sum = _fused_class_losses(_classes_last(output), target, ignore_index, who, smoothing)
+    else:
+        loss, weight_sum = _class_losses(log_softmax(_classes_last(output), dim=1), target, weight, ignore_index,
+                                         who, smoothing)
     return _reduce(loss, reduction, weight_sum, shape)
+
+
+def _fused_class_losses(logits, target, ignore_index, who, smoothing):
+    """``_class_losses`` of ``log_softmax(logits)`` without class weights, by cross entropy's
+    kernels (ops/cross_entropy.py): per-sample loss (M,) and the divisor of the mean (None: M)."""
+    m, c = logits.shape
+    if math.prod(target.shape) != m:
+        raise ValueError(f"{who}: target of shape {target.shape} does not hold one class label per "
+                         f"sample of the input ({m} samples)")
+    _check_ignore_index(ignore_index, who)
+    _check_labels(target, c, ignore_index, who)
+    target = target.reshape(m)
+    loss = cross_entropy_rows(logits, target, ignore_index, smoothing)
+    if ignore_index is None:
+        return loss, None
+    # the composed form's divisor: samples with a label in range that is not ignored
+    kept = (target != ignore_index) & (target >= 0) & (target < c)
+    return loss, kept.cast(logits.dtype).sum()
 
 
 def _soft_target_losses(log_probs, probs, weight, ignore_index, smoothing):
@@ -490,7 +514,12 @@ def dropout(x, p=0.5, is_train=True):
 
 
 def linear(x, weight, bias=None):
-    """``x @ weight.T + bias`` with ``weight`` (out_features, in_features)."""
+    """``x @ weight.T + bias`` with ``weight`` (out_features, in_features); ``x`` (..., in_features),
+    multiplied as one (rows, in_features) matrix (see ``jt.matmul``).
+
+    >>> nn.linear(jt.ones((2, 3, 4)), jt.ones((5, 4))).shape
+    (2, 3, 5)
+    """
     out = x @ weight.transpose(1, 0)
     return out + bias if bias is not None else out
 

@@ -17,6 +17,8 @@ so the layer can be differentiated twice. The GPU runtime runs the two kernels o
     >>> standardize_rows(jt.randn(4, 8), 1e-5).mean(dims=1).numpy().round(6)
     array([0., 0., 0., 0.], dtype=float32)
 """
+import weakref
+
 import numpy as np
 
 from .. import dtypes
@@ -145,8 +147,12 @@ def standardize_rows(x, eps):
     table = layer_norm_stats(x, eps)
     rstd = per_row(table, 1, x.shape)
     xhat = (x - per_row(table, 0, x.shape)) * rstd
+    # The rule reads xhat through a weak reference: a strong one would be a cycle (xhat -> its
+    # rule -> xhat) that outlives the step, and an unconsumed live xhat is a pending root, so
+    # the next optimizer step computed the last step's forward again up to this LayerNorm.
+    xhat_ref = weakref.ref(xhat)
 
     def rule(g):
         sums = layer_norm_grad_sums(g.cast(x.dtype), x, table)
-        return [(g - per_row(sums, 0, x.shape) - xhat * per_row(sums, 1, x.shape)) * rstd]
+        return [(g - per_row(sums, 0, x.shape) - xhat_ref() * per_row(sums, 1, x.shape)) * rstd]
     return custom_grad(xhat, [x], rule)

@@ -20,6 +20,7 @@ Each is ``jt.<name>`` and ``Var.<name>``: ``sqr``, ``clamp``, ``safe_clip``, ``s
 """
 import math
 import numbers
+import weakref
 
 import numpy as np
 
@@ -30,6 +31,7 @@ from .elementwise import where
 from .reduce import _dims, all_, any_, max_, min_, prod, sum_
 from .registry import export
 from .reindex import normalize_dim, reindex
+from .softmax import softmax_over
 
 INF = float("inf")
 
@@ -76,6 +78,9 @@ def _kept(x, dims):
 
 
 def _custom_grad(out, inputs, rule):
+    # A rule that holds ``out`` itself makes a reference cycle (out -> rule -> out): out then
+    # outlives its graph as an unconsumed pending root, computed again by a later step. Rules
+    # read ``out`` through a weakref (it is alive whenever its rule runs).
     # imported here: autograd imports creation, which is still loading while the ops register
     from ..autograd import custom_grad
     return custom_grad(out, inputs, rule)
@@ -250,9 +255,10 @@ def norm(x, p=2, dim=-1, keepdim=False, *, keepdims=False):
     if p == INF:
         return max_(size, dims, keep)
     out = sum_(x * x, dims, keep).sqrt() if p == 2 else sum_(size ** p, dims, keep) ** (1 / p)
+    out_ref = weakref.ref(out)       # not out itself: see _custom_grad
 
     def rule(d):
-        n = out.reshape(_kept(x, dims))
+        n = out_ref().reshape(_kept(x, dims))
         n = where(n == 0, 1.0, n)            # a zero norm has the zero gradient (x is 0 there)
         scale = x / n if p == 2 else x.sign() * (size / n) ** (p - 1)
         return [d.reshape(_kept(x, dims)) * scale]
@@ -289,16 +295,6 @@ def softmax(x, dim=None, log=False):
     """
     x = _floats(x)
     return softmax_over(x, _all_dims(x, dim, "softmax"), log)
-
-
-def softmax_over(x, dims, log=False):
-    """Softmax (``log``: log-softmax) of ``x`` over ``dims`` as given, without the checks and
-    casts of ``softmax``: the max is subtracted first so exp never overflows (``nn.softmax``)."""
-    shifted = x - x.max(dims=dims, keepdims=True).detach()
-    if log:
-        return shifted - shifted.exp().sum(dims=dims, keepdims=True).log()
-    e = shifted.exp()
-    return e / e.sum(dims=dims, keepdims=True)
 
 
 @export("log_softmax")
@@ -384,7 +380,8 @@ def _cumprod(x, dim):
     out = _scan(x, dim, "mul")
     if not dtypes.is_float(x.dtype):
         return out
-    return _custom_grad(out, [x], lambda d: [_cumprod_grad(x, out, d, dim)])
+    out_ref = weakref.ref(out)       # not out itself: see _custom_grad
+    return _custom_grad(out, [x], lambda d: [_cumprod_grad(x, out_ref(), d, dim)])
 
 
 def _cumprod_grad(x, y, d, dim):

@@ -89,7 +89,13 @@ def matmul(x, y):
         x, squeeze = x.reshape(1, -1), squeeze + [-2]
     if y.ndim == 1:
         y, squeeze = y.reshape(-1, 1), squeeze + [-1]
-    out = Var.node("matmul", [x, y])
+    if x.ndim > 2 and y.ndim == 2:
+        # one (rows, k) x (k, n) product: a batch of small ones is one BLAS call each, and y's
+        # gradient a batch of products summed afterwards
+        lead = tuple(x.shape[:-1])
+        out = Var.node("matmul", [x.reshape(math.prod(lead), x.shape[-1]), y]).reshape(lead + (y.shape[-1],))
+    else:
+        out = Var.node("matmul", [x, y])
     if squeeze:
         out = out.reshape(tuple(s for k, s in enumerate(out.shape) if k - out.ndim not in squeeze))
     return out
