@@ -92,7 +92,7 @@ def _narrowed(arr, name):
         return name
     if name == "float64":
         return "float32"
-    if name == "int64" and (arr.size == 0 or _INT32_MIN <= arr.min() and arr.max() <= _INT32_MAX):
+    if name in ("int64", "uint64") and (arr.size == 0 or _INT32_MIN <= arr.min() and arr.max() <= _INT32_MAX):
         return "int32"
     return name
 
@@ -376,6 +376,6 @@ class DType(str):
 
 
 DTYPES = {name: DType(name) for name in ("float16", "float32", "float64", "int8", "int16", "int32", "int64",
-                                         "uint8", "bool")}
+                                         "uint8", "uint16", "uint32", "uint64", "bool")}
 
 services.array, services.as_var = array, as_var      # Var(data) and Var.assign call down here

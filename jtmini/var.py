@@ -25,6 +25,7 @@ import weakref
 
 import numpy as np
 
+from . import dtypes
 from .flags import flags
 from .ops.registry import OPS, METHODS
 from .state import services
@@ -325,7 +326,7 @@ class Var:
         return int(self.item())
 
     def __index__(self):
-        if self.dtype not in ("int32", "int64"):
+        if not dtypes.is_integer(self.dtype):
             raise TypeError(f"only integer Vars can be used as an index, got {self.dtype}")
         return int(self.item())
 

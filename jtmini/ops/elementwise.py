@@ -50,7 +50,7 @@ def _cast_method(dtype):
     return lambda x: cast(x, dtype)
 
 
-for _name in ("float32", "float64", "int32", "int64", "bool"):
+for _name in dtypes.C_TYPES:
     export(_name, function=False)(_cast_method(_name))
 export("float", function=False)(_cast_method("float32"))
 export("int", function=False)(_cast_method("int32"))
