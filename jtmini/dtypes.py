@@ -17,8 +17,7 @@ C_TYPES = {"bool": "bool", "int8": "int8_t", "int16": "int16_t", "int32": "int32
 NUMPY = {name: np.dtype(name) for name in C_TYPES}     # numpy reads a dtype object faster than a name
 SIZES = {name: dtype.itemsize for name, dtype in NUMPY.items()}     # bytes per element
 INTEGERS = frozenset(name for name in C_TYPES if NUMPY[name].kind in "iu")
-_ALIASES = {"float": "float32", "int": "int32", "bool_": "bool", "double": "float64", "long": "int64",
-            "uint": "uint32", "byte": "int8", "short": "int16"}
+_ALIASES = {"float": "float32", "int": "int32", "bool_": "bool", "double": "float64", "long": "int64"}
 DEFAULT_FLOAT = "float32"
 
 

@@ -46,6 +46,14 @@ def test_arithmetic_and_comparisons_match_numpy(rng, dtype, layout):
     assert_var(x == y, a == b)
     assert_var(x / y, (a / b).astype("float64" if dtype == "uint64" else "float32"), rtol=1e-6)
     assert_var(x + 3, a + np.array(3, dtype))                           # a weak scalar keeps the dtype
+    assert_var(abs(x), np.abs(a))
+    assert_var(x << y % 3, a << (b % np.array(3, dtype)))
+    assert_var(x >> y, a >> b)
+    assert_var(x & y | (x ^ y), a & b | (a ^ b))
+    assert_var(~x, ~a)
+    assert_var(jt.where(x > 3, x, y), np.where(a > 3, a, b))
+    assert_var(x.clamp(2, 50), np.clip(a, 2, 50).astype(dtype))
+    assert_var(x.cumsum(1), a.cumsum(1))                    # 64 bits, as numpy
     assert_var(x * 0.5, (a * 0.5).astype("float64" if dtype == "uint64" else "float32"))
 
 

@@ -169,6 +169,8 @@ def _unary_front(name, float_only):
             raise TypeError(f"{name} is not defined for bool Vars; cast first")
         elif name in ("floor", "ceil", "round") and not dtypes.is_float(x.dtype):
             return x
+        elif name == "abs" and x.dtype.startswith("uint"):
+            return x                         # std::abs has no unsigned overload; |x| is x
         return Var.node(name, [x])
     op.__name__ = name
     op.__doc__ = DOCS.get(name, f"Elementwise {name}.")
