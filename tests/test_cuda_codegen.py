@@ -26,7 +26,7 @@ from jtmini.runtime import cuda, cuda_library, nvrtc
 NVCC = shutil.which("nvcc")
 NVCC_ARGV = ["-cubin", "-arch=sm_90", "-std=c++17", "--expt-relaxed-constexpr"]
 DTYPES = ("float32", "float64", "int32", "int64", "bool", "int8", "int16", "uint8", "uint16", "uint32", "uint64")
-SCATTER_DTYPES = DTYPES[:5]       # the CUDA scatters' atomics are for these (a narrow scatter is a CPU one)
+SCATTER_DTYPES = DTYPES[:5]       # the CUDA scatters have atomics for these five only (narrow ones: not yet)
 
 
 def _leaf(shape, dtype, seed=0):
