@@ -126,6 +126,15 @@ def test_gradient_through_mixed_dtypes(rng):
     assert jt.grad((jt.array(pixels).float32() * x).sum(), [x])[0].dtype == "float32"
 
 
+def test_python_integers_past_int64_are_uint64():
+    assert_var(jt.array([2**64 - 1, 3]), np.array([2**64 - 1, 3], np.uint64))
+    assert_var(jt.array([[2**63], [0]], "uint64"), np.array([[2**63], [0]], np.uint64))
+    with pytest.raises(OverflowError, match="does not fit int64 .* or, with no negative numbers beside it, uint64"):
+        jt.array([2**63, -1])
+    with pytest.raises(OverflowError, match="does not fit int64"):
+        jt.array([2**63], "int64")
+
+
 def test_narrow_dtype_errors():
     with pytest.raises(OverflowError, match=r"300 does not fit uint8 \(0..255\)"):
         jt.array([1, 300], "uint8")
