@@ -113,6 +113,18 @@ def test_narrow_integers_index(rng, dtype):
                np.take_along_axis(data, np.array([[1, 2, 0]]), 0))
 
 
+@pytest.mark.parametrize("dtype", NARROW)
+def test_scatters_match_numpy(rng, dtype):
+    """reindex_reduce (a scatter) with repeated targets, as numpy's ufunc.at."""
+    a, idx = _ints(rng, dtype, (5, 3), 1, 9), np.array([2, 0, 2, 1, 2])
+    for op, ufunc in (("add", np.add), ("max", np.maximum), ("min", np.minimum), ("mul", np.multiply)):
+        start = {"add": 0, "max": np.iinfo(dtype).min, "min": np.iinfo(dtype).max, "mul": 1}[op]
+        expected = np.full((3, 3), start, dtype)
+        ufunc.at(expected, idx, a)
+        got = jt.reindex_reduce(jt.array(a), op, (3, 3), ["@e0(i0)", "i1"], extras=[jt.array(idx)])
+        assert_var(got, expected)
+
+
 def test_gradient_through_mixed_dtypes(rng):
     """A float Var times a uint8 Var is float32; the gradient reaches the float Var only."""
     w = rng.standard_normal((3, 4)).astype(np.float32)
