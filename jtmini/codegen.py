@@ -707,6 +707,11 @@ def _bitwise_accumulator(sign, ctype, value):
             "simd": None, "combine": step.format(value), "merge": step.format("parts[t]"), "result": "acc"}
 
 
+# sums and products of narrower types accumulate in 64 bits (their result dtype is 64-bit)
+_WIDE_ACCUMULATORS = {"float32": "double", "bool": "int64_t", "int8": "int64_t", "int16": "int64_t",
+                      "int32": "int64_t", "uint8": "uint64_t", "uint16": "uint64_t", "uint32": "uint64_t"}
+
+
 def _accumulator(op, src_dtype, out_dtype, value, arg_var):
     """Declarations and statements of the accumulator ``acc`` for a reduce (or argreduce)."""
     ctype = dtypes.C_TYPES[src_dtype]
@@ -719,8 +724,7 @@ def _accumulator(op, src_dtype, out_dtype, value, arg_var):
                 "result": "(int32_t)acc_i"}
     if op in _BITWISE:
         return _bitwise_accumulator(_BITWISE[op], ctype, value)
-    acc_type = {"float32": "double", "bool": "int64_t", "int32": "int64_t"}.get(src_dtype, ctype) \
-        if op in ("add", "mul") else ctype
+    acc_type = _WIDE_ACCUMULATORS.get(src_dtype, ctype) if op in ("add", "mul") else ctype
     init = {"add": "0", "mul": "1", "max": f"std::numeric_limits<{ctype}>::lowest()",
             "min": f"std::numeric_limits<{ctype}>::max()"}[op]
     if dtypes.is_float(src_dtype) and op in ("max", "min"):

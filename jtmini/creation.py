@@ -92,7 +92,7 @@ def _narrowed(arr, name):
         return name
     if name == "float64":
         return "float32"
-    if name == "int64" and (arr.size == 0 or _INT32_MIN <= arr.min() and arr.max() <= _INT32_MAX):
+    if name in ("int64", "uint64") and (arr.size == 0 or _INT32_MIN <= arr.min() and arr.max() <= _INT32_MAX):
         return "int32"
     return name
 
@@ -132,9 +132,14 @@ def _from_python_numbers(data, arr, dtype):
     floats_meant = (dtype is not None and dtypes.is_float(dtypes.canonical(dtype))
                     or any(isinstance(v, float) for v in flat))
     big = [v for v in flat if dtypes.is_int(v) and not -2**63 <= v < 2**63]
+    # non-negative integers past int64 are uint64 ones, unless another dtype is asked for
+    if big and not floats_meant and (dtype is None or dtypes.canonical(dtype) == "uint64") \
+            and all(0 <= v < 2**64 for v in flat):
+        return np.asarray(data, dtype=np.uint64)
     if big and not floats_meant:
-        raise OverflowError(f"value {big[0]} does not fit int64 (-2**63..2**63-1), the widest "
-                            f"integer dtype; pass dtype='float64' to store it as a float")
+        raise OverflowError(f"value {big[0]} does not fit int64 (-2**63..2**63-1) or, with no "
+                            f"negative numbers beside it, uint64 (..2**64-1); pass dtype='float64' "
+                            f"to store it as a float")
     if arr.dtype != object:
         return arr
     if not floats_meant:
@@ -376,6 +381,6 @@ class DType(str):
 
 
 DTYPES = {name: DType(name) for name in ("float16", "float32", "float64", "int8", "int16", "int32", "int64",
-                                         "uint8", "bool")}
+                                         "uint8", "uint16", "uint32", "uint64", "bool")}
 
 services.array, services.as_var = array, as_var      # Var(data) and Var.assign call down here

@@ -114,11 +114,18 @@ class OneHotCategorical(Categorical):
         return hot.float32()
 
     def log_prob(self, value):
-        value = _var(value, "value", "OneHotCategorical.log_prob")
-        if value.shape[-1:] != self.probs.shape[-1:]:
+        """``log probs[k]`` with ``k`` the index of the largest entry of ``value`` along the last
+        axis (its first, on ties): a one-hot vector's hot index, and for any other vector the
+        category PyTorch and Jittor read from it too.
+
+        >>> jd.OneHotCategorical(jt.array([0.25, 0.75])).log_prob([[0.0, 1.0], [3.0, 2.0]]).numpy()
+        array([-0.2876821, -1.3862944], dtype=float32)
+        """
+        value = value if isinstance(value, Var) else creation.array(np.asarray(value))
+        if value.ndim == 0 or value.shape[-1] != self.probs.shape[-1]:
             raise ValueError(f"OneHotCategorical.log_prob: value must be one-hot over "
                              f"{self.probs.shape[-1]} categories (last axis), got shape {value.shape}")
-        return (value.cast(self.logits.dtype) * self.logits).sum(-1)
+        return Categorical.log_prob(self, value.argmax(-1)[0])
 
 
 class Normal:

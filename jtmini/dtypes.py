@@ -1,20 +1,23 @@
-"""The five dtypes, their C types, and the promotion rule used by binary ops.
+"""The dtypes, their C types, and the promotion rule used by binary ops.
 
-Promotion follows numpy's order bool < int32 < int64 < float32 < float64, except that Python scalars
-are "weak" (``float32_var * 2.0`` stays float32, ``int_var * 0.5`` becomes float32), as in Jittor.
+Besides bool, int32, int64, float32 and float64 there are Jittor's narrow and unsigned integers
+(int8, int16, uint8, uint16, uint32, uint64). Promotion: a float operand gives a float (float64 if
+either is float64, else float32); two integers give the wider one, signed as Jittor's
+``binary_dtype_infer`` makes mixed pairs (uint8 with int8 is int8), unsigned when both are (as
+numpy and PyTorch). Python scalars are "weak" (``float32_var * 2.0`` stays float32,
+``int_var * 0.5`` becomes float32, ``uint8_var + 1`` stays uint8), as in Jittor.
 """
 import numbers
 
 import numpy as np
 
-C_TYPES = {"bool": "bool", "int32": "int32_t", "int64": "int64_t",
+C_TYPES = {"bool": "bool", "int8": "int8_t", "int16": "int16_t", "int32": "int32_t", "int64": "int64_t",
+           "uint8": "uint8_t", "uint16": "uint16_t", "uint32": "uint32_t", "uint64": "uint64_t",
            "float32": "float", "float64": "double"}
 NUMPY = {name: np.dtype(name) for name in C_TYPES}     # numpy reads a dtype object faster than a name
 SIZES = {name: dtype.itemsize for name, dtype in NUMPY.items()}     # bytes per element
-_ORDER = ["bool", "int32", "int64", "float32", "float64"]
+INTEGERS = frozenset(name for name in C_TYPES if NUMPY[name].kind in "iu")
 _ALIASES = {"float": "float32", "int": "int32", "bool_": "bool", "double": "float64", "long": "int64"}
-# numpy's narrow integers are computed as int32, as jt.array does with such arrays
-_WIDENED = {"int8": "int32", "int16": "int32", "uint8": "int32", "uint16": "int32"}
 DEFAULT_FLOAT = "float32"
 
 
@@ -33,9 +36,8 @@ def canonical(dtype):
             name = np.dtype(dtype).name
         except TypeError:
             name = None
-    name = _WIDENED.get(name, name)
     if name not in C_TYPES:
-        raise TypeError(f"unsupported dtype {dtype!r}; jtmini supports {', '.join(_ORDER)}")
+        raise TypeError(f"unsupported dtype {dtype!r}; jtmini supports {', '.join(C_TYPES)}")
     return name
 
 
@@ -52,15 +54,17 @@ def numpy_name(np_dtype):
 
 
 def from_numpy(np_dtype):
-    """Map a numpy array's dtype to ours: float16 and friends are rejected, uint8 widens to int32."""
-    name = numpy_name(np_dtype)
-    if name in ("uint8", "int8", "int16", "uint16"):
-        return "int32"
-    return canonical(name)
+    """Map a numpy array's dtype to ours (the same name); float16 and friends are rejected."""
+    return canonical(numpy_name(np_dtype))
 
 
 def is_float(dtype):
     return dtype in ("float32", "float64")
+
+
+def is_integer(dtype):
+    """Whether the dtype name ``dtype`` is an integer one, signed or not (bool is not)."""
+    return dtype in INTEGERS
 
 
 def is_int(value):
@@ -82,7 +86,7 @@ def int_dims(dims, what):
     return [int(d) for d in dims]
 
 
-_INT_BOUNDS = {"int32": (-2**31, 2**31 - 1), "int64": (-2**63, 2**63 - 1)}
+_INT_BOUNDS = {name: (int(np.iinfo(name).min), int(np.iinfo(name).max)) for name in INTEGERS}
 
 
 def check_scalar(value, dtype):
@@ -98,7 +102,19 @@ def check_scalar(value, dtype):
 
 
 def promote(a, b):
-    return a if _ORDER.index(a) >= _ORDER.index(b) else b
+    """The dtype of a binary op's result on dtypes ``a`` and ``b`` (see the module's docstring).
+
+    >>> promote("int32", "float32"), promote("uint8", "int16"), promote("uint8", "int8")
+    ('float32', 'int16', 'int8')
+    """
+    if a == b:
+        return a
+    if is_float(a) or is_float(b):
+        return "float64" if "float64" in (a, b) else "float32"
+    if a == "bool" or b == "bool":
+        return b if a == "bool" else a
+    size = max(SIZES[a], SIZES[b])
+    return f"{'u' if a[0] == b[0] == 'u' else ''}int{8 * size}"
 
 
 def scalar_dtype(value, other):

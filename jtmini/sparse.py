@@ -29,7 +29,7 @@ def _checked(indices, values, shape):
     if not indices.dtype.startswith(("int", "uint")) or indices.ndim != 2 or indices.shape[0] != len(shape):
         raise ValueError(f"sparse_array: indices must be an integer Var of shape (ndim={len(shape)}, nnz), "
                          f"got {indices.dtype} of shape {indices.shape}")
-    if values.shape != [indices.shape[1]]:
+    if tuple(values.shape) != (indices.shape[1],):
         raise ValueError(f"sparse_array: values must have shape ({indices.shape[1]},) (one per index "
                          f"column), got {values.shape}")
     idx = indices.numpy()

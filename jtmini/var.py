@@ -25,6 +25,7 @@ import weakref
 
 import numpy as np
 
+from . import dtypes
 from .flags import flags
 from .ops.registry import OPS, METHODS
 from .state import services
@@ -183,15 +184,21 @@ class _ScalarData(_DataView):
 class Shape(tuple):
     """A Var's shape: a tuple (numpy-style code indexes, unpacks and hashes it) that also compares
     equal to the list Jittor's ``Var.shape`` is, so ``x.shape == [2, 3]`` holds as in Jittor.
+    Jittor has no 0-d Vars (a full reduction, a dot product of vectors, is shaped [1]), so a 0-d
+    shape also equals the list ``[1]``, as its ``.data`` is a 1-element array.
 
         >>> jt.zeros(2, 3).shape == [2, 3] == list(jt.zeros(2, 3).shape)
         True
+        >>> jt.zeros(3).sum().shape == [1], jt.zeros(3).sum().shape == (1,)
+        (True, False)
     """
     __slots__ = ()
     __hash__ = tuple.__hash__
 
     def __eq__(self, other):
-        return tuple.__eq__(self, tuple(other) if type(other) is list else other)
+        if type(other) is list:
+            return tuple.__eq__(self, tuple(other)) or (not self and other == [1])
+        return tuple.__eq__(self, other)
 
     def __ne__(self, other):
         return not self == other
@@ -321,7 +328,7 @@ class Var:
         return int(self.item())
 
     def __index__(self):
-        if self.dtype not in ("int32", "int64"):
+        if not dtypes.is_integer(self.dtype):
             raise TypeError(f"only integer Vars can be used as an index, got {self.dtype}")
         return int(self.item())
 

@@ -25,7 +25,8 @@ from jtmini.runtime import cuda, cuda_library, nvrtc
 
 NVCC = shutil.which("nvcc")
 NVCC_ARGV = ["-cubin", "-arch=sm_90", "-std=c++17", "--expt-relaxed-constexpr"]
-DTYPES = ("float32", "float64", "int32", "int64", "bool")
+# the narrow and unsigned dtypes by width and signedness (int16 and uint8 share their templates)
+DTYPES = ("float32", "float64", "int32", "int64", "bool", "int8", "uint16", "uint32", "uint64")
 
 
 def _leaf(shape, dtype, seed=0):
@@ -37,7 +38,7 @@ def _chain(dtype):
     a, b = _leaf((3, 4), dtype, 1), _leaf((3, 4), dtype, 2)
     if dtype == "bool":
         return [((a & b) | ~a) ^ b, (a.cast("int32") + b).maximum(0)]
-    if dtype.startswith("int"):
+    if dtype.startswith(("int", "uint")):
         return [(a * b + a // (b + 1) - a % 3 + jt.pow(a, 2)).maximum(b).minimum(7) - abs(a) + a.sign(),
                 jt.where(a > b, a, -b).cast("float32")]
     math = jt.sigmoid(jt.relu(a * b + 1).exp() - a.abs().sqrt() + a.sin() * b.cos() - a.tanh())

@@ -24,7 +24,7 @@ def jittor_defaults():
     (np.array([-2**31, 2**31 - 1]), "int32"),           # int32's bounds fit
     (np.zeros(0, np.int64), "int32"),
     (np.array([True, False]), "bool"), (np.zeros(2, np.float32), "float32"),
-    (np.zeros(2, np.uint8), "int32"),
+    (np.zeros(2, np.uint8), "uint8"), (np.zeros(2, np.uint64), "int32"),   # 8 bytes only, as Jittor
 ])
 def test_data_without_dtype_is_converted_as_in_jittor(jittor_defaults, data, dtype):
     v = jt.array(data)

@@ -48,7 +48,7 @@ def test_bad_reshape_names_the_target(target, shown):
     lambda: jt.array(np.array([1 + 2j])), lambda: jt.array([1 + 2j]), lambda: jt.array(np.zeros(2, np.float16)),
     lambda: jt.array([1.0], dtype="complex64"), lambda: jt.array([1.0], dtype="float16"),
     lambda: jt.zeros(3, dtype="float16"), lambda: jt.ones(2).cast("float16"), lambda: jt.ones(2).astype(np.complex128),
-    lambda: jt.full((2,), 1, "uint64"), lambda: jt.array(np.zeros(2, np.uint64)), lambda: jt.array(["a", "b"]),
+    lambda: jt.full((2,), 1, "uint128"), lambda: jt.array(np.zeros(2, np.float128)), lambda: jt.array(["a", "b"]),
     lambda: jt.array([object()]), lambda: jt.randn(2, dtype="bfloat16"), lambda: jt.ones(2).cast("no_such_type"),
 ])
 def test_unsupported_dtype_is_a_type_error(build):

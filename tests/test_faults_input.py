@@ -124,7 +124,7 @@ def test_weak_scalars_that_do_not_fit_the_var_are_refused_as_numpy_does():
         2**40 * x
 
 
-@pytest.mark.parametrize("data", [[2**70], 2**70, [2**63, 5], [[-2**64]]])
+@pytest.mark.parametrize("data", [[2**70], 2**70, [2**63, -5], [[-2**64]], [2**64]])
 def test_array_of_integers_past_int64_says_they_do_not_fit(data):
     with pytest.raises(OverflowError, match="does not fit int64"):
         jt.array(data)

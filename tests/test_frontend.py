@@ -29,11 +29,11 @@ def test_dtype_objects_go_wherever_a_dtype_is_taken(rng):
     assert jt.randn(2, 2, dtype=jt.float64).dtype == "float64"
 
 
-@pytest.mark.parametrize("name", ["int8", "int16", "uint8"])
-def test_narrow_integers_are_computed_as_int32(name):
+@pytest.mark.parametrize("name", ["int8", "int16", "uint8", "uint16", "uint32", "uint64"])
+def test_narrow_and_unsigned_integers_keep_their_dtype(name):
     values = np.array([1, 2, 100], dtype=name)
-    assert_var(getattr(jt, name)(values), values.astype("int32"))
-    assert jt.array(values, dtype=getattr(jt, name)).dtype == "int32"
+    assert_var(getattr(jt, name)(values), values)
+    assert jt.array(values, dtype=getattr(jt, name)).dtype == name
 
 
 def test_float16_is_a_clear_type_error():

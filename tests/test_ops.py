@@ -949,7 +949,7 @@ def test_array_from_lists_and_scalars():
     s = jt.array(2.5)
     assert s.shape == () and s.dtype == "float32" and s.item() == 2.5
     assert jt.array(3).item() == 3 and jt.array(3).ndim == 0
-    assert_var(jt.array(np.array([1, 2], np.uint8)), np.array([1, 2], np.int32))
+    assert_var(jt.array(np.array([1, 2], np.uint8)), np.array([1, 2], np.uint8))
     assert_var(jt.array([1, 2], dtype="float64"), np.array([1, 2], np.float64))
     assert_var(jt.array(np.array(2.5)), np.array(2.5, np.float64))            # a numpy 0-d array keeps float64
 

@@ -61,8 +61,8 @@ def one_hot(x, num_classes=-1, dtype="float32"):
            [0., 0., 1.]], dtype=float32)
     """
     x = creation.as_var(x)
-    if x.dtype not in ("bool", "int32", "int64"):
-        raise ValueError(f"one_hot: x must hold class indices (bool, int32 or int64), got dtype {x.dtype}")
+    if x.dtype != "bool" and not dtypes.is_integer(x.dtype):
+        raise ValueError(f"one_hot: x must hold class indices (bool or an integer dtype), got dtype {x.dtype}")
     known = num_classes == -1 or x.is_realized()
     values = np.asarray(x.data, dtype=np.int64) if known else None
     num_classes = _num_classes(num_classes, values)
@@ -229,8 +229,8 @@ def _class_target(target, who, hint=""):
     """``target`` as a Var of integer class indices; a float or bool one is refused: compared
     against class numbers it would silently match nothing."""
     target = creation.as_var(target)
-    if target.dtype not in ("int32", "int64"):
-        raise LabelDtypeError(f"{who}: target must hold integer class indices (int32 or int64), "
+    if not dtypes.is_integer(target.dtype):
+        raise LabelDtypeError(f"{who}: target must hold integer class indices (an integer dtype), "
                               f"got dtype {target.dtype}{hint}")
     return target
 

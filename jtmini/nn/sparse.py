@@ -24,8 +24,8 @@ def _indices(x, num_embeddings, who):
     """``x`` (a Var, numpy array or list of ints) as an integer Var whose entries are all in
     ``0..num_embeddings-1``; TypeError for other dtypes, IndexError naming a bad entry."""
     x = x if isinstance(x, Var) else creation.as_var(np.asarray(x))
-    if x.dtype not in ("int32", "int64"):
-        raise TypeError(f"{who}: indices must be an int32 or int64 Var, got {x.dtype}")
+    if not dtypes.is_integer(x.dtype):
+        raise TypeError(f"{who}: indices must be an integer Var, got {x.dtype}")
     values = np.asarray(x.data)
     if values.size and (values.min() < 0 or values.max() >= num_embeddings):
         bad = values[(values < 0) | (values >= num_embeddings)].flat[0]

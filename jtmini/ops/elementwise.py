@@ -50,7 +50,7 @@ def _cast_method(dtype):
     return lambda x: cast(x, dtype)
 
 
-for _name in ("float32", "float64", "int32", "int64", "bool"):
+for _name in dtypes.C_TYPES:
     export(_name, function=False)(_cast_method(_name))
 export("float", function=False)(_cast_method("float32"))
 export("int", function=False)(_cast_method("int32"))
@@ -169,6 +169,8 @@ def _unary_front(name, float_only):
             raise TypeError(f"{name} is not defined for bool Vars; cast first")
         elif name in ("floor", "ceil", "round") and not dtypes.is_float(x.dtype):
             return x
+        elif name == "abs" and x.dtype.startswith("uint"):
+            return x                         # std::abs has no unsigned overload; |x| is x
         return Var.node(name, [x])
     op.__name__ = name
     op.__doc__ = DOCS.get(name, f"Elementwise {name}.")

@@ -9,8 +9,13 @@ from .reindex import normalize_dim
 def _reduce_infer(inputs, a):
     x = inputs[0]
     shape = tuple(1 if k in a["dims"] else s for k, s in enumerate(x.shape) if a["keepdims"] or k not in a["dims"])
-    widen = a["op"] in ("add", "mul") and x.dtype in ("bool", "int32")
-    return shape, "int64" if widen else x.dtype
+    if a["op"] in ("add", "mul") and (x.dtype == "bool" or dtypes.is_integer(x.dtype)):
+        return shape, _WIDE_SUMS[x.dtype]
+    return shape, x.dtype
+
+
+# as numpy: integer sums and products are 64-bit (unsigned stay unsigned), so a uint8 image sums
+_WIDE_SUMS = {name: "uint64" if name.startswith("u") else "int64" for name in dtypes.INTEGERS | {"bool"}}
 
 
 def _kept_shape(x, dims):

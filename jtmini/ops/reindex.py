@@ -29,7 +29,7 @@ def _flat(ndim):
 # --- reindex / reindex_reduce (Jittor's general primitives) ------------------------------------
 def _reindex_infer(inputs, a):
     for e in inputs[1:]:
-        if e.dtype not in ("int32", "int64", "bool", "float32", "float64"):
+        if e.dtype not in dtypes.C_TYPES:
             raise TypeError(f"reindex extras must be numeric, got {e.dtype}")
     if len(a["exprs"]) != inputs[0].ndim:
         raise ValueError(f"reindex needs one index expression per input dim ({inputs[0].ndim}), "

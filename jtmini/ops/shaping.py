@@ -287,8 +287,8 @@ def _index_var(index, what):
     if not isinstance(index, Var):
         index = np.asarray(index)
         index = creation.array(index.astype(np.int64) if index.size == 0 else index)
-    if index.dtype not in ("int32", "int64"):
-        raise TypeError(f"{what}: index must be an int32 or int64 Var, got {index.dtype}")
+    if not dtypes.is_integer(index.dtype):
+        raise TypeError(f"{what}: index must be an integer Var, got {index.dtype}")
     return index
 
 
