@@ -251,16 +251,23 @@ def _check_labels(target, num_classes, ignore_index, who):
                               f"{'' if ignore_index is None else f' or ignore_index={ignore_index}'})")
 
 
-def _class_losses(log_probs, target, weight, ignore_index, who, smoothing=0.0):
-    """Per-sample loss (M,) of integer ``target`` under (M, C) ``log_probs``, and the divisor of
-    the mean (the kept samples' weight; None: the plain count). With ``smoothing`` each row's
-    target spreads ``smoothing`` evenly over the classes, weighted and ignored as the label is."""
-    m, c = log_probs.shape
+def _check_class_target(scores, target, ignore_index, who):
+    """``(M, C)`` of (M, C) ``scores`` after checking that ``target`` holds one valid class label
+    (or ``ignore_index``) per sample."""
+    m, c = scores.shape
     if math.prod(target.shape) != m:
         raise ValueError(f"{who}: target of shape {target.shape} does not hold one class label per "
                          f"sample of the input ({m} samples)")
     _check_ignore_index(ignore_index, who)
     _check_labels(target, c, ignore_index, who)
+    return m, c
+
+
+def _class_losses(log_probs, target, weight, ignore_index, who, smoothing=0.0):
+    """Per-sample loss (M,) of integer ``target`` under (M, C) ``log_probs``, and the divisor of
+    the mean (the kept samples' weight; None: the plain count). With ``smoothing`` each row's
+    target spreads ``smoothing`` evenly over the classes, weighted and ignored as the label is."""
+    m, c = _check_class_target(log_probs, target, ignore_index, who)
     factors = [f for f in (None if weight is None else _class_weight(weight, c, who),
                            None if ignore_index is None else
                            (target.reshape(-1, 1) != ignore_index).cast(log_probs.dtype))
@@ -340,12 +347,7 @@ def cross_entropy_loss(output, target, weight=None, ignore_index=None, reduction
 def _fused_class_losses(logits, target, ignore_index, who, smoothing):
     """``_class_losses`` of ``log_softmax(logits)`` without class weights, by cross entropy's
     kernels (ops/cross_entropy.py): per-sample loss (M,) and the divisor of the mean (None: M)."""
-    m, c = logits.shape
-    if math.prod(target.shape) != m:
-        raise ValueError(f"{who}: target of shape {target.shape} does not hold one class label per "
-                         f"sample of the input ({m} samples)")
-    _check_ignore_index(ignore_index, who)
-    _check_labels(target, c, ignore_index, who)
+    m, c = _check_class_target(logits, target, ignore_index, who)
     target = target.reshape(m)
     loss = cross_entropy_rows(logits, target, ignore_index, smoothing)
     if ignore_index is None:
