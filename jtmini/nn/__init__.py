@@ -22,7 +22,7 @@ from .fold import fold, unfold
 from .functional import (bce_loss, binary_cross_entropy_with_logits, cross_entropy_loss, dropout, flatten,
                          kl_div, l1_loss, leaky_relu, linear, log_softmax, mse_loss, nll_loss, one_hot, relu,
                          sigmoid, smooth_l1_loss, softmax, tanh)
-from .layers import (BatchNorm, BatchNorm1d, BatchNorm2d, Dropout, Flatten, Identity, LeakyReLU,
+from .layers import (Bilinear, bilinear, BatchNorm, BatchNorm1d, BatchNorm2d, Dropout, Flatten, Identity, LeakyReLU,
                      Leaky_relu, Linear, ReLU, Relu, Sigmoid, Tanh)
 from .losses import (BCELoss, BCEWithLogitsLoss, CrossEntropyLoss, KLDivLoss, L1Loss, MSELoss, NLLLoss,
                      SmoothL1Loss)
