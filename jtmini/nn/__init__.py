@@ -15,6 +15,7 @@ from .activation import (ELU, GELU, Hardtanh, LogSoftmax, PReLU, ReLU6, SiLU, So
 from .attention import MultiheadAttention
 from .containers import ModuleDict, ModuleList, ParameterDict, ParameterList
 from .conv import Conv, Conv2d, conv2d
+from .ctc import CTCLoss, ctc_loss
 from .grid import affine_grid, grid_sample
 from .conv_more import Conv1d, ConvTranspose, ConvTranspose2d, conv1d, conv_transpose, conv_transpose2d
 from .sparse import Embedding, embedding
@@ -53,6 +54,6 @@ def __getattr__(name):
 
 
 __all__ = sorted(name for name in dir() if not name.startswith("_")
-                 and name not in ("activation", "arguments", "attention", "containers", "conv", "conv_more", "functional", "grid",
+                 and name not in ("activation", "arguments", "attention", "containers", "conv", "conv_more", "ctc", "functional", "grid",
                                   "layers", "losses", "module", "norm", "persist", "pool", "resample", "rnn", "sparse"))
 __all__ += list(_OPTIMIZERS)
