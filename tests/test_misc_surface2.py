@@ -239,6 +239,15 @@ def test_ctc_loss_impossible_alignments(rng):
     check_ctc(logits, targets, input_lengths, target_lengths, zero_infinity=True, reduction="sum")
 
 
+def test_ctc_loss_empty_inputs(rng):
+    logits = rng.standard_normal((4, 3, 3))
+    targets, input_lengths, target_lengths = [[1, 2], [1, 1], [2, 2]], [0, 0, 4], [0, 1, 2]
+    want = tF.ctc_loss(torch.tensor(logits).log_softmax(2), torch.tensor(targets), torch.tensor(input_lengths),
+                       torch.tensor(target_lengths), reduction="none")
+    got = jt.ctc_loss(jt.array(logits).log_softmax(2), targets, input_lengths, target_lengths, reduction="none")
+    assert_var(got, want.numpy())          # [0, inf, finite]: no step reads only the empty target
+
+
 def test_ctc_loss_errors():
     lp = jt.zeros(5, 2, 3)
     with pytest.raises(ValueError, match=r"\(T, N, C\).*\(5, 2\)"):

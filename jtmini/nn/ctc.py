@@ -105,7 +105,8 @@ def ctc_loss(log_probs, targets, input_lengths, target_lengths, blank=0, reducti
     its input. log_probs (T, N, C) are log-probabilities (``log_softmax(2)``); targets (N, S) padded
     or 1-D concatenated; lengths (N,). ``reduction`` "mean" divides each loss by its target length
     and averages (as PyTorch's; Jittor's averages the losses alone), "sum" adds, "none" keeps (N,).
-    An impossible alignment gives inf, or 0 with no gradient under ``zero_infinity``.
+    An impossible alignment gives inf, or 0 with no gradient under ``zero_infinity``. Targets and
+    lengths are read as values (computed now, if lazy): they fix the recursion's steps.
 
     The gradient is the loss's own with respect to log_probs; through ``log_softmax`` it equals
     PyTorch's (whose ctc_loss gradient assumes normalised inputs).
