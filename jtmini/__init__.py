@@ -64,6 +64,12 @@ def __getattr__(name):
     if name == "make_module":
         from .nn.module import make_module
         return make_module
+    if name in ("make_grid", "save_image"):     # image grids (save_image needs Pillow)
+        from . import imageutil
+        return getattr(imageutil, name)
+    if name in ("ctc_loss", "CTCLoss"):    # Jittor's jt.ctc_loss, jt.CTCLoss
+        from .nn import ctc
+        return getattr(ctc, name)
     if name in ("save", "load"):        # checkpoints: Vars saved as arrays, loaded without running code
         from . import persist
         return getattr(persist, name)

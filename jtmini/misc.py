@@ -10,4 +10,7 @@ from .ops.registry import FUNCTIONS
 def __getattr__(name):
     if name in FUNCTIONS:
         return FUNCTIONS[name]
+    if name in ("make_grid", "save_image"):     # Jittor keeps its image grid helpers here too
+        from . import imageutil
+        return getattr(imageutil, name)
     raise AttributeError(f"module 'jtmini.misc' has no attribute {name!r}")

@@ -15,6 +15,7 @@ from .activation import (ELU, GELU, Hardtanh, LogSoftmax, PReLU, ReLU6, SiLU, So
 from .attention import MultiheadAttention
 from .containers import ModuleDict, ModuleList, ParameterDict, ParameterList
 from .conv import Conv, Conv2d, conv2d
+from .ctc import CTCLoss, ctc_loss
 from .grid import affine_grid, grid_sample
 from .conv_more import Conv1d, ConvTranspose, ConvTranspose2d, conv1d, conv_transpose, conv_transpose2d
 from .sparse import Embedding, embedding
@@ -22,7 +23,7 @@ from .fold import fold, unfold
 from .functional import (bce_loss, binary_cross_entropy_with_logits, cross_entropy_loss, dropout, flatten,
                          kl_div, l1_loss, leaky_relu, linear, log_softmax, mse_loss, nll_loss, one_hot, relu,
                          sigmoid, smooth_l1_loss, softmax, tanh)
-from .layers import (BatchNorm, BatchNorm1d, BatchNorm2d, Dropout, Flatten, Identity, LeakyReLU,
+from .layers import (Bilinear, bilinear, BatchNorm, BatchNorm1d, BatchNorm2d, Dropout, Flatten, Identity, LeakyReLU,
                      Leaky_relu, Linear, ReLU, Relu, Sigmoid, Tanh)
 from .losses import (BCELoss, BCEWithLogitsLoss, CrossEntropyLoss, KLDivLoss, L1Loss, MSELoss, NLLLoss,
                      SmoothL1Loss)
@@ -53,6 +54,6 @@ def __getattr__(name):
 
 
 __all__ = sorted(name for name in dir() if not name.startswith("_")
-                 and name not in ("activation", "arguments", "attention", "containers", "conv", "conv_more", "functional", "grid",
+                 and name not in ("activation", "arguments", "attention", "containers", "conv", "conv_more", "ctc", "functional", "grid",
                                   "layers", "losses", "module", "norm", "persist", "pool", "resample", "rnn", "sparse"))
 __all__ += list(_OPTIMIZERS)

@@ -37,6 +37,46 @@ class Linear(Module):
         return F.linear(x, self.weight, self.bias)
 
 
+def bilinear(x1, x2, weight, bias=None):
+    """PyTorch's bilinear: ``y[..., o] = sum_ij x1[..., i] weight[o, i, j] x2[..., j] + bias[o]``;
+    x1 (..., in1), x2 (..., in2) with the same leading dims, weight (out, in1, in2).
+
+    >>> nn.bilinear(jt.ones(4, 2), jt.ones(4, 3), jt.ones(5, 2, 3)).shape
+    (4, 5)
+    """
+    if weight.ndim != 3 or x1.ndim == 0 or tuple(x1.shape[:-1]) != tuple(x2.shape[:-1]) \
+            or (x1.shape[-1], x2.shape[-1]) != tuple(weight.shape[1:]):
+        raise ValueError(f"bilinear: inputs of shapes {x1.shape} and {x2.shape} do not fit a weight of shape "
+                         f"{weight.shape} (expected (..., in1), (..., in2) and (out, in1, in2))")
+    out_f, in1, in2 = weight.shape
+    lead = tuple(x1.shape[:-1])
+    # one matrix product x1 @ W[i, (o, j)], then a row-wise dot with x2
+    mixed = x1.reshape((-1, in1)) @ weight.permute(1, 0, 2).reshape((in1, out_f * in2))
+    out = (mixed.reshape((-1, out_f, in2)) * x2.reshape((-1, 1, in2))).sum(2).reshape(lead + (out_f,))
+    return out + bias if bias is not None else out
+
+
+class Bilinear(Module):
+    """``y = x1^T W x2 + b`` per output feature, with weight (out, in1, in2) and bias (out,),
+    both U(-1/sqrt(in1), 1/sqrt(in1)) as in PyTorch and Jittor.
+
+    >>> nn.Bilinear(20, 30, 40)(jt.randn(8, 20), jt.randn(8, 30)).shape
+    (8, 40)
+    """
+
+    def __init__(self, in1_features, in2_features, out_features, bias=True, dtype="float32"):
+        self.in1_features = count("Bilinear", "in1_features", in1_features)
+        self.in2_features = count("Bilinear", "in2_features", in2_features)
+        self.out_features = count("Bilinear", "out_features", out_features)
+        bound = 1.0 / math.sqrt(self.in1_features)
+        shape = (self.out_features, self.in1_features, self.in2_features)
+        self.weight = init.uniform(shape, dtype, -bound, bound)
+        self.bias = init.uniform((self.out_features,), dtype, -bound, bound) if bias else None
+
+    def execute(self, in1, in2):
+        return bilinear(in1, in2, self.weight, self.bias)
+
+
 _BN_SHAPES = {2: "(N, C)", 3: "(N, C, L)", 4: "(N, C, H, W)"}
 
 

@@ -459,6 +459,47 @@ def scatter_(x, dim, index, src, reduce="void"):
     return x
 
 
+@export("index_add")
+def index_add(x, dim, index, source, alpha=1):
+    """PyTorch's index_add as a new Var: ``out[..., index[i], ...] += alpha * source[..., i, ...]``
+    along ``dim``; repeated indices accumulate, a negative one counts from the end. ``source`` has
+    x's shape except along ``dim``, where it has index's length (or is a number, spread over it).
+
+    >>> jt.ones(3).index_add(0, jt.array([0, 2, 0]), jt.array([1.0, 2.0, 3.0])).numpy()
+    array([5., 1., 3.], dtype=float32)
+    """
+    if x.ndim == 0:
+        raise ValueError("index_add: x must have at least one dim, got a 0-d Var")
+    dim, index = normalize_dim(dim, x.ndim), _index_var(index, "index_add")
+    if index.ndim > 1:
+        raise ValueError(f"index_add: index must be 1-D, got shape {index.shape}")
+    index = reshape(index, (index.numel(),))
+    shape = x.shape[:dim] + index.shape + x.shape[dim + 1:]
+    source = creation.as_var(source, like=x)
+    if source.ndim == 0:
+        source = broadcast_to(source, shape)
+    if tuple(source.shape) != tuple(shape):
+        raise ValueError(f"index_add along dim {dim}: source of shape {source.shape} does not fit x of "
+                         f"shape {x.shape} with an index of length {index.shape[0]} (expected {shape})")
+    if index.numel() == 0:
+        return clone(x)
+    _check_range(index, dim, x.shape[dim], "index_add")
+    source = cast(source if alpha == 1 else source * alpha, x.dtype)
+    exprs = [_entry(f"@e0(i{dim})", dim, "yshape") if k == dim else f"i{k}" for k in range(x.ndim)]
+    return x + reindex_reduce(source, "add", x.shape, exprs, extras=[index])
+
+
+@export("index_add_")
+def index_add_(x, dim, index, source, alpha=1):
+    """``index_add`` in place: the handle ``x`` is rebound to the result; returns ``x``.
+
+    >>> x = jt.ones(2, 3); x.index_add_(1, jt.array([2]), jt.array([[1.0], [2.0]])).numpy()[:, 2]
+    array([2., 3.], dtype=float32)
+    """
+    x._rebind(index_add(x, dim, index, source, alpha))
+    return x
+
+
 def _band(x, diagonal, upper):
     """``x`` with zeros off the band of its last two dims: on or above (``upper``) or on or below
     diagonal ``diagonal``."""
