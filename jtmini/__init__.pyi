@@ -28,6 +28,7 @@ from .creation import DType as _DType
 from .dtypes import NanoString as NanoString
 from .flags import Flags as _Flags
 from .log import _Log as __Log
+from .nn.ctc import CTCLoss as CTCLoss
 from .nn.module import Module as Module
 from .ops.special import digamma as digamma
 from .var import Shape as NanoVector
@@ -285,6 +286,10 @@ class Var:
         """The histogram of ``input``'s values: ``bins`` equal bins over [min, max], as"""
     def index(self, dim: Any = ..., dtype: Any = ...) -> Any:
         """Index Operator (Jittor's ``index``): for each element of ``shape`` (a tuple, or a Var's shape), its index"""
+    def index_add(self, dim: Any, index: Any, source: Any, alpha: Any = ...) -> Var:
+        """PyTorch's index_add as a new Var: ``out[..., index[i], ...] += alpha * source[..., i, ...]``"""
+    def index_add_(self, dim: Any, index: Any, source: Any, alpha: Any = ...) -> Var:
+        """``index_add`` in place: the handle ``x`` is rebound to the result; returns ``x``."""
     def index_select(self, dim: Any, index: Any) -> Var:
         """The entries of ``x`` at positions ``index`` (1-D ints; negative counts from the end) along"""
     def index_var(self, dim: Any = ..., dtype: Any = ...) -> Any:
@@ -712,6 +717,9 @@ def cosh(x: Any) -> Var:
 def cross(x: Any, y: Any, dim: Any = ...) -> Any:
     """The cross product of 3-vectors along ``dim`` (of size 3 in both), with broadcasting over"""
 
+def ctc_loss(log_probs: Any, targets: Any, input_lengths: Any, target_lengths: Any, blank: Any = ..., reduction: Any = ..., zero_infinity: Any = ...) -> Any:
+    """PyTorch's CTC loss: -log p(target | input) summed over the alignments of each target with"""
+
 def cumprod(x: Any, dim: Any) -> Any:
     """Cumulative product along ``dim``; bool and int32 give int64, as in PyTorch. Its gradient is"""
 
@@ -831,6 +839,12 @@ def iinfo(dtype: Any) -> Any:
 def index(shape: Any, dim: Any = ..., dtype: Any = ...) -> Any:
     """Index Operator (Jittor's ``index``): for each element of ``shape`` (a tuple, or a Var's shape), its index"""
 
+def index_add(x: Any, dim: Any, index: Any, source: Any, alpha: Any = ...) -> Var:
+    """PyTorch's index_add as a new Var: ``out[..., index[i], ...] += alpha * source[..., i, ...]``"""
+
+def index_add_(x: Any, dim: Any, index: Any, source: Any, alpha: Any = ...) -> Var:
+    """``index_add`` in place: the handle ``x`` is rebound to the result; returns ``x``."""
+
 def index_select(x: Any, dim: Any, index: Any) -> Var:
     """The entries of ``x`` at positions ``index`` (1-D ints; negative counts from the end) along"""
 
@@ -896,6 +910,9 @@ def logical_xor(a: Any, b: Any) -> Var:
 
 def logsumexp(x: Any, dim: Any, keepdim: Any = ..., *, keepdims: Any = ...) -> Var:
     """``log(sum(exp(x)))`` over ``dim`` (an int or a tuple; every dim when None), computed as"""
+
+def make_grid(x: Any, nrow: Any = ..., padding: Any = ..., normalize: Any = ..., range: Any = ..., scale_each: Any = ..., pad_value: Any = ..., value_range: Any = ...) -> Any:
+    """Tile images ``(B, C, H, W)`` (or a list of ``(C, H, W)``; a ``(C, H, W)`` or ``(H, W)`` is one"""
 
 def make_module(func: Any, exec_n_args: Any = ...) -> Any:
     """A Module class from a function: ``make_module(f)(*args, **kwargs)(*inputs)`` is"""
@@ -1098,6 +1115,9 @@ def safe_clip(x: Any, left: Any, right: Any) -> Var:
 
 def save(obj: Any, path: Any) -> None:
     """Pickle ``obj`` to ``path`` atomically; Vars inside (in dicts, lists, tuples) are saved as"""
+
+def save_image(x: Any, filepath: Any, nrow: Any = ..., padding: Any = ..., normalize: Any = ..., range: Any = ..., scale_each: Any = ..., pad_value: Any = ..., format: Any = ..., value_range: Any = ...) -> None:
+    """``make_grid(x, ...)`` written as a picture file: values 0..1 become 0..255 (rounded,"""
 
 def scatter(x: Any, dim: Any, index: Any, src: Any, reduce: Any = ...) -> Any:
     """PyTorch's scatter as a new Var: ``src`` written into a copy of ``x`` at ``index`` along ``dim``."""
