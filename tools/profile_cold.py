@@ -1,16 +1,19 @@
-"""Where a bench model's first step goes with an empty kernel cache: kernels compiled, each
-compile's wall time (grouped by kind: generated kernel, hand-written template, precompiled
-prelude), and the rest of the step (Python, running the kernels).
+"""Where a bench model's first step goes with an empty kernel cache: the step's wall time, the
+compiler runs (wall time per kind: generated kernel, strided copy, hand-written template,
+precompiled prelude) and the compilers' CPU time, which a loaded machine inflates less than wall.
 
     python tools/profile_cold.py --models gan lenet        # one fresh cache folder per model
     python tools/profile_cold.py --models mlp --top 5      # the 5 slowest compiles too
+    python tools/profile_cold.py --models gru --against /tmp/base --rounds 3   # A/B, in turns
 
-Each model runs in its own subprocess with ``JTMINI_CACHE_DIR`` a fresh temporary folder.
+Each model runs in its own subprocess with ``JTMINI_CACHE_DIR`` a fresh temporary folder, on the
+bench models of tools/bench_models.py (of the checkout being measured).
 """
 import argparse
 import json
 import os
 import re
+import resource
 import subprocess
 import sys
 import tempfile
@@ -22,26 +25,21 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(1, str(ROOT))
 
 
-def _kind(argv, source_head):
-    """'prelude' (a precompiled header), 'generated' or the hand-written template's title word."""
+def _kind(argv, source):
+    """'prelude' (a precompiled header), 'generated', 'copy', or 'hand: <title>' of a hand-written
+    template (the first words of its title line)."""
     if "c++-header" in argv:
         return "prelude"
-    match = re.search(r"jtmini (hand-written|generated) kernel: ([A-Za-z_ ]+?)[,( ]", source_head)
-    if match and match.group(1) == "hand-written":
-        return "hand: " + match.group(2).split()[0]
-    return "generated" if match else "other"
+    match = re.search(r"jtmini (hand-written|generated) kernel: ([^,\n]*)", source)
+    if match is None:
+        return "other"
+    if match.group(1) == "hand-written" or "max pool" in match.group(2):
+        return "hand: " + " ".join(match.group(2).split()[:3])
+    return "copy" if "a strided copy" in match.group(2) else "generated"
 
 
-def child(name, threads):
-    """Run the model's first step, timing every compiler call; print one RESULT line."""
-    root = Path(os.environ.get("JTMINI_PROFILE_ROOT", ROOT))
-    sys.path[:0] = [str(root), str(root / "tools")]      # that checkout's jtmini and bench models
-    import jtmini as jt
-    from jtmini import compiler
-    import bench_models
-    jt.flags.num_threads = threads
-    jt.seed(0)
-    compiles = []
+def _timing(compiler, compiles):
+    """A stand-in for ``compiler._compile`` that records each call's kind and wall time."""
     original = compiler._compile
 
     def timed(argv, src):
@@ -49,19 +47,29 @@ def child(name, threads):
         try:
             return original(argv, src)
         finally:
-            head = ""
-            for path in (src, argv[-4] if len(argv) > 4 else ""):
-                try:
-                    head = Path(path).read_text()
-                    break
-                except OSError:
-                    continue
-            compiles.append({"kind": _kind(argv, head), "s": time.perf_counter() - start, "src": src})
-    compiler._compile = timed
+            try:                                # the cache's copy of the whole source
+                source = Path(src).read_text()
+            except OSError:
+                source = ""
+            compiles.append({"kind": _kind(argv, source), "s": time.perf_counter() - start, "src": src})
+    return timed
+
+
+def child(name, threads):
+    """Run the model's first step, timing every compiler call; print one RESULT line."""
+    root = Path(os.environ.get("JTMINI_PROFILE_ROOT", ROOT))
+    sys.path[:0] = [str(root), str(root / "tools")]      # that checkout's jtmini and bench models
+    import numpy as np
+    import jtmini as jt
+    from jtmini import compiler
+    import bench_models
+    jt.flags.num_threads = threads
+    jt.seed(0)
+    compiles = []
+    compiler._compile = _timing(compiler, compiles)
     model = bench_models.MODELS[name]
     step = model.jtmini()
-    batch = model.batch(__import__("numpy").random.default_rng(0))
-    import resource
+    batch = model.batch(np.random.default_rng(0))
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     step(*batch)
