@@ -215,8 +215,8 @@ print(json.dumps({"gold": tc.gold, "argv": compiler._argv(tc, "S", "O", "N"), "g
 
 @pytest.mark.parametrize("setting", ["1", "0"])
 def test_kernels_link_with_gold_where_it_is_there(tmp_path, setting):
-    """ld.gold links kernels (less CPU than ld.bfd) where installed, unless JTMINI_GOLD=0; either
-    way the library works and is cached under a key that names the linker."""
+    """ld.gold links kernels (less CPU than ld.bfd) with JTMINI_GOLD=1 where installed, ld.bfd
+    otherwise; either way the library works and is cached under a key that names the linker."""
     if setting == "1" and shutil.which("ld.gold") is None:
         pytest.skip("GNU gold is not installed here")
     done = subprocess.run([sys.executable, "-c", GOLD_CHILD, sqrt_plus(3)], cwd=REPO, text=True, capture_output=True,
