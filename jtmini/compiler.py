@@ -91,7 +91,7 @@ class Toolchain:
 
         >>> compiler.toolchain()
         Toolchain(path='/usr/bin/mpicc', kind='mpicc', version='4.1.4', has_mpi=True, march_native=True,
-                  vector_math=True)
+                  vector_math=True, gold=False)
     """
     path: str
     kind: str  # "mpicc" | "cxx"
@@ -99,6 +99,7 @@ class Toolchain:
     has_mpi: bool
     march_native: bool = True  # False where the compiler rejects -march=native
     vector_math: bool = False  # glibc's libmvec links: kernels call SIMD exp, tanh, erf... (see _argv)
+    gold: bool = False  # JTMINI_GOLD=1 and gold is there: a kernel links in ~20 ms of CPU, not ~30
 
 
 _toolchain = None
@@ -148,7 +149,15 @@ def _detect():
 def _probe(path, kind, *version_options):
     version = _version(path, *version_options)
     march_native = _accepts_march_native(path)
-    return Toolchain(path, kind, version, kind == "mpicc", march_native, march_native and _has_vector_math())
+    return Toolchain(path, kind, version, kind == "mpicc", march_native, march_native and _has_vector_math(),
+                     _has_gold())
+
+
+def _has_gold():
+    """Whether kernels link with GNU gold: only with ``JTMINI_GOLD=1`` and ``ld.gold`` on PATH
+    (where GCC finds it). A kernel's link is a quarter of its compile CPU and gold takes two thirds
+    of ld.bfd's time, but VGG's eval step ran 10% slower with gold-linked kernels, so it is opt-in."""
+    return os.environ.get("JTMINI_GOLD", "0") == "1" and shutil.which("ld.gold") is not None
 
 
 def _has_vector_math():
@@ -278,7 +287,8 @@ def _argv(tc, src, out, soname, prelude=None):
     (its precompiled form beside it, see ``_prelude_header``)."""
     libs = ["-lmvec", "-lm"] if tc.vector_math else ["-lm"]
     first = ["-include", prelude, "-Werror=invalid-pch"] if prelude else []
-    common = [*first, *_cflags(tc), "-shared", "-Xlinker", "-soname", "-Xlinker", soname]
+    linker = ["-fuse-ld=gold"] if tc.gold else []
+    common = [*first, *_cflags(tc), *linker, "-shared", "-Xlinker", "-soname", "-Xlinker", soname]
     if tc.kind == "mpicc":
         # mpicc is a C driver: -x c++ and -lstdc++ make it compile and link C++.
         return [tc.path, "-x", "c++", *common, src, "-o", out, "-lstdc++", "-lmpi", *libs]

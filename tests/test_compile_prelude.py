@@ -2,6 +2,7 @@
 parsed once per cache folder into a GCC precompiled header, and every kernel compiles only what
 follows it; a damaged header is rebuilt or bypassed, never trusted."""
 import ctypes
+import importlib
 import json
 import os
 import subprocess
@@ -113,3 +114,63 @@ def test_generated_kernels_use_the_prelude(cache):
     y = (jt.tanh(jt.array(x)) * 3 + jt.array(x).transpose()[:, :3].transpose()).numpy()
     np.testing.assert_allclose(y, np.tanh(x) * 3 + x, rtol=1e-6, atol=1e-6)
     assert counters.stats()["prelude_reused"] >= 1
+
+
+
+def _library_ops(rng):
+    """Ops whose kernels come from hand-written templates (softmax, LayerNorm, BatchNorm, max
+    pooling, a GRU's scan), with a generated elementwise kernel; their gradients too. Sizes are
+    small: what is tested is which kernels are built."""
+    x = jt.array(rng.standard_normal((2, 3, 6, 6)).astype(np.float32))
+    seq = jt.array(rng.standard_normal((2, 4, 3)).astype(np.float32))
+    out = jt.nn.softmax(x, dim=-1).sum() + jt.nn.LayerNorm(6)(x).sum() + jt.nn.BatchNorm2d(3)(x).sum()
+    out = out + jt.nn.max_pool2d(x, 2).sum() + jt.nn.GRU(3, 5, batch_first=True)(seq)[0].sum()
+    return x, out + (x * 2).exp().sum()
+
+
+def test_library_templates_share_the_generated_kernels_prelude(cache, monkeypatch):
+    """One precompiled header serves generated kernels and hand-written templates alike: the text
+    above PRELUDE_END is the same in both (the header without the if-conversion pragma), and each
+    template's own code, its title line first, follows."""
+    # Kernels that earlier tests of this process built would not be built again.
+    jt.clear_caches()
+    for name in ("batch_norm", "layer_norm", "pooling", "softmax"):     # per-op memos clear_caches misses
+        monkeypatch.setattr(importlib.import_module(f"jtmini.ops.{name}"), "_kernels", {})
+    sources = []
+    build = compiler.build
+    monkeypatch.setattr(compiler, "build", lambda source, **kw: sources.append(source) or build(source, **kw))
+    x, out = _library_ops(np.random.default_rng(0))
+    out.sync()
+    jt.grad(out, x).sync()
+    titles, whole = {}, 0
+    for source in sources:
+        prelude, marker, body = source.partition(compiler.PRELUDE_END)
+        if not marker:      # strided copies and the BLAS driver include only <cstdint>, <omp.h>
+            assert "a strided copy" in source or "CBLAS" in source, source[:300]
+            whole += 1
+            continue
+        titles.setdefault(prelude, []).append(body.splitlines()[0])
+    plain = [prelude for prelude in titles if "no-tree-loop-if-convert" not in prelude]
+    assert len(plain) == 1, list(titles.values())
+    hand = [t for t in titles[plain[0]] if "hand-written" in t or "max pool" in t]
+    for kind in ("softmax", "layer norm", "batch norm", "max pool", "recurrent layer"):
+        assert any(kind in t for t in hand), (kind, hand)
+    assert counters.stats()["prelude_reused"] == counters.stats()["kernels_compiled"] - whole
+
+
+def test_library_kernels_compute_after_the_prelude(cache):
+    """Values and gradients of template kernels built on the precompiled prelude (softmax, layer
+    norm), against torch, on a non-contiguous input."""
+    import torch
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((4, 18)).astype(np.float64)[:, ::2]        # non-contiguous
+    w = rng.standard_normal((4, 9))
+    jx = jt.array(x)
+    out = (jt.nn.log_softmax(jx, dim=1) * jt.array(w)).sum() + (jt.nn.layer_norm(jx, (9,)) * jt.array(w)).sum()
+    tx = torch.tensor(x, requires_grad=True)
+    tw = torch.tensor(w)
+    want = (torch.log_softmax(tx, 1) * tw).sum() + (torch.nn.functional.layer_norm(tx, (9,)) * tw).sum()
+    want.backward()
+    np.testing.assert_allclose(out.item(), want.item(), rtol=1e-9)
+    np.testing.assert_allclose(jt.grad(out, jx).numpy(), tx.grad.numpy(), rtol=1e-7, atol=1e-9)
+    assert counters.stats()["prelude_reused"] >= 2 and counters.stats()["kernels_compiled"] >= 2

@@ -201,3 +201,31 @@ def test_build_many_compiles_in_parallel(cache, monkeypatch):
 def test_mpi_kernel_builds_and_loads(cache):
     lib = ctypes.CDLL(compiler.build(MPI_SOURCE, uses_mpi=True))
     assert lib.mpi_initialized() in (0, 1)
+
+
+GOLD_CHILD = """
+import json, subprocess, sys
+import jtmini.compiler as compiler
+tc = compiler.toolchain()
+path = compiler.build(sys.argv[1])
+comment = subprocess.run(["readelf", "-p", ".note.gnu.gold-version", path], capture_output=True, text=True)
+print(json.dumps({"gold": tc.gold, "argv": compiler._argv(tc, "S", "O", "N"), "gold_note": "gold" in comment.stdout}))
+"""
+
+
+@pytest.mark.parametrize("setting", ["1", "0"])
+def test_kernels_link_with_gold_where_it_is_there(tmp_path, setting):
+    """ld.gold links kernels (less CPU than ld.bfd) with JTMINI_GOLD=1 where installed, ld.bfd
+    otherwise; either way the library works and is cached under a key that names the linker."""
+    if setting == "1" and shutil.which("ld.gold") is None:
+        pytest.skip("GNU gold is not installed here")
+    done = subprocess.run([sys.executable, "-c", GOLD_CHILD, sqrt_plus(3)], cwd=REPO, text=True, capture_output=True,
+                          env=child_env(tmp_path, JTMINI_GOLD=setting), timeout=120)
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert out["gold"] is (setting == "1")
+    assert ("-fuse-ld=gold" in out["argv"]) is (setting == "1")
+    if shutil.which("readelf"):                 # gold leaves its version note in what it links
+        assert out["gold_note"] is (setting == "1")
+    (lib,) = (tmp_path / "kernels").glob("*.so")
+    assert call_f(str(lib)) == 7.0
