@@ -35,12 +35,14 @@ import math
 import numpy as np
 
 from .. import dtypes
+from ..state import register_cache
 from ..symbolic import sym
 from ..var import Var
 from .registry import IndexMap, OpSpec, register
 from .reindex import stack
 
 _kernels = {}        # (backend, mode, dtype, affine, pooled) -> HandKernel
+register_cache("batch_norm kernels", _kernels.clear, "one entry per backend, mode, dtype, affine, pooled met")
 MODES = ("stats", "table", "grad_sums", "grad_table")
 
 

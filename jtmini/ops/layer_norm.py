@@ -22,6 +22,7 @@ import weakref
 import numpy as np
 
 from .. import dtypes
+from ..state import register_cache
 from ..autograd import custom_grad
 from ..symbolic import sym
 from ..var import Var
@@ -29,6 +30,7 @@ from .registry import IndexMap, OpSpec, register
 from .reindex import stack
 
 _kernels = {}        # (backend, mode, dtype) -> HandKernel
+register_cache("layer_norm kernels", _kernels.clear, "one entry per backend, mode, dtype met")
 
 
 def _kernel(backend, mode, dtype):

@@ -23,11 +23,13 @@ runtime has its own kernels for them (``runtime/cuda_library.py``).
 import numpy as np
 
 from .. import dtypes
+from ..state import register_cache
 from ..var import Var
 from .registry import OpSpec, register
 
 GEOMETRY = ("kernel", "stride", "padding", "dilation")     # (h, w) pairs, compiled in
 _kernels = {}        # (backend, mode, dtype, geometry, in_hw, out_hw) -> HandKernel
+register_cache("pooling kernels", _kernels.clear, "one entry per backend, mode, dtype, geometry, in_hw, out_hw met")
 
 
 def _infer(mode):

@@ -22,12 +22,14 @@ import math
 import numpy as np
 
 from .. import dtypes
+from ..state import register_cache
 from ..flags import flags
 from ..var import Var
 from .registry import OpSpec, register
 from .reindex import normalize_dim
 
 _kernels = {}        # (backend, mode, log, bias, dtype, label type) -> HandKernel
+register_cache("softmax kernels", _kernels.clear, "one entry per backend, mode, log, bias, dtype, label type met")
 
 
 def _kernel(backend, mode, log, bias, dtype, ttype=""):
