@@ -319,12 +319,7 @@ def index_select(x, dim, index):
     >>> jt.array([[1, 2], [3, 4], [5, 6]]).index_select(0, jt.array([2, 0, 2])).numpy()[:, 0]
     array([5, 1, 5])
     """
-    if x.ndim == 0:
-        raise ValueError("index_select: x must have at least one dim, got a 0-d Var")
-    dim, index = normalize_dim(dim, x.ndim), _index_var(index, "index_select")
-    if index.ndim > 1:
-        raise ValueError(f"index_select: index must be 1-D, got shape {index.shape}")
-    index = reshape(index, (index.numel(),))
+    dim, index = _dim_and_index(x, dim, index, "index_select")
     _check_range(index, dim, x.shape[dim], "index_select")
     shape = x.shape[:dim] + index.shape + x.shape[dim + 1:]
     exprs = [_entry(f"@e0(i{dim})", dim) if k == dim else f"i{k}" for k in range(x.ndim)]
@@ -459,6 +454,17 @@ def scatter_(x, dim, index, src, reduce="void"):
     return x
 
 
+def _dim_and_index(x, dim, index, who):
+    """``dim`` normalised and ``index`` as a flat int Var, for ``who`` (index_select/index_add):
+    x must have a dim, index at most one."""
+    if x.ndim == 0:
+        raise ValueError(f"{who}: x must have at least one dim, got a 0-d Var")
+    dim, index = normalize_dim(dim, x.ndim), _index_var(index, who)
+    if index.ndim > 1:
+        raise ValueError(f"{who}: index must be 1-D, got shape {index.shape}")
+    return dim, reshape(index, (index.numel(),))
+
+
 @export("index_add")
 def index_add(x, dim, index, source, alpha=1):
     """PyTorch's index_add as a new Var: ``out[..., index[i], ...] += alpha * source[..., i, ...]``
@@ -468,12 +474,7 @@ def index_add(x, dim, index, source, alpha=1):
     >>> jt.ones(3).index_add(0, jt.array([0, 2, 0]), jt.array([1.0, 2.0, 3.0])).numpy()
     array([5., 1., 3.], dtype=float32)
     """
-    if x.ndim == 0:
-        raise ValueError("index_add: x must have at least one dim, got a 0-d Var")
-    dim, index = normalize_dim(dim, x.ndim), _index_var(index, "index_add")
-    if index.ndim > 1:
-        raise ValueError(f"index_add: index must be 1-D, got shape {index.shape}")
-    index = reshape(index, (index.numel(),))
+    dim, index = _dim_and_index(x, dim, index, "index_add")
     shape = x.shape[:dim] + index.shape + x.shape[dim + 1:]
     source = creation.as_var(source, like=x)
     if source.ndim == 0:
