@@ -95,6 +95,18 @@ def _cblas():
     exports a CBLAS gemm, or {} when none does or a direct call does not reproduce
     ``np.matmul``: a wrong guess at the interface must not compute garbage. Only ctypes: nothing
     to compile, no threads."""
+    found = _find_cblas_gemm()
+    if found is None:
+        return {}
+    (sgemm, dgemm), int_type = found
+    entries = {np.dtype("float32"): Cblas(ctypes.cast(sgemm, ctypes.c_void_p).value, int_type),
+               np.dtype("float64"): Cblas(ctypes.cast(dgemm, ctypes.c_void_p).value, int_type)}
+    return entries if all(_direct_call_works(dtype, e) for dtype, e in entries.items()) else {}
+
+
+def _find_cblas_gemm():
+    """``((sgemm, dgemm), int_type)`` of the first loaded BLAS, numpy's own first (the one
+    np.matmul uses), that exports a CBLAS gemm under one of ``_CBLAS_SYMBOLS``; None if none does."""
     from threadpoolctl import threadpool_info
     libraries = sorted((info["filepath"] for info in threadpool_info() if info["user_api"] == "blas"),
                        key=lambda path: "numpy" not in path)
@@ -102,14 +114,10 @@ def _cblas():
         blas_library = ctypes.CDLL(path)
         for pattern, int_type in _CBLAS_SYMBOLS:
             try:
-                found = {np.dtype(f"float{bits}"): getattr(blas_library, pattern.format(kind))
-                         for kind, bits in (("s", 32), ("d", 64))}
+                return tuple(getattr(blas_library, pattern.format(kind)) for kind in "sd"), int_type
             except AttributeError:
                 continue
-            entries = {dtype: Cblas(ctypes.cast(fn, ctypes.c_void_p).value, int_type)
-                       for dtype, fn in found.items()}
-            return entries if all(_direct_call_works(dtype, e) for dtype, e in entries.items()) else {}
-    return {}
+    return None
 
 
 def _direct_call_works(dtype, entry):
@@ -232,22 +240,14 @@ def _batch_offsets(shape, strides, batch):
 def _team_gemm():
     """{dtype: _Gemm} for float32 and float64, or {} when no loaded BLAS exports a CBLAS gemm or
     the compiled runner does not reproduce ``np.matmul`` on a probe."""
-    from threadpoolctl import threadpool_info
-    # numpy's own BLAS first: the one np.matmul uses
-    libraries = sorted((info["filepath"] for info in threadpool_info() if info["user_api"] == "blas"),
-                       key=lambda path: "numpy" not in path)
-    for path in libraries:
-        blas_library = ctypes.CDLL(path)
-        for pattern, int_type in _CBLAS_SYMBOLS:
-            try:
-                cblas = [getattr(blas_library, pattern.format(kind)) for kind in "sd"]
-            except AttributeError:
-                continue
-            runners = ctypes.CDLL(compiler.build(_source(int_type)))
-            gemms = {np.dtype("float32"): _Gemm(runners.jt_sgemm_tasks, cblas[0], int_type),
-                     np.dtype("float64"): _Gemm(runners.jt_dgemm_tasks, cblas[1], int_type)}
-            return gemms if _reproduces_numpy(gemms) else {}
-    return {}
+    found = _find_cblas_gemm()
+    if found is None:
+        return {}
+    cblas, int_type = found
+    runners = ctypes.CDLL(compiler.build(_source(int_type)))
+    gemms = {np.dtype("float32"): _Gemm(runners.jt_sgemm_tasks, cblas[0], int_type),
+             np.dtype("float64"): _Gemm(runners.jt_dgemm_tasks, cblas[1], int_type)}
+    return gemms if _reproduces_numpy(gemms) else {}
 
 
 def _reproduces_numpy(gemms):
