@@ -5,6 +5,7 @@
     python3 tools/bench_mpi.py --ranks         # training only
     python3 tools/bench_mpi.py --no-train      # skip training (about 1 minute)
     python3 tools/bench_mpi.py --rounds 3      # each training row's best of 3 runs taken in turns
+    python3 tools/bench_mpi.py --ranks --train transformer   # the char transformer's table only
 
 All-reduce: ``x.mpi_all_reduce()`` against mpi4py ``Allreduce`` on the same buffers. Each size
 is timed as the median of many repetitions, the two taking turns (each going first in every other
@@ -12,16 +13,17 @@ round), after a warm-up (the kernel library is compiled once and cached). jtmini
 everything a user pays: building the lazy node, scheduling it, allocating the (immutable) output
 and the MPI call. Target: ratio (mpi4py time / jtmini time) >= 0.9 from 1 MB up.
 
-Training: the test_resnet recipe (ResNet-18, MNIST, global batch 100, SGD momentum) for a few
-steps after a warm-up, as one plain process with one thread against ``mpirun -np 2`` with one
-thread per rank; images per second of the global batch, MPI calls and megabytes all-reduced per
+Training: the test_resnet recipe (ResNet-18, MNIST, global batch 100, SGD momentum), then
+examples/char_transformer.py's step (global batch 32, AdamW, clipping), each for a few steps
+after a warm-up, as one plain process with one thread against ``mpirun -np 2`` with one
+thread per rank; samples (images, sequences) per second of the global batch, MPI calls and megabytes all-reduced per
 optimizer step, the wall time per step spent inside MPI calls (waiting for the slower rank
 included), and the CPU time per step of the always-on checks (each collective's fingerprint, the
 watchdog thread's heartbeats and comparisons; target: under 1% of a step). Target: speed-up >=
 1.8x on a machine with two free cores. A third row runs two plain processes at once on half the
 batch each, with no MPI at all: the ceiling this machine sets when both cores work (they share
-caches and memory bandwidth). When PyTorch is installed, the same
-model trained by PyTorch as one process and as DistributedDataParallel (gloo) at np 2 follows:
+caches and memory bandwidth); np 2 should reach 90% of it. For ResNet-18, when PyTorch is
+installed, the same model trained by PyTorch as one process and as DistributedDataParallel (gloo) at np 2 follows:
 the scaling and throughput a torch.distributed user would get on the same machine. Every row is
 its best of ``--rounds`` runs, all rows taking turns.
 """
@@ -34,6 +36,7 @@ import statistics
 import subprocess
 import sys
 import time
+from typing import NamedTuple
 
 sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # this checkout's jtmini, installed or not
 
@@ -79,7 +82,19 @@ def measure():
                               "jtmini_ms": ours * 1e3, "ratio": raw / ours}), flush=True)
 
 
-TRAIN_WARMUP, TRAIN_STEPS, TRAIN_BATCH = 3, 10, 100
+TRAIN_WARMUP = 3
+
+
+class Workload(NamedTuple):
+    title: str          # the table's heading
+    batch: int          # global batch
+    steps: int          # timed steps: a few seconds at one thread
+    unit: str           # what one sample is called in the table
+
+
+WORKLOADS = {"resnet18": Workload("test_resnet model (ResNet-18, MNIST, SGD momentum)", 100, 10, "img"),
+             "transformer": Workload("examples/char_transformer.py (2 layers, d 64, ctx 32, AdamW + clip)",
+                                     32, 40, "seq")}
 
 
 def _time_mpi_calls():
@@ -119,32 +134,66 @@ def _time_checks():
     return lambda: spent[0] + mpi_guard.watchdog_cpu_seconds()
 
 
-def measure_training(batch):
-    """On each rank (or the one process): train the test_resnet model on batches of ``batch``
-    (the global batch under mpirun); rank 0 prints one JSON line."""
+def _resnet_steps(batch):
+    """test_resnet's step on MNIST batches of ``batch`` (the global batch: the Dataset shards it)."""
     import jtmini as jt
     from jtmini import nn
     from jtmini.dataset import MNIST, ToNormalizedTensor
     from jtmini.models import Resnet18
-    mpi_seconds, check_seconds = _time_mpi_calls(), _time_checks()
     jt.seed(1)
     model = Resnet18(num_classes=10, in_channels=1)
     optimizer = nn.SGD(model.parameters(), 0.1, 0.9, 1e-4)
-    batches = iter(MNIST(train=True, transform=ToNormalizedTensor()).set_attrs(batch_size=batch, shuffle=True, drop_last=True, prefetch=True))
-    for step in range(TRAIN_WARMUP + TRAIN_STEPS):
-        if step == TRAIN_WARMUP:          # compiled, caches and buffers warm: start the clock
+    batches = iter(MNIST(train=True, transform=ToNormalizedTensor()).set_attrs(
+        batch_size=batch, shuffle=True, drop_last=True, prefetch=True))
+
+    def step():
+        images, labels = next(batches)
+        optimizer.step(nn.cross_entropy_loss(model(images), labels))
+    return step
+
+
+def _transformer_steps(batch):
+    """examples/char_transformer.py ``train``'s step on its own Dataset (sharded under mpirun)."""
+    import jtmini as jt
+    from jtmini import nn
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples"))
+    import char_transformer as ex
+    jt.seed(1)
+    model = ex.CharTransformer(len(ex.CHARS), 32)
+    optimizer, scheduler = ex.make_optimizer(model, steps=10 ** 6)
+    batches = iter(ex.CharWindows(32, batch))
+    model.train()
+
+    def step():
+        x, y = next(batches)
+        logits = model(x)
+        optimizer.backward(nn.cross_entropy_loss(logits.reshape(-1, logits.shape[-1]), y.reshape(-1)))
+        optimizer.clip_grad_norm(1.0)
+        optimizer.step()
+        scheduler.step()
+    return step
+
+
+def measure_training(batch, name):
+    """On each rank (or the one process): train workload ``name`` on batches of ``batch`` (the
+    global batch under mpirun); rank 0 prints one JSON line."""
+    import jtmini as jt
+    mpi_seconds, check_seconds = _time_mpi_calls(), _time_checks()
+    step, steps = {"resnet18": _resnet_steps, "transformer": _transformer_steps}[name](batch), WORKLOADS[name].steps
+    for i in range(TRAIN_WARMUP + steps):
+        if i == TRAIN_WARMUP:          # compiled, caches and buffers warm: start the clock
             jt.mpi and jt.mpi.barrier()
             start, cpu, in_mpi, before = time.perf_counter(), time.process_time(), mpi_seconds(), jt.stats()
             checking = check_seconds()
-        images, labels = next(batches)
-        optimizer.step(nn.cross_entropy_loss(model(images), labels))
+        step()
+    jt.sync_all()
     seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu
     if jt.rank == 0:
-        per_step_ms, after = 1e3 / TRAIN_STEPS, jt.stats()
+        per_step_ms, after = 1e3 / steps, jt.stats()
 
         def per_step(counter):
-            return (after.get(counter, 0) - before.get(counter, 0)) / TRAIN_STEPS
-        print(json.dumps({"ranks": jt.world_size, "img_s": TRAIN_STEPS * batch / seconds,
+            return (after.get(counter, 0) - before.get(counter, 0)) / steps
+        print(json.dumps({"ranks": jt.world_size, "img_s": steps * batch / seconds,
                           "calls_per_step": per_step("mpi_calls"),
                           "mb_summed_per_step": per_step("mpi_values_summed") * 4 / 1e6,
                           "mpi_ms_per_step": (mpi_seconds() - in_mpi) * per_step_ms,
@@ -175,7 +224,8 @@ def measure_torch_training(batch):
     share = batch // world.world_size
     images = torch.from_numpy(rng.standard_normal((share, 1, 28, 28)).astype(np.float32))
     labels = torch.from_numpy(rng.integers(0, 10, share))
-    for step in range(TRAIN_WARMUP + TRAIN_STEPS):
+    steps = WORKLOADS["resnet18"].steps
+    for step in range(TRAIN_WARMUP + steps):
         if step == TRAIN_WARMUP:
             world.in_mpi and dist.barrier()
             start, cpu = time.perf_counter(), time.process_time()
@@ -185,8 +235,8 @@ def measure_torch_training(batch):
     seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu
     if world.rank == 0:
         gradient_mb = 4e-6 * sum(p.numel() for p in model.parameters()) if world.in_mpi else 0
-        print(json.dumps({"ranks": world.world_size, "img_s": TRAIN_STEPS * batch / seconds,
-                          "mb_summed_per_step": gradient_mb, "cpu_ms_per_step": cpu_seconds * 1e3 / TRAIN_STEPS}),
+        print(json.dumps({"ranks": world.world_size, "img_s": steps * batch / seconds,
+                          "mb_summed_per_step": gradient_mb, "cpu_ms_per_step": cpu_seconds * 1e3 / steps}),
               flush=True)
     if world.in_mpi:
         dist.destroy_process_group()
@@ -211,8 +261,8 @@ def _json_lines(argv, env, what, copies=1):
     return rows
 
 
-def launch(ranks, mode="--measure"):
-    argv = ["mpirun", "-np", str(ranks), sys.executable, os.path.abspath(__file__), mode]
+def launch(ranks, mode="--measure", *args):
+    argv = ["mpirun", "-np", str(ranks), sys.executable, os.path.abspath(__file__), mode, *args]
     return _json_lines(argv, dict(os.environ, **MPI_ENV, BENCH_TORCH_PORT=str(_free_port())), f"mpirun -np {ranks}")
 
 
@@ -238,9 +288,9 @@ def all_reduce_table(ranks_list):
                   f"{row['ratio']:>6.2f}")
 
 
-def _side_by_side(batch, mode):
-    """Two plain processes at once on half the batch each; one row, img/s summed."""
-    halves = launch_alone(mode, "--batch", str(batch // 2), copies=2)
+def _side_by_side(batch, mode, *args):
+    """Two plain processes at once on half the batch each; one row, samples/s summed."""
+    halves = launch_alone(mode, *args, "--batch", str(batch // 2), copies=2)
     return dict(halves[0], img_s=sum(row["img_s"] for row in halves))
 
 
@@ -263,37 +313,31 @@ def best_of_turns(runs, rounds):
     return {name: max(found, key=lambda row: row["img_s"]) for name, found in rows.items()}
 
 
-def training_tables(rounds):
-    """jtmini's rows, then PyTorch's on the same model and batch (when PyTorch is installed)."""
-    runs = {"one process": lambda: launch_alone("--measure-training")[0],
-            "mpirun -np 2": lambda: launch(2, "--measure-training")[0],
-            "2 x half, no MPI": lambda: _side_by_side(TRAIN_BATCH, "--measure-training")}
-    torch_version = _torch_version()
-    if torch_version:
-        runs.update({"torch, one process": lambda: launch_alone("--measure-torch")[0],
-                     "torch DDP np 2": lambda: launch(2, "--measure-torch")[0]})
-    best = best_of_turns(runs, rounds)
-    alone = best["one process"]
-    print(f"\ntest_resnet model, global batch {TRAIN_BATCH}, 1 thread per process, {TRAIN_STEPS} steps, "
+def _jtmini_table(work, best, rounds):
+    """One process, np 2 and the two-halves ceiling of one workload, and np 2's share of it."""
+    alone, unit = best["one process"], work.unit
+    print(f"\n{work.title}, global batch {work.batch}, 1 thread per process, {work.steps} steps, "
           f"best of {rounds} runs taken in turns")
-    print(f"{'':>16} {'img/s':>8} {'speed-up':>8} {'MPI calls/step':>15} {'MB summed/step':>15} "
+    print(f"{'':>16} {unit + '/s':>8} {'speed-up':>8} {'MPI calls/step':>15} {'MB summed/step':>15} "
           f"{'ms in MPI/step':>15} {'CPU ms/step':>12} {'check ms/step':>14}")
     for name in ("one process", "mpirun -np 2", "2 x half, no MPI"):
         row = best[name]
-        step_ms = 1e3 * TRAIN_BATCH / row["img_s"]
+        step_ms = 1e3 * work.batch / row["img_s"]
         print(f"{name:>16} {row['img_s']:>8.1f} {row['img_s'] / alone['img_s']:>7.2f}x "
               f"{row['calls_per_step']:>15.1f} {row['mb_summed_per_step']:>15.1f} {row['mpi_ms_per_step']:>15.1f} "
               f"{row['cpu_ms_per_step']:>12.0f} {row['check_ms_per_step']:>6.2f} "
               f"({100 * row['check_ms_per_step'] / step_ms:.2f}%)")
+    print(f"np 2 reaches {100 * best['mpirun -np 2']['img_s'] / best['2 x half, no MPI']['img_s']:.0f}% "
+          "of the two-halves ceiling")
     print("(MB summed: float32 values all-reduced, gradients sent without the zeros around a window;\n"
           " ms in MPI: wall time inside collectives, waiting for the slower rank included; CPU ms: rank 0's\n"
           " process time, which other programs on the machine do not inflate; check ms: rank 0's CPU time\n"
           " in the always-on collective check (fingerprints, heartbeats), and its share of a step; 2 x half:\n"
           " two plain processes at once on half the batch each, never waiting for each other: the most two\n"
-          " ranks could reach on this machine, img/s summed)")
-    if not torch_version:
-        print("\nPyTorch is not installed: no PyTorch rows (pip install torch)")
-        return
+          " ranks could reach on this machine, per second summed)")
+
+
+def _torch_table(torch_version, best):
     torch_alone, ddp = best["torch, one process"], best["torch DDP np 2"]
     print(f"\nPyTorch {torch_version}, the same model and batch, 1 thread per process, random batches")
     print(f"{'':>16} {'img/s':>8} {'speed-up':>8} {'MB summed/step':>15} {'CPU ms/step':>12}")
@@ -304,25 +348,47 @@ def training_tables(rounds):
           "at np 2;\n each PyTorch rank normalises over its own samples: PyTorch has no SyncBatchNorm on the CPU)")
 
 
+def training_tables(name, rounds):
+    """jtmini's rows for workload ``name``, then (ResNet-18, PyTorch installed) PyTorch's on the
+    same model and batch."""
+    work, args = WORKLOADS[name], ("--measure-training", "--workload", name)
+    runs = {"one process": lambda: launch_alone(*args, "--batch", str(work.batch))[0],
+            "mpirun -np 2": lambda: launch(2, *args, "--batch", str(work.batch))[0],
+            "2 x half, no MPI": lambda: _side_by_side(work.batch, *args)}
+    torch_version = _torch_version() if name == "resnet18" else None
+    if torch_version:
+        runs.update({"torch, one process": lambda: launch_alone("--measure-torch")[0],
+                     "torch DDP np 2": lambda: launch(2, "--measure-torch")[0]})
+    best = best_of_turns(runs, rounds)
+    _jtmini_table(work, best, rounds)
+    if name == "resnet18" and not torch_version:
+        print("\nPyTorch is not installed: no PyTorch rows (pip install torch)")
+    elif torch_version:
+        _torch_table(torch_version, best)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ranks", type=int, nargs="*", default=[2, 4])
     parser.add_argument("--no-train", action="store_true", help="skip the training tables")
     parser.add_argument("--rounds", type=int, default=2, help="runs of each training row, taken in turns")
+    parser.add_argument("--train", nargs="*", choices=sorted(WORKLOADS), default=["resnet18", "transformer"],
+                        help="the models trained (default both)")
+    parser.add_argument("--workload", choices=sorted(WORKLOADS), default="resnet18", help=argparse.SUPPRESS)
     parser.add_argument("--measure", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--measure-training", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--measure-torch", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--batch", type=int, default=TRAIN_BATCH, help=argparse.SUPPRESS)
+    parser.add_argument("--batch", type=int, default=100, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.measure:
         return measure()
     if args.measure_training:
-        return measure_training(args.batch)
+        return measure_training(args.batch, args.workload)
     if args.measure_torch:
         return measure_torch_training(args.batch)
     all_reduce_table(args.ranks)
-    if not args.no_train:
-        training_tables(args.rounds)
+    for name in [] if args.no_train else args.train:
+        training_tables(name, args.rounds)
 
 
 if __name__ == "__main__":
