@@ -32,8 +32,14 @@ def _floats(x):
 # --- constants, casts, identity ----------------------------------------------------------------
 register(OpSpec("const", "const", infer=lambda inputs, a: (a["shape"], a["dtype"]),
                 runtime_attrs=("value",)))
+def _cast_expr(in_dtypes, dtype, attrs):
+    """A cast's C expression; to float16 none: the kernel rounds any value straight to half once
+    (``codegen._Builder.let``), where a float step first would round a double twice."""
+    return "{0}" if dtype == "float16" else "(({T})({0}))"
+
+
 register(OpSpec("cast", "elementwise", infer=lambda inputs, a: (inputs[0].shape, a["dtype"]),
-                c_expr="(({T})({0}))",
+                c_expr=_cast_expr,
                 grad=lambda d, out, x, a: [d.cast(x[0].dtype) if dtypes.is_float(x[0].dtype) else None]))
 register(OpSpec("detach", "elementwise", infer=_same, c_expr="{0}", grad=lambda d, out, x, a: [None],
                 view=True))
@@ -53,6 +59,7 @@ def _cast_method(dtype):
 for _name in dtypes.C_TYPES:
     export(_name, function=False)(_cast_method(_name))
 export("float", function=False)(_cast_method("float32"))
+export("half", function=False)(_cast_method("float16"))
 export("int", function=False)(_cast_method("int32"))
 
 
