@@ -120,7 +120,8 @@ def _copy_code(kernel, dims, strides, offset):
     """The CopyCode of a walk whose ``offset`` is an Expr over ``a<n>_<k>``: the k-th runtime
     integer of node n, read from ``ip``."""
     counts = tuple(len(runtime_ints(v.op, v.attrs)) for v in kernel.nodes)
-    ctype = dtypes.C_TYPES[kernel.root.dtype]
+    # a copy moves bits: float16 moves as uint16_t (the copy template has no prelude, so no jt_half)
+    ctype = "uint16_t" if kernel.root.dtype == "float16" else dtypes.C_TYPES[kernel.root.dtype]
     key = ("copy", ctype, dims, strides, as_expr(offset), counts)
     code = _memo.get(key)
     if code is None:
@@ -228,8 +229,22 @@ def generate(kernel, dialect="cpu"):
     key = (dialect, sig, dims)
     code = _memo.get(key)
     if code is None:
+        if dialect == "cuda":
+            _refuse_half_on_gpu(sig)
         code = _memo[key] = _Builder(sig, dialect, dims).build()
     return code
+
+
+def _refuse_half_on_gpu(sig):
+    """TypeError naming the first float16 op of a CUDA kernel: the CUDA templates have no half type."""
+    for node in sig.nodes:
+        if node.dtype == "float16":
+            raise TypeError(f"{node.op}: float16 is supported on the CPU only; the CUDA kernels have no "
+                            f"half type (cast to float32, or set jt.flags.use_cuda = 0)")
+    for k, inp in enumerate(sig.ins):
+        if inp.dtype == "float16":
+            raise TypeError(f"{' '.join(n.op for n in sig.nodes)}: float16 input {k} is supported on the CPU "
+                            f"only; the CUDA kernels have no half type (cast to float32 first)")
 
 
 def c_literal(value, ctype):

@@ -143,3 +143,37 @@ class NanoString(str):
         'float32'
     """
     __slots__ = ()
+
+
+# Jittor's automatic mixed precision bits (``jt.flags.amp_reg``), as its nano_string.h names them
+AMP_PREFER32, AMP_PREFER16, AMP_KEEP_REDUCE, AMP_KEEP_WHITE, AMP_ARRAY_PREFER = 1, 2, 4, 8, 16
+AMP_WHITE_OPS = ("exp", "pow")        # Jittor's "white list": computed in float32 unless AMP_KEEP_WHITE
+
+
+def amp_preferred(dtype, amp_reg):
+    """The float dtype Jittor's ``float_dtype`` gives a float result of ``dtype`` made of Vars only
+    (no Python scalar) under ``amp_reg``: float32 with bit 1, float16 with bit 2, else ``dtype``.
+
+    >>> amp_preferred("float32", 2), amp_preferred("float64", 1), amp_preferred("float16", 0)
+    ('float16', 'float32', 'float16')
+    """
+    if amp_reg & AMP_PREFER32:
+        return "float32"
+    if amp_reg & AMP_PREFER16:
+        return "float16"
+    return dtype
+
+
+def reduce_dtype(op, dtype, amp_reg):
+    """A float reduction's result dtype, as Jittor's ``ReduceOp``: float16 sums (and means) are
+    taken in float32 and rounded back to float16; its other reductions give float32, unless
+    ``amp_reg`` keeps reduce types (bit 4), when the preferred dtype is kept.
+
+    >>> reduce_dtype("add", "float16", 0), reduce_dtype("max", "float16", 0), reduce_dtype("max", "float16", 4)
+    ('float16', 'float32', 'float16')
+    """
+    if dtype == "float16" and op == "add":
+        return dtype
+    if amp_reg & AMP_KEEP_REDUCE:
+        return amp_preferred(dtype, amp_reg)
+    return "float32" if dtype == "float16" else dtype

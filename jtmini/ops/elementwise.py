@@ -8,6 +8,7 @@ import numbers
 import numpy as np
 
 from .. import dtypes
+from ..flags import flags
 from ..var import Var, untrack
 from .registry import METHODS, OpSpec, export, register
 
@@ -162,6 +163,26 @@ def _unary_grad(rule):
     return lambda d, out, x, a: [rule(d, out, x[0]) if dtypes.is_float(x[0].dtype) else None]
 
 
+def _white(x):
+    """An operand of Jittor's "white list" ops (exp, pow): a float16 one computes in float32 unless
+    ``amp_reg`` keeps white-list types (bit 8), as Jittor's dtype inference has it."""
+    if x.dtype == "float16" and not flags.amp_reg & dtypes.AMP_KEEP_WHITE:
+        return cast(x, "float32")
+    return x
+
+
+def amp_result(out, name, scalar=False):
+    """``out``, a float op's result, cast to the dtype ``flags.amp_reg`` prefers (Jittor's
+    ``float_dtype``): not when a Python scalar took part, nor for a white-list op (``name``) whose
+    type is not kept."""
+    reg = flags.amp_reg
+    if not reg or scalar or not dtypes.is_float(out.dtype):
+        return out
+    if name in dtypes.AMP_WHITE_OPS and not reg & dtypes.AMP_KEEP_WHITE:
+        return out
+    return cast(out, dtypes.amp_preferred(out.dtype, reg))
+
+
 def _unary_front(name, float_only):
     def op(x):
         if not isinstance(x, Var):           # jt.abs(-1), jt.exp([1, 2]): as numpy's functions
@@ -170,6 +191,8 @@ def _unary_front(name, float_only):
             x = cast(x, "bool")
         elif float_only:
             x = _floats(x)
+            x = _white(x) if name in dtypes.AMP_WHITE_OPS else x
+            return amp_result(Var.node(name, [x]), name) if flags.amp_reg else Var.node(name, [x])
         elif name == "bitwise_not" and dtypes.is_float(x.dtype):
             raise TypeError(f"bitwise_not (~) is defined for bool and integer Vars, got {x.dtype}")
         elif x.dtype == "bool" and name not in ("abs", "bitwise_not"):
@@ -335,13 +358,17 @@ def _binary_front(name, result):
                     else cast(_as_var(v), "bool") for v in (a, b))
         if result == "shift":
             _check_shift(name, a, b)
+        scalar = isinstance(a, (numbers.Number, np.bool_)) or isinstance(b, (numbers.Number, np.bool_))
         a, b = operands(a, b)
         if result == "float":
             a, b = _true_div_floats(a), _true_div_floats(b)
         if result in ("integer", "shift") and dtypes.is_float(a.dtype):
             raise TypeError(f"{name} is defined for {'bool and ' * (result == 'integer')}integer Vars, "
                             f"got {a.dtype}")
-        return Var.node(name, [a, b])
+        if name in dtypes.AMP_WHITE_OPS:
+            a, b = _white(a), _white(b)
+        out = Var.node(name, [a, b])
+        return amp_result(out, name, scalar) if flags.amp_reg and result in ("same", "float") else out
     op.__name__ = name
     op.__doc__ = DOCS.get(name, f"Elementwise {name} with numpy broadcasting.")
     return op
