@@ -347,3 +347,27 @@ def test_cuda_kernels_refuse_half_with_a_type_error():
     f = (jt.array(np.ones((3, 4), np.float32)) * 2).sum(1)       # the same kernel in float32 renders
     kernels = [s for s in schedule.plan([f]) if isinstance(s, schedule.Kernel)]
     assert "float" in codegen.generate(kernels[0], "cuda").source
+
+
+def test_module_half_converts_parameters_in_place_and_trains(rng):
+    model = jt.nn.Sequential(jt.nn.Linear(4, 3), jt.nn.ReLU(), jt.nn.Linear(3, 2))
+    weight = model[0].weight
+    before = weight.numpy()
+    assert model.half() is model
+    assert weight is model[0].weight and weight.dtype == "float16"
+    assert all(p.dtype == "float16" for p in model.parameters())
+    _bits_equal(weight.numpy(), before.astype(np.float16))
+    x = _halves(rng, (5, 4), 1.0)
+    out = model(jt.array(x))
+    assert out.dtype == "float16"
+    t = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU(), torch.nn.Linear(3, 2)).half()
+    with torch.no_grad():
+        for tp, p in zip(t.parameters(), model.parameters()):
+            tp.copy_(torch.tensor(p.numpy()))
+    np.testing.assert_allclose(out.numpy().astype(np.float64), t(torch.tensor(x)).detach().numpy().astype(np.float64),
+                               **HALF_TOL)
+    jt.optim.SGD(model.parameters(), 0.5).step(out.sum())
+    assert all(p.dtype == "float16" for p in model.parameters())
+    assert not np.array_equal(weight.numpy(), before.astype(np.float16))
+    model.float32()
+    assert all(p.dtype == "float32" for p in model.parameters())

@@ -352,23 +352,25 @@ def broadcast_shapes(*shapes):
 
 
 def _binary_front(name, result):
+    white = name in dtypes.AMP_WHITE_OPS
     def op(a, b):
         if result == "logical":
             a, b = (cast(v, "bool") if isinstance(v, Var) else bool(v) if isinstance(v, (numbers.Number, np.bool_))
                     else cast(_as_var(v), "bool") for v in (a, b))
         if result == "shift":
             _check_shift(name, a, b)
-        scalar = isinstance(a, (numbers.Number, np.bool_)) or isinstance(b, (numbers.Number, np.bool_))
+        amp = flags.amp_reg and result in ("same", "float")
+        scalar = amp and (isinstance(a, (numbers.Number, np.bool_)) or isinstance(b, (numbers.Number, np.bool_)))
         a, b = operands(a, b)
         if result == "float":
             a, b = _true_div_floats(a), _true_div_floats(b)
         if result in ("integer", "shift") and dtypes.is_float(a.dtype):
             raise TypeError(f"{name} is defined for {'bool and ' * (result == 'integer')}integer Vars, "
                             f"got {a.dtype}")
-        if name in dtypes.AMP_WHITE_OPS:
+        if white:
             a, b = _white(a), _white(b)
         out = Var.node(name, [a, b])
-        return amp_result(out, name, scalar) if flags.amp_reg and result in ("same", "float") else out
+        return amp_result(out, name, scalar) if amp else out
     op.__name__ = name
     op.__doc__ = DOCS.get(name, f"Elementwise {name} with numpy broadcasting.")
     return op
