@@ -33,6 +33,8 @@ def _floats(x):
 # --- constants, casts, identity ----------------------------------------------------------------
 register(OpSpec("const", "const", infer=lambda inputs, a: (a["shape"], a["dtype"]),
                 runtime_attrs=("value",)))
+
+
 def _cast_expr(in_dtypes, dtype, attrs):
     """A cast's C expression; to float16 none: the kernel rounds any value straight to half once
     (``codegen._Builder.let``), where a float step first would round a double twice."""
