@@ -371,3 +371,15 @@ def test_module_half_converts_parameters_in_place_and_trains(rng):
     assert not np.array_equal(weight.numpy(), before.astype(np.float16))
     model.float32()
     assert all(p.dtype == "float32" for p in model.parameters())
+
+
+def test_safe_clip_narrows_to_the_dtypes_finite_range_as_jittor():
+    h = jt.array(np.array([np.inf, -np.inf, 1.5], np.float16))
+    _bits_equal(jt.safe_clip(h).numpy(), np.array([65504, -65504, 1.5], np.float16))
+    assert bool(jt.safe_clip(h).isfinite().all().item())
+    f = jt.array(np.array([np.inf, 2.0], np.float32))
+    np.testing.assert_array_equal(f.safe_clip().numpy(), np.array([np.finfo(np.float32).max, 2.0], np.float32))
+    np.testing.assert_array_equal(jt.array(np.array([-5, 7], np.int8)).safe_clip(-1e9, 3).numpy(), np.array([-5, 3], np.int8))
+    g = jt.grad(jt.safe_clip(h * 1).sum(), h)
+    assert g.dtype == "float16"
+    np.testing.assert_array_equal(g.numpy(), np.ones(3, np.float16))
