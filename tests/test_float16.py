@@ -383,3 +383,16 @@ def test_safe_clip_narrows_to_the_dtypes_finite_range_as_jittor():
     g = jt.grad(jt.safe_clip(h * 1).sum(), h)
     assert g.dtype == "float16"
     np.testing.assert_array_equal(g.numpy(), np.ones(3, np.float16))
+
+
+def test_mod_gradient_is_jittors_minus_floor_of_the_rounded_quotient(rng):
+    """546 / 0.3428 is 1592.8, 1593 in float16: Jittor's rule (and its test) floors the rounded
+    quotient; a floor division of the exact values would give 1592."""
+    a = np.concatenate([[546.0], np.abs(_halves(rng, (30,))) * 100]).astype(np.float16)
+    b = np.concatenate([[0.3428], np.abs(_halves(rng, (30,))) + 0.1]).astype(np.float16)
+    x, y = jt.array(a), jt.array(b)
+    da, db = jt.grad((x % y).sum(), [x, y])
+    assert da.dtype == db.dtype == "float16"
+    np.testing.assert_array_equal(da.numpy(), np.ones(31, np.float16))
+    _bits_equal(db.numpy(), -np.floor(a / b))
+    assert db.numpy()[0] == -1593 and np.floor_divide(a[0], b[0]) == 1592

@@ -262,7 +262,9 @@ BINARY = {
     "mul": ("({0} * {1})", lambda d, out, x, a: [d * x[1], d * x[0]], "same"),
     "div": ("({0} / {1})", lambda d, out, x, a: [d / x[1], -d * out / x[1]], "float"),
     "floordiv": ("jt_floordiv({0}, {1})", None, "same"),
-    "mod": ("jt_mod({0}, {1})", lambda d, out, x, a: [d, -d * x[0].floordiv(x[1])], "same"),
+    # b's gradient -floor(a / b) as Jittor's: the quotient rounded to the dtype first (in float16
+    # 1315.7 is 1316), as its tests and numpy's float16 compute it
+    "mod": ("jt_mod({0}, {1})", lambda d, out, x, a: [d, -d * (x[0] / x[1]).floor()], "same"),
     "pow": ("jt_pow({0}, {1})", _pow_grad, "same"),
     "arctan2": ("std::atan2({0}, {1})", lambda d, out, x, a: [d * x[1] / (x[0] * x[0] + x[1] * x[1]),
                                                              -d * x[0] / (x[0] * x[0] + x[1] * x[1])], "float"),
