@@ -120,7 +120,8 @@ def _copy_code(kernel, dims, strides, offset):
     """The CopyCode of a walk whose ``offset`` is an Expr over ``a<n>_<k>``: the k-th runtime
     integer of node n, read from ``ip``."""
     counts = tuple(len(runtime_ints(v.op, v.attrs)) for v in kernel.nodes)
-    ctype = dtypes.C_TYPES[kernel.root.dtype]
+    # a copy moves bits: float16 moves as uint16_t (the copy template has no prelude, so no jt_half)
+    ctype = "uint16_t" if kernel.root.dtype == "float16" else dtypes.C_TYPES[kernel.root.dtype]
     key = ("copy", ctype, dims, strides, as_expr(offset), counts)
     code = _memo.get(key)
     if code is None:
@@ -228,8 +229,22 @@ def generate(kernel, dialect="cpu"):
     key = (dialect, sig, dims)
     code = _memo.get(key)
     if code is None:
+        if dialect == "cuda":
+            _refuse_half_on_gpu(sig)
         code = _memo[key] = _Builder(sig, dialect, dims).build()
     return code
+
+
+def _refuse_half_on_gpu(sig):
+    """TypeError naming the first float16 op of a CUDA kernel: the CUDA templates have no half type."""
+    for node in sig.nodes:
+        if node.dtype == "float16":
+            raise TypeError(f"{node.op}: float16 is supported on the CPU only; the CUDA kernels have no "
+                            f"half type (cast to float32, or set jt.flags.use_cuda = 0)")
+    for k, inp in enumerate(sig.ins):
+        if inp.dtype == "float16":
+            raise TypeError(f"{' '.join(n.op for n in sig.nodes)}: float16 input {k} is supported on the CPU "
+                            f"only; the CUDA kernels have no half type (cast to float32 first)")
 
 
 def c_literal(value, ctype):
@@ -297,13 +312,13 @@ class _Builder:
 
     def node_value(self, k, idx, guarded):
         op, attrs, dtype, ndim, inputs = self.nodes[k]
-        spec, ctype = OPS[op], dtypes.C_TYPES[dtype]
+        spec, ctype = OPS[op], dtypes.VALUE_TYPES[dtype]
         if spec.kind == "const":
             return f"c{k}"
         if spec.kind == "elementwise":
             args = [self.value(r, idx, guarded) for r in inputs]
             expr = spec.c_expr(self.in_dtypes(inputs), dtype, dict(attrs)) if callable(spec.c_expr) else spec.c_expr
-            return self.let(ctype, expr.format(*args, T=ctype))
+            return self.let(ctype, expr.format(*args, T=ctype), dtype)
         return self.reindexed(k, idx, guarded)
 
     def in_dtypes(self, refs):
@@ -312,6 +327,8 @@ class _Builder:
     def read(self, k, offset):
         """The C read of input ``k`` at the Expr ``offset``, recorded for ``affine_strides``."""
         self.accesses.append(offset)
+        if self.ins[k].dtype == "float16":         # computed on in float (dtypes.VALUE_TYPES)
+            return f"((float)in{k}[{offset.render()}])"
         return f"in{k}[{offset.render()}]"
 
     def offset(self, ref, idx, guarded):
@@ -324,8 +341,12 @@ class _Builder:
             idx = [i if i.op == "sym" and i.args[0] in self.in_range else clamp(i, sym(n)) for i, n in zip(idx, dims)]
         return _row_major(idx, dims)
 
-    def let(self, ctype, expr):
+    def let(self, ctype, expr, dtype=None):
+        """Declare a value ``expr`` of C type ``ctype``; a float16 node's (``dtype``) is computed in
+        float and rounded to half here, as numpy rounds each float16 op's result."""
         name = self.fresh("v")
+        if dtype == "float16":
+            expr = f"(float)(jt_half)({expr})"
         self.lines.append(f"const {ctype} {name} = {expr};")
         return name
 
@@ -381,9 +402,9 @@ class _Builder:
         if not conds:
             return self.value(inputs[0], names, guarded)
         inner = self.value(inputs[0], names, guarded=True)
-        ctype = dtypes.C_TYPES[dtype]
+        ctype = dtypes.VALUE_TYPES[dtype]
         self.conditional_reads = True
-        return self.let(ctype, f"({' && '.join(conds)}) ? {inner} : {c_literal(imap.overflow_value, ctype)}")
+        return self.let(ctype, f"({' && '.join(conds)}) ? {inner} : {c_literal(imap.overflow_value, ctype)}", dtype)
 
     def substituter(self, idx, xdims, ydims, extras, node):
         """A function taking node ``node``'s index-map Expr to this kernel's: ``i<k>`` becomes
@@ -397,7 +418,7 @@ class _Builder:
         def leaf(e):
             if e.op == "read":
                 k, args = e.args[0], [subst(a) for a in e.args[1:]]
-                ctype = dtypes.C_TYPES[self.in_dtypes([extras[k]])[0]]
+                ctype = dtypes.VALUE_TYPES[self.in_dtypes([extras[k]])[0]]
                 return sym(self.let(ctype, self.value(extras[k], args)))
             if e.args[0] not in table:
                 raise ValueError(f"index expression refers to {e.args[0]}, beyond the ranks of this op "
@@ -460,7 +481,9 @@ class _Builder:
                 pool = float_consts if dtypes.is_float(dtype) else int_consts
                 source = f"fp[{len(pool)}]" if pool is float_consts else f"ip[{len(self.symbols)} + {len(pool)}]"
                 pool.append(k)
-                consts.append({"name": f"c{k}", "ctype": dtypes.C_TYPES[dtype], "source": source})
+                if dtype == "float16":        # rounded from the double once, as numpy's float16(value)
+                    source = f"(jt_half){source}"
+                consts.append({"name": f"c{k}", "ctype": dtypes.VALUE_TYPES[dtype], "source": source})
         arg_nodes, args = self.arg_consts(len(self.symbols) + len(int_consts))
         consts += args
         if self.dialect in _DIALECT_CONTEXT:
@@ -630,12 +653,14 @@ class _Builder:
         subst = self.substituter(idx, src_dims, out_dims, inputs[1:], k)
         names, conds = self.indices(imap, subst, out_dims)     # a scatter always drops strays
         out_index = _row_major(names, out_dims).render()
-        ctype = dtypes.C_TYPES[dtype]
+        ctype, vtype = dtypes.C_TYPES[dtype], dtypes.VALUE_TYPES[dtype]
         red = attrs["op"]
-        init = {"add": "0", "mul": "1", "max": f"std::numeric_limits<{ctype}>::lowest()",
-                "min": f"std::numeric_limits<{ctype}>::max()", "replace": "0"}[red]
-        step = {"add": "{0} += {1};", "mul": "{0} *= {1};", "max": "{0} = jt_max({0}, {1});",
-                "min": "{0} = jt_min({0}, {1});", "replace": "{0} = {1};"}[red]
+        init = {"add": "0", "mul": "1", "replace": "0",
+                "max": f"-{_HIGHEST[dtype]}" if dtype in _HIGHEST else f"std::numeric_limits<{ctype}>::lowest()",
+                "min": _HIGHEST.get(dtype, f"std::numeric_limits<{ctype}>::max()")}[red]
+        # a float16 output is updated in float and rounded back on each store, as numpy's ufunc.at
+        step = {"add": "{0} += {1};", "mul": "{0} *= {1};", "max": f"{{0}} = jt_max<{vtype}>({{0}}, {{1}});",
+                "min": f"{{0}} = jt_min<{vtype}>({{0}}, {{1}});", "replace": "{0} = {1};"}[red]
         return {"n_out": " * ".join(out_dims) or "1", "n_in": " * ".join(src_dims) or "1", "loops": loops,
                 "init": f"({ctype}){init}", "in_range": " && ".join(conds) or "true", "value": value,
                 "out_index": out_index, "accumulate": step.format("dst[o]", value),
@@ -707,14 +732,18 @@ def _bitwise_accumulator(sign, ctype, value):
             "simd": None, "combine": step.format(value), "merge": step.format("parts[t]"), "result": "acc"}
 
 
-# sums and products of narrower types accumulate in 64 bits (their result dtype is 64-bit)
-_WIDE_ACCUMULATORS = {"float32": "double", "bool": "int64_t", "int8": "int64_t", "int16": "int64_t",
+# the largest finite value where std::numeric_limits has no specialisation (GCC 12's _Float16)
+_HIGHEST = {"float16": "((float)65504)"}
+
+# sums and products of narrower types accumulate in 64 bits (their result dtype is 64-bit); float16
+# ones in float (32 bits), as Jittor sums float16 through float32
+_WIDE_ACCUMULATORS = {"float16": "float", "float32": "double", "bool": "int64_t", "int8": "int64_t", "int16": "int64_t",
                       "int32": "int64_t", "uint8": "uint64_t", "uint16": "uint64_t", "uint32": "uint64_t"}
 
 
 def _accumulator(op, src_dtype, out_dtype, value, arg_var):
     """Declarations and statements of the accumulator ``acc`` for a reduce (or argreduce)."""
-    ctype = dtypes.C_TYPES[src_dtype]
+    ctype = dtypes.VALUE_TYPES[src_dtype]
     if arg_var is not None:
         cmp = ">" if op == "max" else "<"
         init = "lowest()" if op == "max" else "max()"

@@ -81,7 +81,17 @@ def array(data, dtype=None):
     _check_fits(arr, name)
     arr = np.array(arr, dtype=name, order="C", copy=True)
     arr.flags.writeable = False
-    return Var(None, (), {}, arr.shape, name, arr)
+    out = Var(None, (), {}, arr.shape, name, arr)
+    return _amp_array(out) if flags.amp_reg and out.numel() != 1 else out
+
+
+def _amp_array(x):
+    """``x`` (a new array) in the float dtype ``flags.amp_reg`` prefers when its bit 16 asks that of
+    array-like ops, as Jittor's ``jt.array`` and ``jt.random``."""
+    reg = flags.amp_reg
+    if reg & dtypes.AMP_ARRAY_PREFER and dtypes.is_float(x.dtype):
+        return x.cast(dtypes.amp_preferred(x.dtype, reg))
+    return x
 
 
 def _narrowed(arr, name):
@@ -261,7 +271,18 @@ def random(shape, dtype="float32", type="uniform"):
     draw = {"uniform": _rng.random, "normal": _rng.standard_normal}.get(type)
     if draw is None:
         raise ValueError(f"jt.random: type must be 'uniform' or 'normal', got {type!r}")
-    return array(draw(_shape((shape,))), dtypes.canonical(dtype))
+    out = array(draw(_shape((shape,))), dtypes.canonical(dtype))
+    return _amp_array(out) if flags.amp_reg else out
+
+
+@export("float_auto", method=True, function=False)
+def float_auto(x):
+    """``x`` as float16 when ``jt.flags.amp_reg`` prefers float16 (bit 2), else as float32, as Jittor's.
+
+    >>> jt.array([1, 2]).float_auto().dtype
+    'float32'
+    """
+    return x.cast("float16" if flags.amp_reg & dtypes.AMP_PREFER16 else "float32")
 
 
 @export("randint", method=False)

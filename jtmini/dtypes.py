@@ -1,8 +1,11 @@
 """The dtypes, their C types, and the promotion rule used by binary ops.
 
 Besides bool, int32, int64, float32 and float64 there are Jittor's narrow and unsigned integers
-(int8, int16, uint8, uint16, uint32, uint64). Promotion: a float operand gives a float (float64 if
-either is float64, else float32); two integers give the wider one, signed as Jittor's
+(int8, int16, uint8, uint16, uint32, uint64) and float16, a storage dtype: kernels hold it as
+``jt_half`` (GCC's ``_Float16``) and compute on it in float (``VALUE_TYPES``), rounding each result
+to half as numpy does. Promotion: a float operand gives a float (the widest float operand: float64,
+else float32, else float16, so float16 with an integer stays float16); two integers give the wider
+one, signed as Jittor's
 ``binary_dtype_infer`` makes mixed pairs (uint8 with int8 is int8), unsigned when both are (as
 numpy and PyTorch). Python scalars are "weak" (``float32_var * 2.0`` stays float32,
 ``int_var * 0.5`` becomes float32, ``uint8_var + 1`` stays uint8), as in Jittor.
@@ -13,11 +16,15 @@ import numpy as np
 
 C_TYPES = {"bool": "bool", "int8": "int8_t", "int16": "int16_t", "int32": "int32_t", "int64": "int64_t",
            "uint8": "uint8_t", "uint16": "uint16_t", "uint32": "uint32_t", "uint64": "uint64_t",
-           "float32": "float", "float64": "double"}
+           "float16": "jt_half", "float32": "float", "float64": "double"}
+# the C type a kernel computes a dtype's values in: float16 is only stored in 16 bits
+VALUE_TYPES = {**C_TYPES, "float16": "float"}
+FLOATS = ("float16", "float32", "float64")          # narrowest first
 NUMPY = {name: np.dtype(name) for name in C_TYPES}     # numpy reads a dtype object faster than a name
 SIZES = {name: dtype.itemsize for name, dtype in NUMPY.items()}     # bytes per element
 INTEGERS = frozenset(name for name in C_TYPES if NUMPY[name].kind in "iu")
-_ALIASES = {"float": "float32", "int": "int32", "bool_": "bool", "double": "float64", "long": "int64"}
+_ALIASES = {"float": "float32", "int": "int32", "bool_": "bool", "double": "float64", "long": "int64",
+            "half": "float16"}
 DEFAULT_FLOAT = "float32"
 
 
@@ -54,12 +61,12 @@ def numpy_name(np_dtype):
 
 
 def from_numpy(np_dtype):
-    """Map a numpy array's dtype to ours (the same name); float16 and friends are rejected."""
+    """Map a numpy array's dtype to ours (the same name); complex, bfloat16 and the like are rejected."""
     return canonical(numpy_name(np_dtype))
 
 
 def is_float(dtype):
-    return dtype in ("float32", "float64")
+    return dtype in FLOATS
 
 
 def is_integer(dtype):
@@ -104,13 +111,13 @@ def check_scalar(value, dtype):
 def promote(a, b):
     """The dtype of a binary op's result on dtypes ``a`` and ``b`` (see the module's docstring).
 
-    >>> promote("int32", "float32"), promote("uint8", "int16"), promote("uint8", "int8")
-    ('float32', 'int16', 'int8')
+    >>> promote("int32", "float32"), promote("uint8", "int16"), promote("float16", "int32")
+    ('float32', 'int16', 'float16')
     """
     if a == b:
         return a
     if is_float(a) or is_float(b):
-        return "float64" if "float64" in (a, b) else "float32"
+        return max((d for d in (a, b) if is_float(d)), key=FLOATS.index)
     if a == "bool" or b == "bool":
         return b if a == "bool" else a
     size = max(SIZES[a], SIZES[b])
@@ -136,3 +143,37 @@ class NanoString(str):
         'float32'
     """
     __slots__ = ()
+
+
+# Jittor's automatic mixed precision bits (``jt.flags.amp_reg``), as its nano_string.h names them
+AMP_PREFER32, AMP_PREFER16, AMP_KEEP_REDUCE, AMP_KEEP_WHITE, AMP_ARRAY_PREFER = 1, 2, 4, 8, 16
+AMP_WHITE_OPS = ("exp", "pow")        # Jittor's "white list": computed in float32 unless AMP_KEEP_WHITE
+
+
+def amp_preferred(dtype, amp_reg):
+    """The float dtype Jittor's ``float_dtype`` gives a float result of ``dtype`` made of Vars only
+    (no Python scalar) under ``amp_reg``: float32 with bit 1, float16 with bit 2, else ``dtype``.
+
+    >>> amp_preferred("float32", 2), amp_preferred("float64", 1), amp_preferred("float16", 0)
+    ('float16', 'float32', 'float16')
+    """
+    if amp_reg & AMP_PREFER32:
+        return "float32"
+    if amp_reg & AMP_PREFER16:
+        return "float16"
+    return dtype
+
+
+def reduce_dtype(op, dtype, amp_reg):
+    """A float reduction's result dtype, as Jittor's ``ReduceOp``: float16 sums (and means) are
+    taken in float32 and rounded back to float16; its other reductions give float32, unless
+    ``amp_reg`` keeps reduce types (bit 4), when the preferred dtype is kept.
+
+    >>> reduce_dtype("add", "float16", 0), reduce_dtype("max", "float16", 0), reduce_dtype("max", "float16", 4)
+    ('float16', 'float32', 'float16')
+    """
+    if dtype == "float16" and op == "add":
+        return dtype
+    if amp_reg & AMP_KEEP_REDUCE:
+        return amp_preferred(dtype, amp_reg)
+    return "float32" if dtype == "float16" else dtype

@@ -96,13 +96,15 @@ def _check_path(name, value):
 
 
 def _check_amp_reg(name, value):
-    """0, the only value jtmini has: Jittor's automatic mixed precision bits are not implemented,
-    and a nonzero value is refused rather than silently computing in full precision."""
+    """Jittor's automatic mixed precision bits, 0 to 31: 1 float results in float32, 2 in float16,
+    4 reductions keep that dtype, 8 exp and pow too, 16 jt.array and jt.random too. Bit 32 (float16
+    sums without float32 intermediates) is refused: jtmini always sums float16 in float32."""
     if not _is_int(value):
         raise TypeError(f"flag {name} must be an int, got {value!r} ({type(value).__name__})")
-    if value != 0:
-        raise ValueError(f"flag {name} must be 0 (jtmini has no automatic mixed precision), got {value}")
-    return 0
+    if not 0 <= value < 32:
+        raise ValueError(f"flag {name} must be in 0..31 (bits 1, 2, 4, 8, 16; jtmini has no bit 32: its "
+                         f"float16 sums always go through float32), got {value}")
+    return int(value)
 
 
 def _check_vprefix(name, value):
@@ -151,7 +153,9 @@ _SPECS = {
                               "call aborts the job naming it (stopped, or frozen holding the GIL)"),
     "lazy_execution": (True, _parse_bool, _check_bool,
                        "build ops into a graph run when a value is needed (off: each op runs as it is built)"),
-    "amp_reg": (0, int, _check_amp_reg, "Jittor's automatic mixed precision bits: always 0 (not implemented)"),
+    "amp_reg": (0, int, _check_amp_reg,
+                "Jittor's mixed precision bits: 1/2 float results in float32/float16 (not with a Python scalar), "
+                "4 reductions too, 8 exp and pow too (else float32), 16 jt.array and jt.random too"),
 }
 
 

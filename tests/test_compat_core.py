@@ -231,10 +231,13 @@ def test_lazy_execution_off_computes_each_op_as_built():
     assert not (jt.array([1.0]) * 3).is_realized()
 
 
-def test_amp_reg_is_zero_only():
+def test_amp_reg_takes_jittors_bits_and_refuses_bit_32():
     assert jt.flags.amp_reg == 0
-    with pytest.raises(ValueError, match="flag amp_reg must be 0 .*got 2"):
-        jt.flags.amp_reg = 2
+    with pytest.raises(ValueError, match="flag amp_reg must be in 0..31 .*got 32"):
+        jt.flags.amp_reg = 32
+    with jt.flag_scope(amp_reg=2):
+        assert (jt.ones(2) * jt.ones(2)).dtype == "float16"
+    assert jt.flags.amp_reg == 0
 
 
 

@@ -36,11 +36,12 @@ def test_narrow_and_unsigned_integers_keep_their_dtype(name):
     assert jt.array(values, dtype=getattr(jt, name)).dtype == name
 
 
-def test_float16_is_a_clear_type_error():
-    with pytest.raises(TypeError, match="jt.float16: unsupported dtype; jtmini supports"):
-        jt.float16(np.zeros(2))
-    with pytest.raises(TypeError, match="unsupported dtype jt.float16"):
-        jt.zeros(2, jt.float16)
+def test_unsupported_dtype_object_is_a_clear_type_error():
+    from jtmini.creation import DType
+    with pytest.raises(TypeError, match="jt.bfloat16: unsupported dtype; jtmini supports"):
+        DType("bfloat16")(np.zeros(2))
+    with pytest.raises(TypeError, match="unsupported dtype 'bfloat16'"):
+        jt.zeros(2, "bfloat16")
 
 
 # --- jt.Var(data) ----------------------------------------------------------------------------------

@@ -21,7 +21,7 @@ import collections
 
 import numpy as np
 
-from .. import persist
+from .. import dtypes, persist
 from ..gc_pause import paused
 from ..ops.collective import broadcast_in_place
 from ..var import Var
@@ -196,6 +196,36 @@ class Module:
         """Inference mode for the whole tree (BatchNorm uses running statistics)."""
         for module in self.modules():
             module.is_train = False
+        return self
+
+    # --- parameter dtypes ---------------------------------------------------------------------
+    def float16(self):
+        """Every float parameter of the tree converted to float16 in place (the same Var objects,
+        now float16), as Jittor's ``Module.float16``; returns self. Layers without a half path
+        (BatchNorm, LayerNorm, softmax) then refuse float16 input.
+
+        >>> jt.nn.Linear(4, 2).half().weight.dtype
+        'float16'
+        """
+        return self._cast_parameters("float16")
+
+    half = float16
+
+    def float32(self):
+        """Every float parameter converted to float32 in place; returns self."""
+        return self._cast_parameters("float32")
+
+    def float64(self):
+        """Every float parameter converted to float64 in place; returns self."""
+        return self._cast_parameters("float64")
+
+    def _cast_parameters(self, dtype):
+        for p in self.parameters():
+            if dtypes.is_float(p.dtype) and p.dtype != dtype:
+                value = p.cast(dtype).detach()
+                value.sync()
+                p._rebind(None, value._data)       # consumers built so far keep the old value
+                p.dtype = dtype
         return self
 
     # --- state ---------------------------------------------------------------------------------

@@ -12,7 +12,8 @@ from ..var import Var
 from .registry import FUNCTIONS, OpSpec, export, register
 
 register(OpSpec("fuse_barrier", "library", infer=lambda inputs, a: (inputs[0].shape, inputs[0].dtype),
-                run=lambda arrays, a, backend: arrays[0], grad=lambda d, out, x, a: [d]))
+                run=lambda arrays, a, backend: arrays[0], grad=lambda d, out, x, a: [d],
+                half=True))
 
 
 @export("stop_fuse", function=False)

@@ -8,6 +8,7 @@ import numbers
 import numpy as np
 
 from .. import dtypes
+from ..flags import flags
 from ..var import Var, untrack
 from .registry import METHODS, OpSpec, export, register
 
@@ -32,8 +33,16 @@ def _floats(x):
 # --- constants, casts, identity ----------------------------------------------------------------
 register(OpSpec("const", "const", infer=lambda inputs, a: (a["shape"], a["dtype"]),
                 runtime_attrs=("value",)))
+
+
+def _cast_expr(in_dtypes, dtype, attrs):
+    """A cast's C expression; to float16 none: the kernel rounds any value straight to half once
+    (``codegen._Builder.let``), where a float step first would round a double twice."""
+    return "{0}" if dtype == "float16" else "(({T})({0}))"
+
+
 register(OpSpec("cast", "elementwise", infer=lambda inputs, a: (inputs[0].shape, a["dtype"]),
-                c_expr="(({T})({0}))",
+                c_expr=_cast_expr,
                 grad=lambda d, out, x, a: [d.cast(x[0].dtype) if dtypes.is_float(x[0].dtype) else None]))
 register(OpSpec("detach", "elementwise", infer=_same, c_expr="{0}", grad=lambda d, out, x, a: [None],
                 view=True))
@@ -53,6 +62,7 @@ def _cast_method(dtype):
 for _name in dtypes.C_TYPES:
     export(_name, function=False)(_cast_method(_name))
 export("float", function=False)(_cast_method("float32"))
+export("half", function=False)(_cast_method("float16"))
 export("int", function=False)(_cast_method("int32"))
 
 
@@ -155,6 +165,26 @@ def _unary_grad(rule):
     return lambda d, out, x, a: [rule(d, out, x[0]) if dtypes.is_float(x[0].dtype) else None]
 
 
+def _white(x):
+    """An operand of Jittor's "white list" ops (exp, pow): a float16 one computes in float32 unless
+    ``amp_reg`` keeps white-list types (bit 8), as Jittor's dtype inference has it."""
+    if x.dtype == "float16" and not flags.amp_reg & dtypes.AMP_KEEP_WHITE:
+        return cast(x, "float32")
+    return x
+
+
+def amp_result(out, name, scalar=False):
+    """``out``, a float op's result, cast to the dtype ``flags.amp_reg`` prefers (Jittor's
+    ``float_dtype``): not when a Python scalar took part, nor for a white-list op (``name``) whose
+    type is not kept."""
+    reg = flags.amp_reg
+    if not reg or scalar or not dtypes.is_float(out.dtype):
+        return out
+    if name in dtypes.AMP_WHITE_OPS and not reg & dtypes.AMP_KEEP_WHITE:
+        return out
+    return cast(out, dtypes.amp_preferred(out.dtype, reg))
+
+
 def _unary_front(name, float_only):
     def op(x):
         if not isinstance(x, Var):           # jt.abs(-1), jt.exp([1, 2]): as numpy's functions
@@ -163,6 +193,8 @@ def _unary_front(name, float_only):
             x = cast(x, "bool")
         elif float_only:
             x = _floats(x)
+            x = _white(x) if name in dtypes.AMP_WHITE_OPS else x
+            return amp_result(Var.node(name, [x]), name) if flags.amp_reg else Var.node(name, [x])
         elif name == "bitwise_not" and dtypes.is_float(x.dtype):
             raise TypeError(f"bitwise_not (~) is defined for bool and integer Vars, got {x.dtype}")
         elif x.dtype == "bool" and name not in ("abs", "bitwise_not"):
@@ -230,7 +262,9 @@ BINARY = {
     "mul": ("({0} * {1})", lambda d, out, x, a: [d * x[1], d * x[0]], "same"),
     "div": ("({0} / {1})", lambda d, out, x, a: [d / x[1], -d * out / x[1]], "float"),
     "floordiv": ("jt_floordiv({0}, {1})", None, "same"),
-    "mod": ("jt_mod({0}, {1})", lambda d, out, x, a: [d, -d * x[0].floordiv(x[1])], "same"),
+    # b's gradient -floor(a / b) as Jittor's: the quotient rounded to the dtype first (in float16
+    # 1315.7 is 1316), as its tests and numpy's float16 compute it
+    "mod": ("jt_mod({0}, {1})", lambda d, out, x, a: [d, -d * (x[0] / x[1]).floor()], "same"),
     "pow": ("jt_pow({0}, {1})", _pow_grad, "same"),
     "arctan2": ("std::atan2({0}, {1})", lambda d, out, x, a: [d * x[1] / (x[0] * x[0] + x[1] * x[1]),
                                                              -d * x[0] / (x[0] * x[0] + x[1] * x[1])], "float"),
@@ -322,19 +356,25 @@ def broadcast_shapes(*shapes):
 
 
 def _binary_front(name, result):
+    white = name in dtypes.AMP_WHITE_OPS
     def op(a, b):
         if result == "logical":
             a, b = (cast(v, "bool") if isinstance(v, Var) else bool(v) if isinstance(v, (numbers.Number, np.bool_))
                     else cast(_as_var(v), "bool") for v in (a, b))
         if result == "shift":
             _check_shift(name, a, b)
+        amp = flags.amp_reg and result in ("same", "float")
+        scalar = amp and (isinstance(a, (numbers.Number, np.bool_)) or isinstance(b, (numbers.Number, np.bool_)))
         a, b = operands(a, b)
         if result == "float":
             a, b = _true_div_floats(a), _true_div_floats(b)
         if result in ("integer", "shift") and dtypes.is_float(a.dtype):
             raise TypeError(f"{name} is defined for {'bool and ' * (result == 'integer')}integer Vars, "
                             f"got {a.dtype}")
-        return Var.node(name, [a, b])
+        if white:
+            a, b = _white(a), _white(b)
+        out = Var.node(name, [a, b])
+        return amp_result(out, name, scalar) if amp else out
     op.__name__ = name
     op.__doc__ = DOCS.get(name, f"Elementwise {name} with numpy broadcasting.")
     return op

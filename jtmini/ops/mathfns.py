@@ -138,9 +138,11 @@ def clamp(x, min_v=None, max_v=None, *, min=None, max=None):
 
 
 @export("safe_clip")
-def safe_clip(x, left, right):
+def safe_clip(x, left=-1e300, right=1e300):
     """``x`` clipped to ``[left, right]`` in value, keeping ``x``'s dtype, while the gradient passes
-    through unchanged everywhere (a straight-through clip, as Jittor's ``safe_clip``).
+    through unchanged everywhere (a straight-through clip, as Jittor's ``safe_clip``). As in
+    Jittor, the bounds are first narrowed to the dtype's finite range, so by default only the
+    infinities change: a float16 inf becomes 65504.
 
     >>> x = jt.array([-5.0, 0.5, 5.0])
     >>> jt.safe_clip(x, -1, 1).numpy(), jt.grad(jt.safe_clip(x, -1, 1).sum(), x).numpy()
@@ -152,6 +154,10 @@ def safe_clip(x, left, right):
             raise TypeError(f"safe_clip: {name} must be a number, got {type(value).__name__} {value!r}")
     if left > right:
         raise ValueError(f"safe_clip: left ({left}) is greater than right ({right})")
+    if x.dtype != "bool":
+        info = np.finfo(x.dtype) if dtypes.is_float(x.dtype) else np.iinfo(x.dtype)
+        kind = float if dtypes.is_float(x.dtype) else int
+        left, right = max(left, kind(info.min)), min(right, kind(info.max))
     out = clamp(x, left, right).cast(x.dtype)
     if not dtypes.is_float(x.dtype):
         return out

@@ -63,8 +63,17 @@ def matrix_layout(shape, strides):
     return None
 
 
+def _matmul_run(arrays, a, backend):
+    """The product on whole buffers; float16 ones are multiplied in float32 (BLAS has no half
+    gemm, and numpy's half loop rounds every partial sum) and the result rounded to half once."""
+    x, y = arrays
+    if x.dtype == "float16":
+        return backend.matmul(x.astype("float32"), y.astype("float32")).astype("float16")
+    return backend.matmul(x, y)
+
+
 register(OpSpec("matmul", "library", infer=_matmul_infer, grad=_matmul_grad, reads_view=_blas_reads,
-                run=lambda arrays, a, backend: backend.matmul(*arrays)))
+                run=_matmul_run, half=True))
 
 
 @export("matmul")

@@ -1,6 +1,7 @@
 """Reductions: sum/prod/max/min over ``dims`` (``keepdims``), their front ends (mean, all, any),
 and argmax/argmin. A reduction ends a fused kernel: its input chain is computed inside the loop."""
 from .. import dtypes
+from ..flags import flags
 from ..var import Var
 from .registry import OpSpec, export, register
 from .reindex import normalize_dim
@@ -11,6 +12,8 @@ def _reduce_infer(inputs, a):
     shape = tuple(1 if k in a["dims"] else s for k, s in enumerate(x.shape) if a["keepdims"] or k not in a["dims"])
     if a["op"] in ("add", "mul") and (x.dtype == "bool" or dtypes.is_integer(x.dtype)):
         return shape, _WIDE_SUMS[x.dtype]
+    if dtypes.is_float(x.dtype):
+        return shape, a.get("dtype") or x.dtype
     return shape, x.dtype
 
 
@@ -76,6 +79,10 @@ def _front(op, name):
             raise ValueError(f"{op} over an empty dim of a Var (shape {x.shape}, dims {dims})")
         if not dims:
             return x
+        if dtypes.is_float(x.dtype) and (flags.amp_reg or x.dtype == "float16"):
+            out_dtype = dtypes.reduce_dtype(op, x.dtype, flags.amp_reg)     # Jittor's, amp_reg bit 4
+            if out_dtype != x.dtype:
+                return Var.node("reduce", [x], op=op, dims=dims, keepdims=keepdims, dtype=out_dtype)
         return Var.node("reduce", [x], op=op, dims=dims, keepdims=keepdims)
     return reduce
 
@@ -94,6 +101,8 @@ def mean(x, dims=None, keepdims=False, **kw):
         x = as_var(x)
     if not dtypes.is_float(x.dtype):
         x = x.cast(dtypes.DEFAULT_FLOAT)
+    if x.dtype == "float16":              # as Jittor: the mean in float32, rounded to half once
+        return mean(x.cast("float32"), dims, keepdims, **kw).cast("float16")
     total = sum_(x, dims, keepdims, **kw)
     count = x.numel() // max(total.numel(), 1)      # values behind each mean
     return total * (1 / count if count else float("nan"))      # the mean of nothing is NaN, as in numpy

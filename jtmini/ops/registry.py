@@ -15,6 +15,7 @@ library         computed by a library call on whole buffers (BLAS matmul)
 collective      MPI collectives (never fused, issued in program order)
 ==============  ============================================================================
 """
+import dataclasses
 import functools
 from dataclasses import dataclass
 from typing import Callable, Optional
@@ -49,6 +50,8 @@ class OpSpec:
     kernel. ``int_ranges(attrs, in_dims, out_dims) -> ((lo, hi) | None, ...)`` gives each
     argument's inclusive range from the compiled-in attrs and the dims (None for a dim not
     compiled in), so codegen still proves indices in range; its length is the argument count.
+    ``half`` (library, collective): the op takes float16 inputs; the others refuse them with a
+    TypeError when the node is built (their hand-written kernels and libraries have no half path).
     """
     name: str
     kind: str
@@ -62,6 +65,7 @@ class OpSpec:
     runtime_attrs: tuple = ()
     runtime_ints: Optional[Callable] = None
     int_ranges: Optional[Callable] = None
+    half: bool = False
 
     def __post_init__(self):
         if self.kind not in KINDS:
@@ -106,8 +110,21 @@ METHODS = {}      # name -> callable, installed as Var.<name>
 def register(spec):
     if spec.name in OPS:
         raise ValueError(f"op {spec.name!r} registered twice")
+    if spec.kind in ("library", "collective") and not spec.half:
+        spec = dataclasses.replace(spec, infer=_refusing_half(spec.name, spec.infer))
     OPS[spec.name] = spec
     return spec
+
+
+def _refusing_half(name, infer):
+    """``infer`` preceded by a TypeError naming op ``name`` when an input is float16."""
+    def checked(inputs, attrs):
+        for x in inputs:
+            if x.dtype == "float16":
+                raise TypeError(f"{name}: float16 inputs are not supported (input of shape {tuple(x.shape)}); "
+                                f"cast to float32 first (x.float32())")
+        return infer(inputs, attrs)
+    return checked
 
 
 def export(*names, method=True, function=True):
