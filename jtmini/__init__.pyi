@@ -257,8 +257,11 @@ class Var:
     def flip(self, dims: Any = ...) -> Var:
         """``x`` reversed along ``dims`` (all dims when omitted)."""
     def float(self) -> Var: ...
+    def float16(self) -> Var: ...
     def float32(self) -> Var: ...
     def float64(self) -> Var: ...
+    def float_auto(self) -> Var:
+        """``x`` as float16 when ``jt.flags.amp_reg`` prefers float16 (bit 2), else as float32, as Jittor's."""
     def floor(self) -> Var:
         """Elementwise floor."""
     def floor_divide(self, b: Any) -> Var:
@@ -282,6 +285,7 @@ class Var:
         """Elementwise greater with numpy broadcasting."""
     def greater_equal(self, b: Any) -> Var:
         """Elementwise greater_equal with numpy broadcasting."""
+    def half(self) -> Var: ...
     def histc(self, bins: Any = ..., min: Any = ..., max: Any = ...) -> Var:
         """The histogram of ``input``'s values: ``bins`` equal bins over [min, max], as"""
     def index(self, dim: Any = ..., dtype: Any = ...) -> Any:
@@ -466,7 +470,7 @@ class Var:
         """Elementwise round."""
     def round_int(self) -> Var:
         """The nearest integer to each element, halves away from zero (C's ``round``), as int32."""
-    def safe_clip(self, left: Any, right: Any) -> Var:
+    def safe_clip(self, left: Any = ..., right: Any = ...) -> Var:
         """``x`` clipped to ``[left, right]`` in value, keeping ``x``'s dtype, while the gradient passes"""
     def scatter(self, dim: Any, index: Any, src: Any, reduce: Any = ...) -> Any:
         """PyTorch's scatter as a new Var: ``src`` written into a copy of ``x`` at ``index`` along ``dim``."""
@@ -1110,7 +1114,7 @@ def round(x: Any) -> Var:
 def round_int(x: Any) -> Var:
     """The nearest integer to each element, halves away from zero (C's ``round``), as int32."""
 
-def safe_clip(x: Any, left: Any, right: Any) -> Var:
+def safe_clip(x: Any, left: Any = ..., right: Any = ...) -> Var:
     """``x`` clipped to ``[left, right]`` in value, keeping ``x``'s dtype, while the gradient passes"""
 
 def save(obj: Any, path: Any) -> None:
