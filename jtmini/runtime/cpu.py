@@ -24,25 +24,26 @@ from . import blas
 from .base import Backend, HandKernel
 from .pointers import address
 
-_loaded = {}         # library path -> its loaded kernel function
+_loaded = {}         # (library path, symbol) -> its loaded kernel function
 register_cache("kernel libraries", _loaded.clear, "one entry per kernel built or loaded")
 
 
 def build(kernels):
-    """``{id(kernel): (KernelCode, function)}``, compiling the missing kernels in parallel."""
+    """``{id(kernel): (KernelCode, function)}``, compiling the missing kernels, several to a
+    library, in parallel."""
     codes = [codegen.generate(k) for k in kernels]
-    paths = compiler.build_many([(c.source, False) for c in codes])
-    return {id(k): (c, load(p)) for k, c, p in zip(kernels, codes, paths)}
+    entries = compiler.build_kernels([c.source for c in codes])
+    return {id(k): (c, load(e)) for k, c, e in zip(kernels, codes, entries)}
 
 
-def load(path):
-    """The ``jt_kernel`` function of the library at ``path`` (loaded once per process)."""
-    fn = _loaded.get(path)
+def load(entry):
+    """The kernel function of a ``compiler.Entry`` (looked up once per process)."""
+    fn = _loaded.get((entry.path, entry.symbol))
     if fn is None:
-        fn = ctypes.CDLL(path).jt_kernel
+        fn = getattr(entry.library, entry.symbol)
         fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
         fn.restype = None
-        _loaded[path] = fn
+        _loaded[(entry.path, entry.symbol)] = fn
     return fn
 
 
@@ -171,9 +172,9 @@ def kernels(template, contexts):
     keys = [(template, tuple(sorted(c.items()))) for c in contexts]
     missing = [k for k in dict.fromkeys(keys) if k not in _hand_kernels]
     if missing:
-        sources = [(codegen.render("cpu", template, **dict(context)), False) for template, context in missing]
-        for key, path in zip(missing, compiler.build_many(sources)):
-            _hand_kernels[key] = _Kernel(load(path))
+        sources = [codegen.render("cpu", template, **dict(context)) for template, context in missing]
+        for key, entry in zip(missing, compiler.build_kernels(sources)):
+            _hand_kernels[key] = _Kernel(load(entry))
     return [_hand_kernels[k] for k in keys]
 
 
