@@ -445,7 +445,10 @@ def _read_entry(kernel_dir, key, complain=False):
         return None
     match = _LIBRARY_NAME.match(name)
     path = os.path.join(kernel_dir, name)
-    library = (_libraries.get(path) or _load_verified(path, match.group(1))) if match else None
+    library = None
+    if match:  # a library loaded before is used while its file is there (else it is built again)
+        library = _libraries.get(path) if os.path.exists(path) else None
+        library = library or _load_verified(path, match.group(1))
     if library is None or not hasattr(library, _symbol(key)):
         if complain:
             _log(f"{ref} names a library that is missing, damaged or without the kernel; rebuilding it")
