@@ -38,6 +38,7 @@ import logging
 import math
 import os
 import platform
+import queue
 import re
 import shlex
 import shutil
@@ -377,6 +378,9 @@ class _Split(typing.NamedTuple):
 
 
 _entries = {}  # (kernel dir, key) -> Entry
+_inflight = {}  # (kernel dir, key) -> Future of its library's outcomes, while start_kernels compiles it
+_workers = None  # the background compiler threads (_Workers)
+_workers_lock = threading.Lock()
 register_cache("kernel entries", _entries.clear, "one entry per kernel built or found by build_kernels")
 _libraries = {}  # library path -> the loaded copy: its name holds its digest, so one load serves all
 _LIBRARY_NAME = re.compile(r"^lib-([0-9a-f]{64})\.so$")
@@ -393,17 +397,87 @@ def build_kernels(sources):
 
     Each kernel keeps a cache entry of its own, ``<key>.ref``, naming ``lib-<sha256>.so``, the
     library that holds it; a library whose bytes do not match its name, or an entry that names
-    none, is rebuilt. Errors are those of ``build``.
+    none, is rebuilt. Errors are those of ``build`` (the first failing kernel's, once the others
+    are built).
     """
+    found = _look_up(sources)
+    outcomes = _build_now(found.kernel_dir, found.todo, found.tc) if found.todo else {}
+    _keep(found.kernel_dir, outcomes)
+    for key in found.keys:
+        if isinstance(outcomes.get(key), BaseException):
+            raise outcomes[key]
+    # a kernel that start_kernels is compiling is waited for
+    return [_entries.get((found.kernel_dir, k)) or Pending(found.kernel_dir, k, _inflight.get((found.kernel_dir, k))).result()
+            for k in found.keys]
+
+
+def start_kernels(sources):
+    """``build_kernels`` that returns at once: an ``Entry`` for each kernel built or on disk, a
+    ``Pending`` (``.result()`` waits for its Entry) for each one the background compiler threads
+    build, in libraries of kernels next to each other in `sources` (give them in the order they
+    run: the first libraries are done first), so the caller goes on meanwhile.
+
+        >>> first, second = compiler.start_kernels([source_a, source_b])
+        >>> entry = second.result() if isinstance(second, compiler.Pending) else second
+    """
+    found = _look_up(sources)
+    if found.todo:
+        workers = _background()
+        _prebuild_headers(found.kernel_dir, found.todo, found.tc, workers.submit)
+        for chunk in _chunks(found.todo, max(1, flags.compile_jobs), ordered=True):
+            future = workers.submit(_build_and_keep, found.kernel_dir, chunk, found.tc)
+            for key in chunk:
+                _inflight[(found.kernel_dir, key)] = future
+    out = []
+    for key in found.keys:
+        entry = _entries.get((found.kernel_dir, key))
+        future = _inflight.get((found.kernel_dir, key)) if entry is None else None
+        out.append(entry if future is None else Pending(found.kernel_dir, key, future))
+    return out
+
+
+class Pending(typing.NamedTuple):
+    """A kernel that ``start_kernels`` is compiling: ``result()`` waits for its ``Entry`` (or
+    raises its ``CompileError``)."""
+    kernel_dir: str
+    key: str
+    future: typing.Optional[concurrent.futures.Future]
+
+    def result(self):
+        outcome = self.future.result()[self.key] if self.future is not None else None
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return _entries[(self.kernel_dir, self.key)] if outcome is None else outcome
+
+
+class _Lookup(typing.NamedTuple):
+    tc: Toolchain
+    kernel_dir: str
+    keys: list      # every source's key, in order
+    todo: dict      # key -> source of the kernels neither built, on disk nor being compiled
+
+
+def _look_up(sources):
+    """The kernels of `sources` found in this process or on disk (kept), and those to compile."""
     tc = toolchain()
     kernel_dir = _kernel_dir()
     keys = [_entry_key(source, tc) for source in sources]
-    missing = {k: s for k, s in zip(keys, sources) if (kernel_dir, k) not in _entries}
-    if missing:
+    todo = {k: s for k, s in zip(keys, sources) if (kernel_dir, k) not in _entries and (kernel_dir, k) not in _inflight}
+    if todo:
         _sweep_once(kernel_dir)
-        for key, entry in _find_or_build(kernel_dir, missing, tc).items():
-            _entries[(kernel_dir, key)] = entry
-    return [_entries[(kernel_dir, k)] for k in keys]
+        found = {key: _read_entry(kernel_dir, key) for key in todo}
+        found = {key: entry for key, entry in found.items() if entry is not None}
+        counters.bump("cache_hits", len(found))
+        _keep(kernel_dir, found)
+        todo = {k: s for k, s in todo.items() if k not in found}
+    return _Lookup(tc, kernel_dir, keys, todo)
+
+
+def _keep(kernel_dir, outcomes):
+    """Remember the Entries among `outcomes` ({key: Entry or the error that kernel raised})."""
+    for key, outcome in outcomes.items():
+        if isinstance(outcome, Entry):
+            _entries[(kernel_dir, key)] = outcome
 
 
 @functools.lru_cache(maxsize=None)     # training steps look the same kernels up every step
@@ -415,23 +489,84 @@ def _symbol(key):
     return f"{ENTRY}_{key[:20]}"
 
 
-def _find_or_build(kernel_dir, missing, tc):
-    """{key: Entry} for `missing` ({key: source}): found on disk, the rest compiled."""
-    found = {}
-    for key in missing:
-        entry = _read_entry(kernel_dir, key)
-        if entry is not None:
-            found[key] = entry
-    counters.bump("cache_hits", len(found))
-    todo = {k: s for k, s in missing.items() if k not in found}
+def _build_now(kernel_dir, todo, tc):
+    """{key: Entry or CompileError} for `todo` ({key: source}), compiled on threads of this call."""
     chunks = _chunks(todo, max(1, flags.compile_jobs))
     if len(chunks) == 1:
-        found.update(_build_chunk(kernel_dir, chunks[0], tc))
-    elif chunks:
-        with concurrent.futures.ThreadPoolExecutor(max(1, flags.compile_jobs)) as pool:
-            for built in pool.map(lambda chunk: _build_chunk(kernel_dir, chunk, tc), chunks):
-                found.update(built)
-    return found
+        return _build_chunk(kernel_dir, chunks[0], tc)
+    outcomes = {}
+    with concurrent.futures.ThreadPoolExecutor(max(1, flags.compile_jobs)) as pool:
+        list(_prebuild_headers(kernel_dir, todo, tc, pool.submit))
+        for built in pool.map(lambda chunk: _build_chunk(kernel_dir, chunk, tc), chunks):
+            outcomes.update(built)
+    return outcomes
+
+
+def _prebuild_headers(kernel_dir, todo, tc, submit):
+    """Every library waits for its precompiled prelude: start those `todo` needs side by side,
+    before any library (rather than each after the first libraries of another). Returns their
+    futures."""
+    with contextlib.suppress(OSError):      # the libraries' own builds handle a bad folder
+        os.makedirs(kernel_dir, exist_ok=True)
+    heads = {_split(source).head for source in todo.values()}
+    return [submit(_header_for, kernel_dir, head, tc) for head in heads
+            if PRELUDE_END in head and (kernel_dir, _key(head, tc)) not in _headers]
+
+
+def _build_and_keep(kernel_dir, chunk, tc):
+    try:
+        outcomes = _build_chunk(kernel_dir, chunk, tc)
+        _keep(kernel_dir, outcomes)
+        return outcomes
+    finally:
+        for key in chunk:
+            _inflight.pop((kernel_dir, key), None)
+
+
+def _header_for(kernel_dir, head, tc):
+    """The precompiled prelude of a library's `head`, or None (no prelude, or none can be had)."""
+    return _prelude_header((kernel_dir, _key(head, tc)), head, tc) if PRELUDE_END in head else None
+
+
+class _Workers:
+    """Daemon threads that compile in the background: an exit does not wait for them (their
+    compilers are killed then, see ``_clean_up_at_exit``)."""
+
+    def __init__(self, count):
+        self.count, self.pid, self.queue = count, os.getpid(), queue.SimpleQueue()
+        for _ in range(count):
+            threading.Thread(target=self._work, name="jtmini-compile", daemon=True).start()
+
+    def submit(self, fn, *args):
+        future = concurrent.futures.Future()
+        self.queue.put((future, fn, args))
+        return future
+
+    def retire(self):
+        for _ in range(self.count):
+            self.queue.put(None)
+
+    def _work(self):
+        while (task := self.queue.get()) is not None:
+            future, fn, args = task
+            if future.set_running_or_notify_cancel():
+                try:
+                    future.set_result(fn(*args))
+                except BaseException as e:      # handed to whoever waits for the kernel
+                    future.set_exception(e)
+
+
+def _background():
+    """The compiler threads of this process, ``flags.compile_jobs`` of them (made again after a
+    fork or a change of the flag)."""
+    global _workers
+    with _workers_lock:
+        jobs = max(1, flags.compile_jobs)
+        if _workers is None or _workers.pid != os.getpid() or _workers.count != jobs:
+            if _workers is not None and _workers.pid == os.getpid():
+                _workers.retire()
+            _workers = _Workers(jobs)
+        return _workers
 
 
 def _read_entry(kernel_dir, key, complain=False):
@@ -491,32 +626,39 @@ def _split(source):
     return _Split("".join(head), "".join(lines), 1)
 
 
-def _chunks(todo, jobs):
+def _chunks(todo, jobs, ordered=False):
     """`todo` ({key: source}) as libraries to compile: kernels of one head together, in at most
-    `jobs` libraries a head, of about equal source length."""
+    `jobs` libraries a head, of about equal source length; or, `ordered`, of runs of kernels next
+    to each other in `todo`, the library of the earliest kernel first."""
     groups = {}
     for key, source in todo.items():
         groups.setdefault(_split(source).head, []).append(key)
     chunks = []
     for keys in groups.values():
-        bins = [{} for _ in range(min(jobs, len(keys)))]
-        sizes = [0] * len(bins)
+        count = min(jobs, len(keys))
+        if ordered:
+            chunks += [{k: todo[k] for k in keys[n * len(keys) // count:(n + 1) * len(keys) // count]}
+                       for n in range(count)]
+            continue
+        bins, sizes = [{} for _ in range(count)], [0] * count
         for key in sorted(keys, key=lambda k: -len(todo[k])):
             n = sizes.index(min(sizes))
             bins[n][key] = todo[key]
             sizes[n] += len(todo[key])
         chunks += bins
-    return chunks
+    position = {key: n for n, key in enumerate(todo)}
+    return sorted(chunks, key=lambda chunk: position[next(iter(chunk))]) if ordered else chunks
 
 
 def _build_chunk(kernel_dir, chunk, tc):
-    """{key: Entry} for the kernels of `chunk`, compiled as one library under one file lock (so
-    processes starting together compile it once), unless another process built them meanwhile."""
+    """{key: Entry or CompileError} for the kernels of `chunk`, compiled as one library under one
+    file lock (so processes starting together compile it once), unless another process built
+    them meanwhile."""
     base = os.path.join(kernel_dir, "batch-" + hashlib.sha256("\0".join(sorted(chunk)).encode()).hexdigest()[:32])
     try:
         return _build_locked(base, lambda: _publish_chunk(base, chunk, tc))
     except OSError as e:
-        return _find_or_build(_folder_after(kernel_dir, e), chunk, tc)
+        return _build_now(_folder_after(kernel_dir, e), chunk, tc)
 
 
 def _publish_chunk(base, chunk, tc):
@@ -533,14 +675,11 @@ def _publish_chunk(base, chunk, tc):
             return {**done, **_compile_library(base, todo, tc)}
         except CompileError as e:  # compiled one by one, the others still build and errors name the kernel
             _log(f"compiling {len(todo)} kernels as one library failed; compiling them one by one ({e})")
-    failures = []
     for key, source in todo.items():
         try:
             done.update(_compile_alone(kernel_dir, key, source, tc))
         except CompileError as e:
-            failures.append(e)
-    if failures:
-        raise failures[0]
+            done[key] = e
     return done
 
 
@@ -566,8 +705,7 @@ def _compile_library(base, todo, tc, use_header=True):
     """Compile the kernels of `todo` ({key: source}, one head) into ``lib-<sha256>.so`` beside
     `base`, then point each one's ``<key>.ref`` at it (last: until then the kernel is missing)."""
     kernel_dir = os.path.dirname(base)
-    head = _split(next(iter(todo.values()))).head
-    header = _prelude_header((kernel_dir, _key(head, tc)), head, tc) if use_header and PRELUDE_END in head else None
+    header = _header_for(kernel_dir, _split(next(iter(todo.values()))).head, tc) if use_header else None
     tmp = f"{base}.tmp.{temp_owner()}.{threading.get_ident()}"
     with _registry_lock:
         _active_temps.add(tmp)

@@ -29,11 +29,26 @@ register_cache("kernel libraries", _loaded.clear, "one entry per kernel built or
 
 
 def build(kernels):
-    """``{id(kernel): (KernelCode, function)}``, compiling the missing kernels, several to a
-    library, in parallel."""
+    """``{id(kernel): (KernelCode, function)}``; a missing kernel's function is a ``_Pending``
+    that ``run_kernel`` waits for: they compile, several to a library, in background threads
+    while the steps before them run (and the hand-written kernels those need compile)."""
     codes = [codegen.generate(k) for k in kernels]
-    entries = compiler.build_kernels([c.source for c in codes])
-    return {id(k): (c, load(e)) for k, c, e in zip(kernels, codes, entries)}
+    entries = compiler.start_kernels([c.source for c in codes])
+    return {id(k): (c, _Pending(e) if isinstance(e, compiler.Pending) else load(e))
+            for k, c, e in zip(kernels, codes, entries)}
+
+
+class _Pending:
+    """The function of a kernel still compiling (``compiler.Pending``), loaded when first needed."""
+    __slots__ = ("pending", "fn")
+
+    def __init__(self, pending):
+        self.pending, self.fn = pending, None
+
+    def result(self):
+        if self.fn is None:
+            self.fn = load(self.pending.result())
+        return self.fn
 
 
 def load(entry):
@@ -65,6 +80,8 @@ def run_kernel(kernel, compiled, read):
     """Run a ``schedule.Kernel`` built by ``build``; ``read(var)`` gives an input's buffer.
     Returns the buffers of ``kernel.roots``."""
     code, fn = compiled
+    if fn.__class__ is _Pending:
+        fn = fn.result()
     outs = [np.empty(v.shape, dtypes.NUMPY[v.dtype]) for v in kernel.roots]
     out = outs[-1]
     ints, floats = code.arguments(kernel)
