@@ -201,3 +201,72 @@ def test_generated_and_hand_written_kernels_compute_from_libraries(cache):
     stats = counters.stats()
     assert stats["kernels_compiled"] + stats["cache_hits"] >= 2
     assert stats.get("kernel_libraries_compiled", 0) <= stats["kernels_compiled"]
+
+
+# --- start_kernels: compiling in the background --------------------------------------------------
+def resolve(item):
+    return item.result() if isinstance(item, compiler.Pending) else item
+
+
+def test_started_kernels_compile_in_the_background_once(cache, monkeypatch):
+    compiler.build_kernels([kernel(0)])
+    items = compiler.start_kernels([kernel(n) for n in range(5)])
+    assert isinstance(items[0], compiler.Entry)                  # built before: at once
+    assert all(isinstance(i, compiler.Pending) for i in items[1:])
+    again = compiler.start_kernels([kernel(4), kernel(3)])       # in flight: the same compile
+    assert [i.future for i in again if isinstance(i, compiler.Pending)] in ([], [items[4].future, items[3].future])
+    assert [call(resolve(i)) for i in items] == [8.0, 9.0, 10.0, 11.0, 12.0]
+    assert [call(e) for e in compiler.build_kernels([kernel(3), kernel(1)])] == [11.0, 9.0]
+    assert counters.stats()["kernels_compiled"] == 5
+    assert compiler._inflight == {}
+
+
+def test_started_libraries_hold_runs_of_neighbours_first_run_first(cache, monkeypatch):
+    monkeypatch.setattr(flags, "compile_jobs", 2)
+    items = compiler.start_kernels([kernel(n) for n in range(6)])
+    futures = [i.future for i in items]
+    assert futures[0] is futures[1] is futures[2] and futures[3] is futures[4] is futures[5]
+    assert futures[0] is not futures[3]
+    assert [call(resolve(i)) for i in items] == [8.0 + n for n in range(6)]
+
+
+def test_a_started_kernel_that_does_not_compile_raises_when_waited_for(cache):
+    bad = PRELUDE + 'extern "C" double jt_kernel(double x) { return undefined_name(x); }\n'
+    items = compiler.start_kernels([kernel(0), bad, kernel(1)])
+    with pytest.raises(compiler.CompileError, match="undefined_name"):
+        items[1].result()
+    assert [call(resolve(items[0])), call(resolve(items[2]))] == [8.0, 9.0]
+    with pytest.raises(compiler.CompileError, match="undefined_name"):     # asked again: compiled again
+        compiler.build_kernels([bad])
+
+
+def test_an_exit_while_compiling_in_the_background_kills_the_compilers(tmp_path):
+    script = ("import json, sys, time\nimport jtmini.compiler as compiler\n"
+              "items = compiler.start_kernels(json.loads(sys.argv[1]))\n"
+              "time.sleep(0.3)\nprint(len(compiler._running))\n")
+    started = __import__("time").perf_counter()
+    done = subprocess.run([sys.executable, "-c", script, json.dumps([kernel(n) for n in range(40)])], cwd=REPO,
+                          capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, JTMINI_CACHE_DIR=str(tmp_path), PYTHONPATH=REPO))
+    assert done.returncode == 0, done.stderr
+    assert __import__("time").perf_counter() - started < 60
+    assert list((tmp_path / "kernels").glob("*.tmp.*")) == []
+    assert subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True).stdout == b""
+
+
+def test_a_step_runs_while_its_later_kernels_compile(cache):
+    """A realize on a fresh cache: values and gradients of a chain of maps, reductions and a
+    hand-written kernel, against torch, with its kernels started in the background."""
+    import torch
+    jt.clear_caches()
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((6, 10)).astype(np.float32)
+    b = rng.standard_normal((1, 10)).astype(np.float32)      # broadcast
+    jx, jb = jt.array(x), jt.array(b)
+    out = (jt.nn.softmax((jx + jb).tanh() * 3, dim=1) * (jx.transpose()[::2].transpose().sum() + 1)).sum()
+    tx, tb = torch.tensor(x, requires_grad=True), torch.tensor(b)
+    want = (torch.softmax((tx + tb).tanh() * 3, 1) * (tx.T[::2].T.sum() + 1)).sum()
+    want.backward()
+    np.testing.assert_allclose(out.item(), want.item(), rtol=1e-5)
+    np.testing.assert_allclose(jt.grad(out, jx).numpy(), tx.grad.numpy(), rtol=1e-4, atol=1e-5)
+    assert counters.stats()["kernels_compiled"] > 0 and compiler._inflight == {}
