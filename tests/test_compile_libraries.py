@@ -270,3 +270,31 @@ def test_a_step_runs_while_its_later_kernels_compile(cache):
     np.testing.assert_allclose(out.item(), want.item(), rtol=1e-5)
     np.testing.assert_allclose(jt.grad(out, jx).numpy(), tx.grad.numpy(), rtol=1e-4, atol=1e-5)
     assert counters.stats()["kernels_compiled"] > 0 and compiler._inflight == {}
+
+
+# --- compiled jinja templates kept in the cache folder --------------------------------------------
+TEMPLATES_CHILD = """
+import jtmini.codegen as codegen
+for name in codegen._env.list_templates():     # every template compiled (or loaded compiled)
+    codegen._env.get_template(name)
+print(codegen.render("cpu", "softmax", mode="forward", log=False, bias=False, ctype="float", ttype=""))
+"""
+
+
+@pytest.mark.parametrize("damage", [None, "garbage", "truncated"])
+def test_compiled_templates_are_kept_and_a_damaged_one_is_compiled_again(tmp_path, damage):
+    def run():
+        done = subprocess.run([sys.executable, "-c", TEMPLATES_CHILD], cwd=REPO, capture_output=True, text=True,
+                              timeout=120, env=dict(os.environ, JTMINI_CACHE_DIR=str(tmp_path), PYTHONPATH=REPO))
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+    first = run()
+    kept = sorted((tmp_path / "templates").glob("*.jinja"))
+    assert kept
+    for path in kept:
+        if damage == "garbage":
+            path.write_bytes(os.urandom(200))
+        elif damage == "truncated":
+            path.write_bytes(path.read_bytes()[:len(path.read_bytes()) // 2])
+    assert run() == first
+    assert sorted((tmp_path / "templates").glob("*.jinja")) == kept
