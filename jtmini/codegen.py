@@ -31,7 +31,7 @@ from typing import NamedTuple
 import jinja2
 import numpy as np
 
-from . import codegen_cuda, dtypes, numpy_views
+from . import code_cache, codegen_cuda, dtypes, numpy_views
 from .flags import flags
 from .ops.registry import OPS, runtime_ints
 from .state import register_cache
@@ -262,8 +262,18 @@ def generate(kernel, dialect="cpu"):
     key = (dialect, sig, dims)
     code = _memo.get(key)
     if code is None:
-        code = _memo[key] = _Builder(sig, dialect, dims).build()
+        code = _memo[key] = _stored_or_built(key)
     return code
+
+
+def _stored_or_built(key):
+    """The KernelCode of ``key`` from ``code_cache`` or built (and kept there, where every op of
+    the kernel is jtmini's own: code_cache's digest covers only jtmini's files)."""
+    dialect, sig, dims = key
+    if not all(OPS[n.op].infer.__module__.startswith("jtmini.") for n in sig.nodes):
+        return _Builder(sig, dialect, dims).build()
+    code = code_cache.load(key, KernelCode)
+    return code if code is not None else code_cache.store(key, _Builder(sig, dialect, dims).build())
 
 
 def c_literal(value, ctype):
