@@ -9,7 +9,9 @@
 The compiler is detected on the first build (``mpicc_path`` env var, else ``mpicc`` on PATH, else
 ``cc_path``/``g++``/``c++`` with MPI ops unavailable). Libraries live in
 ``<flags.cache_dir>/kernels`` under a content hash, so processes and MPI ranks share them; a file
-lock per kernel makes N processes starting together compile each kernel once.
+lock per kernel makes N processes starting together compile each kernel once. ``build_kernels``
+(and ``start_kernels``, in background threads) compiles kernels several to a library, one compiler
+run for many: each kernel keeps its own cache entry ``<key>.ref`` naming the library that holds it.
 
 Faults the cache survives:
 
@@ -381,6 +383,7 @@ _entries = {}  # (kernel dir, key) -> Entry
 _inflight = {}  # (kernel dir, key) -> Future of its library's outcomes, while start_kernels compiles it
 _workers = None  # the background compiler threads (_Workers)
 _workers_lock = threading.Lock()
+os.register_at_fork(after_in_child=_inflight.clear)  # a child has none of its parent's compiler threads
 register_cache("kernel entries", _entries.clear, "one entry per kernel built or found by build_kernels")
 _libraries = {}  # library path -> the loaded copy: its name holds its digest, so one load serves all
 _LIBRARY_NAME = re.compile(r"^lib-([0-9a-f]{64})\.so$")
