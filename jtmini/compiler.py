@@ -439,6 +439,17 @@ def start_kernels(sources):
     return out
 
 
+def start_preludes(preludes):
+    """Start building the precompiled headers of kernel `preludes` (texts ending with
+    ``PRELUDE_END``) in the background threads, unless built already: a process's first plan
+    then finds them ready (or nearer so) when its libraries compile. Returns the futures started.
+
+        >>> compiler.start_preludes([prelude_text])
+    """
+    tc = toolchain()
+    return _prebuild_headers(_kernel_dir(), {text: text for text in preludes}, tc, _background().submit)
+
+
 class Pending(typing.NamedTuple):
     """A kernel that ``start_kernels`` is compiling: ``result()`` waits for its ``Entry`` (or
     raises its ``CompileError``)."""

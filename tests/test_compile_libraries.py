@@ -298,3 +298,17 @@ def test_compiled_templates_are_kept_and_a_damaged_one_is_compiled_again(tmp_pat
             path.write_bytes(path.read_bytes()[:len(path.read_bytes()) // 2])
     assert run() == first
     assert sorted((tmp_path / "templates").glob("*.jinja")) == kept
+
+
+def test_the_kernel_preludes_start_building_once_a_folder(cache):
+    from jtmini import codegen
+    texts = [codegen.render("cpu", "prelude", conditional_reads=c) for c in (False, True)]
+    assert all(text.endswith(compiler.PRELUDE_END) for text in texts)
+    started = compiler.start_preludes(texts)
+    assert len(started) == 2 and all(f.result() for f in started)
+    gch = sorted((cache / "kernels").glob("prelude-*.h.gch"))
+    assert len(gch) == 2
+    assert compiler.start_preludes(texts) == []              # built: nothing started again
+    counters.reset_stats()
+    (entry,) = compiler.build_kernels([texts[1] + 'extern "C" double jt_kernel(double x) { return x + 1; }\n'])
+    assert call(entry) == 17.0 and counters.stats()["prelude_reused"] == 1

@@ -32,10 +32,23 @@ def build(kernels):
     """``{id(kernel): (KernelCode, function)}``; a missing kernel's function is a ``_Pending``
     that ``run_kernel`` waits for: they compile, several to a library, in background threads
     while the steps before them run (and the hand-written kernels those need compile)."""
+    _start_preludes()
     codes = [codegen.generate(k) for k in kernels]
     entries = compiler.start_kernels([c.source for c in codes])
     return {id(k): (c, _Pending(e) if isinstance(e, compiler.Pending) else load(e))
             for k, c, e in zip(kernels, codes, entries)}
+
+
+_preludes_started = set()  # cache folders whose kernel preludes this process started building
+
+
+def _start_preludes():
+    """On a process's first plan (per cache folder), start the precompiled headers of both
+    variants of the kernels' prelude before generating the plan's code (0.1-0.3 s of Python on a
+    cold ResNet-18 step that the headers' compiles now overlap)."""
+    if flags.cache_dir not in _preludes_started:
+        _preludes_started.add(flags.cache_dir)
+        compiler.start_preludes([codegen.render("cpu", "prelude", conditional_reads=c) for c in (False, True)])
 
 
 class _Pending:
