@@ -234,9 +234,9 @@ def _run(argv, timeout):
     """(exit status, stdout, stderr) of `argv`, run in a session of its own: past `timeout`
     seconds (``subprocess.TimeoutExpired``) or on any exception its whole process group is
     killed, so a compiler driver's children (cc1plus, as, ld) do not outlive it."""
-    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, errors="replace", start_new_session=True)
-    with _registry_lock:
+    with _registry_lock:  # started and registered at once: an exit between the two would not kill it
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, errors="replace", start_new_session=True)
         _running[proc] = os.getpid()
     try:
         out, err = proc.communicate(timeout=None if math.isinf(timeout) else timeout)
