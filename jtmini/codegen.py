@@ -18,25 +18,59 @@ faster without them). Flat elementwise kernels gain nothing from that and stay s
 ``generate`` memoises on the signature plus, when compiled in, the dims.
 """
 import collections
+import contextlib
 import functools
 import math
 import numbers
+import os
 import re
+import threading
 from dataclasses import dataclass
 from typing import NamedTuple
 
 import jinja2
 import numpy as np
 
-from . import codegen_cuda, dtypes, numpy_views
+from . import code_cache, codegen_cuda, dtypes, numpy_views
 from .flags import flags
 from .ops.registry import OPS, runtime_ints
 from .state import register_cache
 from .symbolic import as_expr, clamp, num, sym
 
 GRAIN = 16384          # below this many iterations a kernel runs on one thread
+
+
+class _TemplateCache(jinja2.BytecodeCache):
+    """Compiled templates kept in ``<flags.cache_dir>/templates``: compiling jinja's templates took
+    ~0.1 s of every process's first step. Jinja keys each file by the template's name and source
+    and checks its Python version; a damaged or unwritable file only means compiling again."""
+
+    def _path(self, bucket):
+        return os.path.join(flags.cache_dir, "templates", bucket.key + ".jinja")
+
+    def load_bytecode(self, bucket):
+        try:
+            with open(self._path(bucket), "rb") as f:
+                bucket.load_bytecode(f)
+        except (OSError, ValueError, EOFError, TypeError):      # marshal's errors for damaged data
+            bucket.reset()
+
+    def dump_bytecode(self, bucket):
+        path = self._path(bucket)
+        tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(tmp, "wb") as f:
+                bucket.write_bytecode(f)
+            os.replace(tmp, path)
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.remove(tmp)
+
+
 _env = jinja2.Environment(loader=jinja2.PackageLoader("jtmini", "templates"), undefined=jinja2.StrictUndefined,
-                          trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
+                          trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
+                          bytecode_cache=_TemplateCache())
 _memo = {}           # (dialect, signature, dims) -> KernelCode
 register_cache("code", _memo.clear, "one entry per kernel signature (and dims compiled in) met")
 # what a dialect's templates need besides the dialect-neutral context (see register_dialect)
@@ -231,7 +265,7 @@ def generate(kernel, dialect="cpu"):
     if code is None:
         if dialect == "cuda":
             _refuse_half_on_gpu(sig)
-        code = _memo[key] = _Builder(sig, dialect, dims).build()
+        code = _memo[key] = _stored_or_built(key)
     return code
 
 
@@ -245,6 +279,16 @@ def _refuse_half_on_gpu(sig):
         if inp.dtype == "float16":
             raise TypeError(f"{' '.join(n.op for n in sig.nodes)}: float16 input {k} is supported on the CPU "
                             f"only; the CUDA kernels have no half type (cast to float32 first)")
+
+
+def _stored_or_built(key):
+    """The KernelCode of ``key`` from ``code_cache`` or built (and kept there, where every op of
+    the kernel is jtmini's own: code_cache's digest covers only jtmini's files)."""
+    dialect, sig, dims = key
+    if not all(OPS[n.op].infer.__module__.startswith("jtmini.") for n in sig.nodes):
+        return _Builder(sig, dialect, dims).build()
+    code = code_cache.load(key, KernelCode)
+    return code if code is not None else code_cache.store(key, _Builder(sig, dialect, dims).build())
 
 
 def c_literal(value, ctype):

@@ -9,7 +9,9 @@
 The compiler is detected on the first build (``mpicc_path`` env var, else ``mpicc`` on PATH, else
 ``cc_path``/``g++``/``c++`` with MPI ops unavailable). Libraries live in
 ``<flags.cache_dir>/kernels`` under a content hash, so processes and MPI ranks share them; a file
-lock per kernel makes N processes starting together compile each kernel once.
+lock per kernel makes N processes starting together compile each kernel once. ``build_kernels``
+(and ``start_kernels``, in background threads) compiles kernels several to a library, one compiler
+run for many: each kernel keeps its own cache entry ``<key>.ref`` naming the library that holds it.
 
 Faults the cache survives:
 
@@ -38,6 +40,7 @@ import logging
 import math
 import os
 import platform
+import queue
 import re
 import shlex
 import shutil
@@ -47,6 +50,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import typing
 
 from jtmini import counters
 from jtmini.log import logger as jtmini_logger
@@ -230,9 +234,9 @@ def _run(argv, timeout):
     """(exit status, stdout, stderr) of `argv`, run in a session of its own: past `timeout`
     seconds (``subprocess.TimeoutExpired``) or on any exception its whole process group is
     killed, so a compiler driver's children (cc1plus, as, ld) do not outlive it."""
-    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, errors="replace", start_new_session=True)
-    with _registry_lock:
+    with _registry_lock:  # started and registered at once: an exit between the two would not kill it
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, errors="replace", start_new_session=True)
         _running[proc] = os.getpid()
     try:
         out, err = proc.communicate(timeout=None if math.isinf(timeout) else timeout)
@@ -360,6 +364,405 @@ def build_many(sources):
     return [paths[s] for s in sources]
 
 
+# --- kernels compiled several to a library ------------------------------------------------------
+class Entry(typing.NamedTuple):
+    """Where ``build_kernels`` put a kernel: its library (loaded), and its entry point's name there."""
+    path: str
+    library: ctypes.CDLL
+    symbol: str
+
+
+class _Split(typing.NamedTuple):
+    """A kernel source as a library's translation unit takes it."""
+    head: str        # what the kernels of one library share: the prelude, or leading #include lines
+    body: str        # the kernel's own code, wrapped in a namespace of its own
+    first_line: int  # the body's first line in the whole source (for #line)
+
+
+_entries = {}  # (kernel dir, key) -> Entry
+_inflight = {}  # (kernel dir, key) -> Future of its library's outcomes, while start_kernels compiles it
+_workers = None  # the background compiler threads (_Workers)
+_workers_lock = threading.Lock()
+os.register_at_fork(after_in_child=_inflight.clear)  # a child has none of its parent's compiler threads
+register_cache("kernel entries", _entries.clear, "one entry per kernel built or found by build_kernels")
+_libraries = {}  # library path -> the loaded copy: its name holds its digest, so one load serves all
+_LIBRARY_NAME = re.compile(r"^lib-([0-9a-f]{64})\.so$")
+ENTRY = "jt_kernel"  # the entry point each source given to build_kernels defines
+
+
+def build_kernels(sources):
+    """Build C++ kernel sources that each define ``extern "C" ... jt_kernel(...)``; the missing
+    ones are compiled several to a library, ``flags.compile_jobs`` libraries at once. One compiler
+    run pays its start, the prelude's load and the link (~0.1 s of CPU) once for all its kernels.
+
+        >>> (entry,) = compiler.build_kernels([source])
+        >>> fn = getattr(entry.library, entry.symbol)      # jt_kernel_<key prefix>
+
+    Each kernel keeps a cache entry of its own, ``<key>.ref``, naming ``lib-<sha256>.so``, the
+    library that holds it; a library whose bytes do not match its name, or an entry that names
+    none, is rebuilt. Errors are those of ``build`` (the first failing kernel's, once the others
+    are built).
+    """
+    found = _look_up(sources)
+    outcomes = _build_now(found.kernel_dir, found.todo, found.tc) if found.todo else {}
+    _keep(found.kernel_dir, outcomes)
+    for key in found.keys:
+        if isinstance(outcomes.get(key), BaseException):
+            raise outcomes[key]
+    # a kernel that start_kernels is compiling is waited for
+    return [_entries.get((found.kernel_dir, k)) or Pending(found.kernel_dir, k, _inflight.get((found.kernel_dir, k))).result()
+            for k in found.keys]
+
+
+def start_kernels(sources):
+    """``build_kernels`` that returns at once: an ``Entry`` for each kernel built or on disk, a
+    ``Pending`` (``.result()`` waits for its Entry) for each one the background compiler threads
+    build, in libraries of kernels next to each other in `sources` (give them in the order they
+    run: the first libraries are done first), so the caller goes on meanwhile.
+
+        >>> first, second = compiler.start_kernels([source_a, source_b])
+        >>> entry = second.result() if isinstance(second, compiler.Pending) else second
+    """
+    found = _look_up(sources)
+    if found.todo:
+        workers = _background()
+        _prebuild_headers(found.kernel_dir, found.todo, found.tc, workers.submit)
+        for chunk in _chunks(found.todo, max(1, flags.compile_jobs), ordered=True):
+            future = workers.submit(_build_and_keep, found.kernel_dir, chunk, found.tc)
+            for key in chunk:
+                _inflight[(found.kernel_dir, key)] = future
+    out = []
+    for key in found.keys:
+        entry = _entries.get((found.kernel_dir, key))
+        future = _inflight.get((found.kernel_dir, key)) if entry is None else None
+        out.append(entry if future is None else Pending(found.kernel_dir, key, future))
+    return out
+
+
+def start_preludes(preludes):
+    """Start building the precompiled headers of kernel `preludes` (texts ending with
+    ``PRELUDE_END``) in the background threads, unless built already: a process's first plan
+    then finds them ready (or nearer so) when its libraries compile. Returns the futures started.
+
+        >>> compiler.start_preludes([prelude_text])
+    """
+    tc = toolchain()
+    return _prebuild_headers(_kernel_dir(), {text: text for text in preludes}, tc, _background().submit)
+
+
+class Pending(typing.NamedTuple):
+    """A kernel that ``start_kernels`` is compiling: ``result()`` waits for its ``Entry`` (or
+    raises its ``CompileError``)."""
+    kernel_dir: str
+    key: str
+    future: typing.Optional[concurrent.futures.Future]
+
+    def result(self):
+        outcome = self.future.result()[self.key] if self.future is not None else None
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return _entries[(self.kernel_dir, self.key)] if outcome is None else outcome
+
+
+class _Lookup(typing.NamedTuple):
+    tc: Toolchain
+    kernel_dir: str
+    keys: list      # every source's key, in order
+    todo: dict      # key -> source of the kernels neither built, on disk nor being compiled
+
+
+def _look_up(sources):
+    """The kernels of `sources` found in this process or on disk (kept), and those to compile."""
+    tc = toolchain()
+    kernel_dir = _kernel_dir()
+    keys = [_entry_key(source, tc) for source in sources]
+    todo = {k: s for k, s in zip(keys, sources) if (kernel_dir, k) not in _entries and (kernel_dir, k) not in _inflight}
+    if todo:
+        _sweep_once(kernel_dir)
+        found = {key: _read_entry(kernel_dir, key) for key in todo}
+        found = {key: entry for key, entry in found.items() if entry is not None}
+        counters.bump("cache_hits", len(found))
+        _keep(kernel_dir, found)
+        todo = {k: s for k, s in todo.items() if k not in found}
+    return _Lookup(tc, kernel_dir, keys, todo)
+
+
+def _keep(kernel_dir, outcomes):
+    """Remember the Entries among `outcomes` ({key: Entry or the error that kernel raised})."""
+    for key, outcome in outcomes.items():
+        if isinstance(outcome, Entry):
+            _entries[(kernel_dir, key)] = outcome
+
+
+@functools.lru_cache(maxsize=None)     # training steps look the same kernels up every step
+def _entry_key(source, tc):
+    return hashlib.sha256(f"{_key(source, tc)}\0several a library".encode()).hexdigest()
+
+
+def _symbol(key):
+    return f"{ENTRY}_{key[:20]}"
+
+
+def _build_now(kernel_dir, todo, tc):
+    """{key: Entry or CompileError} for `todo` ({key: source}), compiled on threads of this call."""
+    chunks = _chunks(todo, max(1, flags.compile_jobs))
+    if len(chunks) == 1:
+        return _build_chunk(kernel_dir, chunks[0], tc)
+    outcomes = {}
+    with concurrent.futures.ThreadPoolExecutor(max(1, flags.compile_jobs)) as pool:
+        list(_prebuild_headers(kernel_dir, todo, tc, pool.submit))
+        for built in pool.map(lambda chunk: _build_chunk(kernel_dir, chunk, tc), chunks):
+            outcomes.update(built)
+    return outcomes
+
+
+def _prebuild_headers(kernel_dir, todo, tc, submit):
+    """Every library waits for its precompiled prelude: start those `todo` needs side by side,
+    before any library (rather than each after the first libraries of another). Returns their
+    futures."""
+    with contextlib.suppress(OSError):      # the libraries' own builds handle a bad folder
+        os.makedirs(kernel_dir, exist_ok=True)
+    heads = {_split(source).head for source in todo.values()}
+    return [submit(_header_for, kernel_dir, head, tc) for head in heads
+            if PRELUDE_END in head and (kernel_dir, _key(head, tc)) not in _headers]
+
+
+def _build_and_keep(kernel_dir, chunk, tc):
+    try:
+        outcomes = _build_chunk(kernel_dir, chunk, tc)
+        _keep(kernel_dir, outcomes)
+        return outcomes
+    finally:
+        for key in chunk:
+            _inflight.pop((kernel_dir, key), None)
+
+
+def _header_for(kernel_dir, head, tc):
+    """The precompiled prelude of a library's `head`, or None (no prelude, or none can be had)."""
+    return _prelude_header((kernel_dir, _key(head, tc)), head, tc) if PRELUDE_END in head else None
+
+
+class _Workers:
+    """Daemon threads that compile in the background: an exit does not wait for them (their
+    compilers are killed then, see ``_clean_up_at_exit``)."""
+
+    def __init__(self, count):
+        self.count, self.pid, self.queue = count, os.getpid(), queue.SimpleQueue()
+        for _ in range(count):
+            threading.Thread(target=self._work, name="jtmini-compile", daemon=True).start()
+
+    def submit(self, fn, *args):
+        future = concurrent.futures.Future()
+        self.queue.put((future, fn, args))
+        return future
+
+    def retire(self):
+        for _ in range(self.count):
+            self.queue.put(None)
+
+    def _work(self):
+        while (task := self.queue.get()) is not None:
+            future, fn, args = task
+            if future.set_running_or_notify_cancel():
+                try:
+                    future.set_result(fn(*args))
+                except BaseException as e:      # handed to whoever waits for the kernel
+                    future.set_exception(e)
+
+
+def _background():
+    """The compiler threads of this process, ``flags.compile_jobs`` of them (made again after a
+    fork or a change of the flag)."""
+    global _workers
+    with _workers_lock:
+        jobs = max(1, flags.compile_jobs)
+        if _workers is None or _workers.pid != os.getpid() or _workers.count != jobs:
+            if _workers is not None and _workers.pid == os.getpid():
+                _workers.retire()
+            _workers = _Workers(jobs)
+        return _workers
+
+
+def _read_entry(kernel_dir, key, complain=False):
+    """The Entry ``<key>.ref`` names, if its library's bytes match the digest in its name and hold
+    the kernel; else None. With `complain`, an entry whose library fails that is logged."""
+    ref = os.path.join(kernel_dir, key + ".ref")
+    try:
+        with open(ref) as f:
+            name = f.read().strip()
+    except OSError:
+        return None
+    match = _LIBRARY_NAME.match(name)
+    path = os.path.join(kernel_dir, name)
+    library = None
+    if match:  # a library loaded before is used while its file is there (else it is built again)
+        library = _libraries.get(path) if os.path.exists(path) else None
+        library = library or _load_verified(path, match.group(1))
+    if library is None or not hasattr(library, _symbol(key)):
+        if complain:
+            _log(f"{ref} names a library that is missing, damaged or without the kernel; rebuilding it")
+        return None
+    return Entry(path, library, _symbol(key))
+
+
+def _load_verified(path, digest):
+    """The library at `path` loaded from bytes whose sha256 is `digest`, or None."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    if hashlib.sha256(data).hexdigest() != digest:
+        return None
+    return _load_library(path, data)
+
+
+def _load_library(path, data):
+    library = _load_copy(path, data) or ctypes.CDLL(path)
+    _libraries[path] = library
+    return library
+
+
+def _split(source):
+    """A source's `_Split`: the text above ``PRELUDE_END``, or else its leading ``#include`` lines
+    (left blank in the body, so line numbers hold)."""
+    prelude, marker, body = source.partition(PRELUDE_END)
+    if marker:
+        return _Split(prelude + marker, body, prelude.count("\n") + 2)
+    lines = source.splitlines(keepends=True)
+    head = []
+    for n, line in enumerate(lines):
+        if line.startswith("#include"):
+            head.append(line)
+            lines[n] = "\n"
+        elif line.strip() and not line.lstrip().startswith("//"):
+            break
+    return _Split("".join(head), "".join(lines), 1)
+
+
+def _chunks(todo, jobs, ordered=False):
+    """`todo` ({key: source}) as libraries to compile: kernels of one head together, in at most
+    `jobs` libraries a head, of about equal source length; or, `ordered`, of runs of kernels next
+    to each other in `todo`, the library of the earliest kernel first."""
+    groups = {}
+    for key, source in todo.items():
+        groups.setdefault(_split(source).head, []).append(key)
+    chunks = []
+    for keys in groups.values():
+        count = min(jobs, len(keys))
+        if ordered:
+            chunks += [{k: todo[k] for k in keys[n * len(keys) // count:(n + 1) * len(keys) // count]}
+                       for n in range(count)]
+            continue
+        bins, sizes = [{} for _ in range(count)], [0] * count
+        for key in sorted(keys, key=lambda k: -len(todo[k])):
+            n = sizes.index(min(sizes))
+            bins[n][key] = todo[key]
+            sizes[n] += len(todo[key])
+        chunks += bins
+    position = {key: n for n, key in enumerate(todo)}
+    return sorted(chunks, key=lambda chunk: position[next(iter(chunk))]) if ordered else chunks
+
+
+def _build_chunk(kernel_dir, chunk, tc):
+    """{key: Entry or CompileError} for the kernels of `chunk`, compiled as one library under one
+    file lock (so processes starting together compile it once), unless another process built
+    them meanwhile."""
+    base = os.path.join(kernel_dir, "batch-" + hashlib.sha256("\0".join(sorted(chunk)).encode()).hexdigest()[:32])
+    try:
+        return _build_locked(base, lambda: _publish_chunk(base, chunk, tc))
+    except OSError as e:
+        return _build_now(_folder_after(kernel_dir, e), chunk, tc)
+
+
+def _publish_chunk(base, chunk, tc):
+    kernel_dir = os.path.dirname(base)
+    done = {}
+    for key in chunk:
+        entry = _read_entry(kernel_dir, key, complain=True)
+        if entry is not None:
+            done[key] = entry
+    counters.bump("cache_hits", len(done))
+    todo = {k: s for k, s in chunk.items() if k not in done}
+    if len(todo) > 1:
+        try:
+            return {**done, **_compile_library(base, todo, tc)}
+        except CompileError as e:  # compiled one by one, the others still build and errors name the kernel
+            _log(f"compiling {len(todo)} kernels as one library failed; compiling them one by one ({e})")
+    for key, source in todo.items():
+        try:
+            done.update(_compile_alone(kernel_dir, key, source, tc))
+        except CompileError as e:
+            done[key] = e
+    return done
+
+
+def _compile_alone(kernel_dir, key, source, tc):
+    """One kernel's library; where it fails after the precompiled prelude but builds whole, this
+    process compiles kernels whole from then on."""
+    base = os.path.join(kernel_dir, "batch-" + key[:32])
+    head = _split(source).head
+    header_key = (kernel_dir, _key(head, tc))
+    try:
+        return _compile_library(base, {key: source}, tc)
+    except CompileError as e:
+        if _headers.get(header_key) is None:
+            raise
+        built = _compile_library(base, {key: source}, tc, use_header=False)
+        _log(f"compiling {base}.cc after the precompiled prelude {_headers[header_key]} failed, so this "
+             f"process compiles kernels whole from now on ({e})")
+        _headers[header_key] = None
+        return built
+
+
+def _compile_library(base, todo, tc, use_header=True):
+    """Compile the kernels of `todo` ({key: source}, one head) into ``lib-<sha256>.so`` beside
+    `base`, then point each one's ``<key>.ref`` at it (last: until then the kernel is missing)."""
+    kernel_dir = os.path.dirname(base)
+    header = _header_for(kernel_dir, _split(next(iter(todo.values()))).head, tc) if use_header else None
+    tmp = f"{base}.tmp.{temp_owner()}.{threading.get_ident()}"
+    with _registry_lock:
+        _active_temps.add(tmp)
+    try:
+        for key, source in todo.items():     # the whole sources, which compile errors name
+            _write_atomically(os.path.join(kernel_dir, key + ".cc"), source, tmp + ".cc")
+        with open(tmp + ".cc", "w") as f:
+            f.write(_unit(kernel_dir, todo, inline_head=header is None))
+        argv = _argv(tc, tmp + ".cc", tmp + ".so", base + ".so", prelude=header)
+        if flags.dump_kernels:
+            print(f"[i jtmini] {len(todo)} kernel(s) {base}.cc:\n" + "\n".join(todo.values())
+                  + f"\n$ {shlex.join(argv)}", file=sys.stderr)
+        _compile(argv, os.path.join(kernel_dir, next(iter(todo)) + ".cc") if len(todo) == 1 else base + ".cc")
+        with open(tmp + ".so", "rb") as f:
+            data = f.read()
+        path = os.path.join(kernel_dir, f"lib-{hashlib.sha256(data).hexdigest()}.so")
+        os.replace(tmp + ".so", path)
+        library = _load_library(path, data)
+        for key in todo:
+            _write_atomically(os.path.join(kernel_dir, key + ".ref"), os.path.basename(path) + "\n", tmp + ".ref")
+    finally:
+        _remove_temps(tmp)
+        with _registry_lock:
+            _active_temps.discard(tmp)
+    counters.bump("kernels_compiled", len(todo))
+    counters.bump("kernel_libraries_compiled")
+    if header is not None:
+        counters.bump("prelude_reused", len(todo))
+    return {key: Entry(path, library, _symbol(key)) for key in todo}
+
+
+def _unit(kernel_dir, todo, inline_head):
+    """The translation unit of a library: each kernel in a namespace of its own (their helpers'
+    names may clash), its entry point renamed, ``#line`` pointing errors at its whole source."""
+    splits = {key: _split(source) for key, source in todo.items()}
+    parts = [next(iter(splits.values())).head] if inline_head else []
+    for key, split in splits.items():
+        path = os.path.join(kernel_dir, key + ".cc")
+        parts.append(f"namespace jt_{key[:20]} {{\n#define {ENTRY} {_symbol(key)}\n"
+                     f"#line {split.first_line} \"{path}\"\n{split.body}\n#undef {ENTRY}\n}}\n")
+    return "".join(parts)
+
+
 def _ensure(kernel_dir, key, source, tc):
     """Path of the kernel's library: built unless a copy matching its digest is on disk (at most
     one process builds it), then loaded from the very bytes whose digest was checked."""
@@ -370,27 +773,33 @@ def _ensure(kernel_dir, key, source, tc):
         counters.bump("cache_hits")
     else:
         try:
-            data = _build_locked(base, source, tc)
+            data = _build_locked(base, lambda: _publish_once(base, source, tc))
         except OSError as e:
-            if e.errno in _FULL:
-                raise OSError(e.errno, f"{e.strerror}: cannot write kernels to the cache folder {kernel_dir} "
-                                       "(free space there or set JTMINI_CACHE_DIR to another folder)") from e
-            if e.errno not in _UNUSABLE or kernel_dir in _fallback.values():
-                raise
-            return _ensure(_fall_back(kernel_dir, e), key, source, tc)
+            return _ensure(_folder_after(kernel_dir, e), key, source, tc)
     _load_copy(base + ".so", data)
     return base + ".so"
 
 
-def _build_locked(base, source, tc):
-    """The published bytes of ``base.so``, compiled under the kernel's file lock unless another
-    process just did. A kernel folder deleted meanwhile is made again, twice at most."""
+def _folder_after(kernel_dir, error):
+    """The private folder to go on in after `error` made `kernel_dir` unusable; else `error` is
+    raised again (a full disk as an ``OSError`` naming the folder)."""
+    if error.errno in _FULL:
+        raise OSError(error.errno, f"{error.strerror}: cannot write kernels to the cache folder {kernel_dir} "
+                                   "(free space there or set JTMINI_CACHE_DIR to another folder)") from error
+    if error.errno not in _UNUSABLE or kernel_dir in _fallback.values():
+        raise error
+    return _fall_back(kernel_dir, error)
+
+
+def _build_locked(base, publish):
+    """What ``publish()`` returns, run under the file lock ``base.lock`` (it finds what another
+    process just built, or builds it). A kernel folder deleted meanwhile is made again, twice at most."""
     kernel_dir = os.path.dirname(base)
     for attempt in range(3):
         try:
             os.makedirs(kernel_dir, exist_ok=True)
             with _file_lock(base + ".lock"):
-                return _publish_once(base, source, tc)
+                return publish()
         except (FileNotFoundError, CompileError):
             if attempt == 2 or os.path.isdir(kernel_dir):
                 raise
@@ -451,13 +860,14 @@ def _load_copy(lib, data):
     """dlopen `data`, the checked bytes of `lib`, from an anonymous in-memory file: its DT_SONAME
     is `lib`, so a later ``ctypes.CDLL(lib)`` returns this copy, and changes to the file on disk
     (truncation: SIGBUS; a swap: invalid ELF header) cannot reach it. Skipped, leaving the caller
-    to load the file, where there is no memfd, no private folder, or memory files may not hold code."""
+    to load the file, where there is no memfd, no private folder, or memory files may not hold code.
+    Returns the loaded copy, or None where it was skipped."""
     if not hasattr(os, "memfd_create") or not os.path.isdir("/proc/self/fd"):
-        return
+        return None
     try:
         link = os.path.join(_private_dir(), f"{next(_load_ids)}-{os.path.basename(lib)}")
     except OSError:
-        return
+        return None
     fd = os.memfd_create(os.path.basename(lib), os.MFD_CLOEXEC)
     try:
         with open(fd, "wb", closefd=False) as f:
@@ -467,8 +877,9 @@ def _load_copy(lib, data):
         os.symlink(f"/proc/self/fd/{fd}", link)
         try:
             _loaded.append(ctypes.CDLL(link))
+            return _loaded[-1]
         except OSError:
-            pass  # e.g. vm.memfd_noexec; the caller's CDLL(lib) reports a real fault, naming lib
+            return None  # e.g. vm.memfd_noexec; the caller's CDLL(lib) reports a real fault, naming lib
         finally:
             os.unlink(link)
     finally:
@@ -590,7 +1001,7 @@ def _write_atomically(path, text, tmp):
 
 
 def _remove_temps(tmp):
-    for suffix in (".cc", ".so", ".sha256"):
+    for suffix in (".cc", ".so", ".sha256", ".ref"):
         with contextlib.suppress(OSError):
             os.remove(tmp + suffix)
 
@@ -626,7 +1037,7 @@ def owner_is_dead(owner):
     return False
 
 
-_TEMP_NAME = re.compile(r"^(.+\.tmp\.(\d+@[A-Za-z0-9-]+)\.\d+)\.(?:cc|so|sha256)$")
+_TEMP_NAME = re.compile(r"^(.+\.tmp\.(\d+@[A-Za-z0-9-]+)\.\d+)\.(?:cc|so|sha256|ref)$")
 
 
 def _sweep_once(kernel_dir):

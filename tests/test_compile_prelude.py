@@ -137,8 +137,10 @@ def test_library_templates_share_the_generated_kernels_prelude(cache, monkeypatc
     for name in ("batch_norm", "layer_norm", "pooling", "softmax"):     # per-op memos clear_caches misses
         monkeypatch.setattr(importlib.import_module(f"jtmini.ops.{name}"), "_kernels", {})
     sources = []
-    build = compiler.build
+    build, build_kernels, start_kernels = compiler.build, compiler.build_kernels, compiler.start_kernels
     monkeypatch.setattr(compiler, "build", lambda source, **kw: sources.append(source) or build(source, **kw))
+    monkeypatch.setattr(compiler, "build_kernels", lambda some: sources.extend(some) or build_kernels(some))
+    monkeypatch.setattr(compiler, "start_kernels", lambda some: sources.extend(some) or start_kernels(some))
     x, out = _library_ops(np.random.default_rng(0))
     out.sync()
     jt.grad(out, x).sync()

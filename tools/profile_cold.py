@@ -1,6 +1,7 @@
 """Where a bench model's first step goes with an empty kernel cache: the step's wall time, the
 compiler runs (wall time per kind: generated kernel, strided copy, hand-written template,
-precompiled prelude) and the compilers' CPU time, which a loaded machine inflates less than wall.
+precompiled prelude; a run that compiles a library of several kernels counts as its first one's
+kind) and the compilers' CPU time, which a loaded machine inflates less than wall.
 
     python tools/profile_cold.py --models gan lenet        # one fresh cache folder per model
     python tools/profile_cold.py --models mlp --top 5      # the 5 slowest compiles too
@@ -47,12 +48,22 @@ def _timing(compiler, compiles):
         try:
             return original(argv, src)
         finally:
-            try:                                # the cache's copy of the whole source
-                source = Path(src).read_text()
-            except OSError:
-                source = ""
-            compiles.append({"kind": _kind(argv, source), "s": time.perf_counter() - start, "src": src})
+            seconds = time.perf_counter() - start
+            source = _unit_text(argv, src)
+            compiles.append({"kind": _kind(argv, source), "s": seconds, "src": src,
+                             "kernels": max(1, source.count("\n#define jt_kernel jt_kernel_"))})
     return timed
+
+
+def _unit_text(argv, src):
+    """What the compiler read: the translation unit in its command (a library of several kernels,
+    still there until the compile returns), else the cache's copy of the whole source."""
+    for path in [a for a in argv if a.endswith(".cc")] + [src]:
+        try:
+            return Path(path).read_text()
+        except OSError:
+            continue
+    return ""
 
 
 def child(name, threads):
@@ -83,14 +94,18 @@ def report(name, result, top):
     by_kind = defaultdict(list)
     for c in result["compiles"]:
         by_kind[c["kind"]].append(c["s"])
+    kernels = defaultdict(int)
+    for c in result["compiles"]:
+        kernels[c["kind"]] += c.get("kernels", 1)
     compile_sum = sum(c["s"] for c in result["compiles"])
-    print(f"{name}: first step {result['first_step_s']:.2f} s, {len(result['compiles'])} compiles, "
+    print(f"{name}: first step {result['first_step_s']:.2f} s, {len(result['compiles'])} compiles "
+          f"({sum(kernels.values())} kernels), "
           f"{compile_sum:.2f} s of compile wall time summed, {result['compile_cpu_s']:.2f} s of compiler CPU")
     for kind, times in sorted(by_kind.items(), key=lambda kv: -sum(kv[1])):
-        print(f"  {kind:<24} n={len(times):3d} sum {sum(times):6.2f} s  mean {sum(times) / len(times):.3f} s "
-              f"max {max(times):.3f} s")
+        print(f"  {kind:<24} n={len(times):3d} kernels={kernels[kind]:3d} sum {sum(times):6.2f} s  "
+              f"mean {sum(times) / len(times):.3f} s max {max(times):.3f} s")
     for c in sorted(result["compiles"], key=lambda c: -c["s"])[:top]:
-        print(f"    {c['s']:.3f} s {c['kind']} {os.path.basename(c['src'])}")
+        print(f"    {c['s']:.3f} s {c['kind']} ({c.get('kernels', 1)} kernels) {os.path.basename(c['src'])}")
 
 
 def main(argv=None):
