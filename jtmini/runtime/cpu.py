@@ -123,13 +123,7 @@ def _threads_for(key, launch):
 def source_arrays(step, read):
     """The arrays a ``schedule.LibraryCall``, ``View`` or ``Collective`` reads: each source
     buffer through its zero-copy views (a View's value is its one array)."""
-    arrays = []
-    for src, chain in zip(step.sources, step.views):
-        arr = read(src)
-        for v in chain:
-            arr = numpy_views.view(arr, v.op, v.attrs, v.shape)
-        arrays.append(arr)
-    return arrays
+    return [numpy_views.chain_view(read(src), chain) for src, chain in zip(step.sources, step.views)]
 
 
 def run_library(step, read):
