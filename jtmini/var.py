@@ -204,6 +204,30 @@ class Shape(tuple):
         return not self == other
 
 
+# One Shape object per distinct shape (the plain tuple is the key: a Shape key would compare in
+# Python). Vars of one shape share it, so comparing two graphs' signatures (replay.py), where
+# every row holds a shape, finds them identical by identity instead of calling Shape.__eq__.
+_shapes = {}
+_SHAPES_MAX = 8192
+
+
+def _shape_of(shape):
+    """The shared ``Shape`` equal to ``shape`` (a tuple, list or Shape of ints)."""
+    if type(shape) is Shape:
+        return shape
+    try:
+        found = _shapes.get(shape)
+    except TypeError:                   # a list, a generator: not a key
+        shape = tuple(shape)
+        found = _shapes.get(shape)
+    if found is None:
+        if len(_shapes) >= _SHAPES_MAX:
+            _shapes.clear()
+        found = Shape(shape)
+        _shapes[tuple.__new__(tuple, found)] = found
+    return found
+
+
 class Var:
     __slots__ = ("op", "inputs", "attrs", "shape", "dtype", "_data", "_stop_grad", "_backward", "_consumers",
                  "id", "_name", "_version", "_view", "__weakref__",
@@ -218,7 +242,7 @@ class Var:
             leaf = services.array(op, inputs if inputs is not None else dtype)
             op, inputs, attrs, shape, dtype, data = None, (), {}, leaf.shape, leaf.dtype, leaf._data
         self.op, self.inputs, self.attrs = op, tuple(inputs), attrs
-        self.shape, self.dtype = Shape(shape), dtype
+        self.shape, self.dtype = _shape_of(shape), dtype
         self._data, self._stop_grad, self._consumers = data, False, []
         self._backward = None        # (inputs, rule) set by autograd.custom_grad
         self.id, self._name = next(_ids), ""

@@ -86,3 +86,20 @@ def test_sum_to(rng, shape, target):
     np.testing.assert_allclose(out.numpy(), want, rtol=1e-6)
     if tuple(shape) == tuple(target):
         assert out is x
+
+
+def test_vars_of_one_shape_share_one_shape_object():
+    a, b = jt.ones((2, 3)), jt.zeros([2, 3])
+    assert a.shape is b.shape is (a * b).shape
+    c = jt.array(np.ones((2, np.int64(3)), "float32"))
+    assert c.shape is a.shape and all(type(n) is int for n in c.shape)
+    assert a.shape == [2, 3] and a.shape == (2, 3) and jt.ones(()).shape == [1]
+
+
+def test_shared_shapes_are_bounded():
+    import sys
+    var_module = sys.modules["jtmini.var"]       # jt.var is also a function
+    for n in range(var_module._SHAPES_MAX + 10):
+        var_module._shape_of((n, 7))
+    assert len(var_module._shapes) <= var_module._SHAPES_MAX
+    assert var_module._shape_of((3, 7)) == (3, 7)
