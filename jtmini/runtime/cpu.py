@@ -68,10 +68,11 @@ def run_kernel(kernel, compiled, read):
     out = outs[-1]
     ints, floats = code.arguments(kernel)
     arrays = [read(v) for v in kernel.inputs] + outs
-    if _threads_do_not_change_values(kernel, out.size, thread_count()):
+    threads = thread_count()
+    if threads > 1 and _threads_do_not_change_values(kernel, out.size, threads):
         call_on_fastest_threads(fn, arrays, ints, floats, out.size)
-    else:
-        call(fn, arrays, ints, floats, thread_count())
+    else:               # one thread (no choice to make, no trial to look up) or a fixed count
+        call(fn, arrays, ints, floats, threads)
     return outs
 
 
