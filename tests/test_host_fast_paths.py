@@ -103,3 +103,9 @@ def test_shared_shapes_are_bounded():
         var_module._shape_of((n, 7))
     assert len(var_module._shapes) <= var_module._SHAPES_MAX
     assert var_module._shape_of((3, 7)) == (3, 7)
+
+
+def test_sum_to_a_list_shape(rng):
+    x = jt.array(rng.standard_normal((4, 3)).astype("float32"))
+    assert matmul_module.sum_to(x, [4, 3]) is x
+    np.testing.assert_allclose(matmul_module.sum_to(x, [1, 3]).numpy(), x.numpy().sum(0, keepdims=True), rtol=1e-6)

@@ -29,7 +29,7 @@ def _batch(x_shape, y_shape, x_user, y_user):
 
 def sum_to(x, shape):
     """Sum the broadcast dims of ``x`` away so it has ``shape`` again."""
-    if tuple.__eq__(x.shape, shape):       # a matrix product's gradient mostly: nothing to sum
+    if x.shape is shape or tuple.__eq__(x.shape, tuple(shape)):    # mostly a product's gradient: nothing to sum
         return x
     lead = x.ndim - len(shape)
     dims = tuple(range(lead)) + tuple(k + lead for k, s in enumerate(shape) if s == 1 and x.shape[k + lead] != 1)
