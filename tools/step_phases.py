@@ -9,7 +9,8 @@ Phases: grad (jt.grad: the backward graph), optimizer nodes (``Optimizer.updates
 (replay: the graph's walk and key), plan lookup (the stored plan's steps on the new Vars),
 steps_for other (the key's hash and lookup), launches (executor._run: Python around the calls),
 kernel C call and blas matmul (inside the launches), realize other (pending roots, history).
-The wrappers add ~1 us a call: compare phases, not totals, with bench_models.py.
+Times are this process's CPU time, so other load on a shared machine counts less than in wall
+time. The wrappers add ~1 us a call: compare phases, not totals, with bench_models.py.
 """
 import argparse
 import collections
@@ -44,12 +45,12 @@ def instrument(totals):
         fn = getattr(owner, name)
 
         def timed(*args, **kwargs):
-            began = time.perf_counter()
+            began = time.process_time()
             stack.append(0.0)
             try:
                 return fn(*args, **kwargs)
             finally:
-                spent, inner = time.perf_counter() - began, stack.pop()
+                spent, inner = time.process_time() - began, stack.pop()
                 totals[label] += spent - inner
                 if stack:
                     stack[-1] += spent
@@ -77,10 +78,10 @@ def main(argv=None):
         step(*pool[k % len(pool)])
     totals, ids = collections.Counter(), sys.modules["jtmini.var"]._ids
     instrument(totals)
-    first_id, began = next(ids), time.perf_counter()
+    first_id, began = next(ids), time.process_time()
     for k in range(args.steps):
         step(*pool[k % len(pool)])
-    per_step = (time.perf_counter() - began) / args.steps * 1e6
+    per_step = (time.process_time() - began) / args.steps * 1e6
     n_vars = (next(ids) - first_id - 1) / args.steps
     print(f"{args.model}: {per_step:.0f} us a step, {n_vars:.0f} Vars a step")
     rest = per_step
