@@ -103,8 +103,14 @@ def grad(loss, targets, retain_graph=True):
     wanted = {id(t) for t in targets if not t._stop_grad}
     needed = set()                       # nodes with a wanted target among their inputs' ancestry
     for v in order:
-        if id(v) in wanted or any(id(i) in needed for i in _grad_inputs(v)) and not v._stop_grad:
-            needed.add(id(v))
+        vid = id(v)
+        if vid in wanted:
+            needed.add(vid)
+        elif not v._stop_grad:
+            for i in (v._backward[0] if v._backward is not None else v.inputs):
+                if id(i) in needed:
+                    needed.add(vid)
+                    break
     grads = {id(loss): loss.ones_like() if dtypes.is_float(loss.dtype) else None} if id(loss) in needed else {}
     for v in reversed(order):
         d = grads.get(id(v))

@@ -24,6 +24,7 @@ Strides here count elements, not bytes; buffers are C-contiguous.
 import numpy as np
 
 from .ops.registry import OPS, runtime_ints
+from .state import register_cache
 from .symbolic import sym
 
 
@@ -57,6 +58,59 @@ def view(array, op, attrs, out_shape):
     first = array[tuple(slice(start, None) for _, start in forms)]
     strides = [sum(step * coefs[k] for step, (coefs, _) in zip(array.strides, forms)) for k in range(len(out_shape))]
     return np.lib.stride_tricks.as_strided(first, out_shape, strides, writeable=False)
+
+
+# (buffer shape, strides, (op, attrs, shape) per chain op) -> (shape, byte strides, byte offset,
+# writeable) of the view, or None where the chain copies (a reshape numpy cannot view)
+_chain_memo = {}
+register_cache("view geometries", _chain_memo.clear, "one entry per buffer shape and chain of view ops")
+
+
+def chain_view(array, chain):
+    """``view`` applied along ``chain`` (view-op Vars, the buffer's reader first) to ``array``.
+    On a C-contiguous numpy buffer the geometry the ops give is remembered per buffer shape and
+    chain, and later views are made in one ``np.ndarray`` call: the ops one by one (index maps
+    read, ``as_strided``) took ~30 us of Python per view, a GAN step reads ~24 views.
+
+        >>> a = np.arange(6.0).reshape(2, 3)
+        >>> chain_view(a, []) is a
+        True
+    """
+    if not chain:
+        return array
+    if type(array) is not np.ndarray or not array.flags.c_contiguous:
+        return _view_along(array, chain)
+    try:
+        key = (array.shape, array.strides, tuple((v.op, tuple(v.attrs.items()), v.shape) for v in chain))
+        geometry = _chain_memo.get(key, False)
+    except TypeError:                       # an attr that cannot be hashed
+        return _view_along(array, chain)
+    if geometry is False:
+        result = _view_along(array, chain)
+        geometry = _chain_memo[key] = _geometry(result, array)
+        return result
+    if geometry is None:
+        return _view_along(array, chain)
+    shape, strides, offset, writeable = geometry
+    result = np.ndarray(shape, array.dtype, array, offset, strides)
+    if not writeable:
+        result.flags.writeable = False
+    return result
+
+
+def _view_along(array, chain):
+    for v in chain:
+        array = view(array, v.op, v.attrs, v.shape)
+    return array
+
+
+def _geometry(result, array):
+    """``(shape, strides, byte offset, writeable)`` of ``result`` inside ``array``'s buffer; None
+    when it is not a view of it (a copying reshape, an empty result)."""
+    if result.size == 0 or not np.may_share_memory(result, array):
+        return None
+    offset = result.__array_interface__["data"][0] - array.__array_interface__["data"][0]
+    return result.shape, result.strides, offset, bool(result.flags.writeable)
 
 
 def affine_map(op, attrs, in_shape, out_shape, args=None):

@@ -132,6 +132,8 @@ def _signature(targets, runtime):
         attrs, runtime_attrs = v.attrs, OPS[v.op].runtime_attrs
         if runtime_attrs:
             attrs = {name: a for name, a in attrs.items() if name not in runtime_attrs}
+        # Vars of one shape share its Shape object (var._shape_of): comparing two signatures
+        # row by row then finds the shapes identical without calling Shape.__eq__
         rows.append((v.op, tuple(attrs.items()), v.shape, v.dtype, tuple(refs)))
     key = (runtime.name, flags.specialize_shapes, flags.dump_kernels, tuple(rows),
            tuple((leaf.shape, leaf.dtype) for leaf in leaves), tuple(ref[id(t)] for t in targets))

@@ -40,9 +40,19 @@ _sweep_at = 1024
 rebound = {}
 
 
-def _track(v):
+def _link(inputs, consumer):
+    """Record the weak reference ``consumer`` among each input's consumers, dropping dead ones
+    when a list doubles. One call per node, not per input: ~250 nodes a step of a small model."""
+    for inp in inputs:
+        consumers = inp._consumers
+        if len(consumers) >= 32 and len(consumers) & (len(consumers) - 1) == 0:
+            consumers[:] = [r for r in consumers if r() is not None]
+        consumers.append(consumer)
+
+
+def _track(v, ref=None):
     global _sweep_at
-    _pending[id(v)] = weakref.ref(v)
+    _pending[id(v)] = weakref.ref(v) if ref is None else ref
     if len(_pending) >= _sweep_at:
         for key in [key for key, ref in _pending.items() if ref() is None]:
             del _pending[key]
@@ -204,6 +214,30 @@ class Shape(tuple):
         return not self == other
 
 
+# One Shape object per distinct shape (the plain tuple is the key: a Shape key would compare in
+# Python). Vars of one shape share it, so comparing two graphs' signatures (replay.py), where
+# every row holds a shape, finds them identical by identity instead of calling Shape.__eq__.
+_shapes = {}
+_SHAPES_MAX = 8192
+
+
+def _shape_of(shape):
+    """The shared ``Shape`` equal to ``shape`` (a tuple, list or Shape of ints)."""
+    if type(shape) is Shape:
+        return shape
+    try:
+        found = _shapes.get(shape)
+    except TypeError:                   # a list, a generator: not a key
+        shape = tuple(shape)
+        found = _shapes.get(shape)
+    if found is None:
+        if len(_shapes) >= _SHAPES_MAX:
+            _shapes.clear()
+        found = Shape(shape)
+        _shapes[tuple.__new__(tuple, found)] = found
+    return found
+
+
 class Var:
     __slots__ = ("op", "inputs", "attrs", "shape", "dtype", "_data", "_stop_grad", "_backward", "_consumers",
                  "id", "_name", "_version", "_view", "__weakref__",
@@ -218,15 +252,15 @@ class Var:
             leaf = services.array(op, inputs if inputs is not None else dtype)
             op, inputs, attrs, shape, dtype, data = None, (), {}, leaf.shape, leaf.dtype, leaf._data
         self.op, self.inputs, self.attrs = op, tuple(inputs), attrs
-        self.shape, self.dtype = Shape(shape), dtype
+        self.shape, self.dtype = _shape_of(shape), dtype
         self._data, self._stop_grad, self._consumers = data, False, []
         self._backward = None        # (inputs, rule) set by autograd.custom_grad
         self.id, self._name = next(_ids), ""
         self._version, self._view = 0, None     # see _write_back
-        for inp in self.inputs:
-            inp._add_consumer(self)
+        ref = weakref.ref(self)
+        _link(self.inputs, ref)
         if data is None:
-            _track(self)
+            _track(self, ref)
 
     @staticmethod
     def node(op_name, inputs, **attrs):
@@ -239,12 +273,6 @@ class Var:
         if not flags.lazy_execution:     # eager mode, Jittor's lazy_execution=0: compute it now
             v.sync()
         return v
-
-    def _add_consumer(self, consumer):
-        consumers = self._consumers
-        if len(consumers) >= 32 and len(consumers) & (len(consumers) - 1) == 0:
-            consumers[:] = [r for r in consumers if r() is not None]
-        consumers.append(weakref.ref(consumer))
 
     # --- facts ---------------------------------------------------------------------------------
     @property
@@ -436,8 +464,7 @@ class Var:
             self._backward = source._backward
         self._consumers = []
         self._version += 1
-        for inp in self.inputs:
-            inp._add_consumer(self)
+        _link(self.inputs, weakref.ref(self))
         if self._data is None:
             _track(self)
             rebound[id(self)] = weakref.ref(self)       # computed at the next realize (history.py)

@@ -95,6 +95,40 @@ def test_views_derived_from_index_maps_equal_numpy():
         assert got.shape == want.shape
 
 
+class _ChainVar:
+    """The fields of a view-op Var that ``chain_view`` reads."""
+
+    def __init__(self, op, attrs, shape):
+        self.op, self.attrs, self.shape = op, attrs, shape
+
+
+@pytest.mark.parametrize("readonly", [False, True])
+def test_chain_view_remembered_equals_the_ops_one_by_one(readonly):
+    rng = np.random.default_rng(3)
+    numpy_views._chain_memo.clear()
+    for _ in range(400):
+        shape, chain, base, want = random_case(rng, with_broadcast=True)
+        base = base * 1.5 + rng.standard_normal(base.shape).astype(np.float32)   # new values each time
+        base.flags.writeable = not readonly
+        chain = [_ChainVar(*c) for c in chain]
+        one_by_one = numpy_views._view_along(base, chain)
+        for _ in range(2):                           # the first call fills the memo, the second reads it
+            got = numpy_views.chain_view(base, chain)
+            np.testing.assert_array_equal(got, one_by_one)
+            assert (got.shape, got.strides, got.flags.writeable) == \
+                (one_by_one.shape, one_by_one.strides, one_by_one.flags.writeable)
+            assert np.shares_memory(got, base) == np.shares_memory(one_by_one, base)
+    assert any(g is None for g in numpy_views._chain_memo.values())      # copying chains were seen
+    assert sum(g is not None for g in numpy_views._chain_memo.values()) > 100
+
+
+def test_chain_view_of_a_non_contiguous_array_follows_the_ops():
+    base = np.arange(24.0).reshape(4, 6)[:, ::2]
+    chain = [_ChainVar("transpose", {"perm": (1, 0)}, (3, 4))]
+    np.testing.assert_array_equal(numpy_views.chain_view(base, chain), base.T)
+    assert numpy_views.chain_view(base, []) is base
+
+
 def test_copy_walk_reads_the_elements_numpy_gives():
     rng = np.random.default_rng(1)
     for _ in range(600):

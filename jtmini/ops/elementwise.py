@@ -305,6 +305,9 @@ def operands(*values):
         if isinstance(var, Var) and type(scalar) in (float, int) and dtypes.scalar_dtype(scalar, var.dtype) == var.dtype:
             const = _shared_const(var.shape, var.dtype, scalar)
             return [var, const] if var is first else [const, var]
+        if isinstance(var, Var) and isinstance(scalar, Var) and var.dtype == scalar.dtype:
+            shape = broadcast_shapes(var.shape, scalar.shape)    # two Vars of one dtype: ``x + bias``
+            return [var.broadcast_to(shape), scalar.broadcast_to(shape)]     # var is first
     from ..creation import as_var
     like = next((v for v in values if isinstance(v, Var)), None)
     vars_ = [as_var(v, like=like) for v in values]

@@ -11,6 +11,8 @@ from .reindex import normalize_dim
 
 def _matmul_infer(inputs, a):
     x, y = inputs
+    if len(x.shape) == 2 and len(y.shape) == 2 and x.shape[1] == y.shape[0]:   # a Linear's: no batch
+        return (x.shape[0], y.shape[1]), x.dtype
     if x.ndim < 2 or y.ndim < 2 or x.shape[-1] != y.shape[-2]:
         raise ValueError(f"matmul: shapes {x.shape} and {y.shape} do not line up")
     return _batch(x.shape, y.shape, x.shape, y.shape) + (x.shape[-2], y.shape[-1]), x.dtype
@@ -27,6 +29,8 @@ def _batch(x_shape, y_shape, x_user, y_user):
 
 def sum_to(x, shape):
     """Sum the broadcast dims of ``x`` away so it has ``shape`` again."""
+    if x.shape is shape or tuple.__eq__(x.shape, tuple(shape)):    # mostly a product's gradient: nothing to sum
+        return x
     lead = x.ndim - len(shape)
     dims = tuple(range(lead)) + tuple(k + lead for k, s in enumerate(shape) if s == 1 and x.shape[k + lead] != 1)
     return (x.sum(dims=dims, keepdims=True) if dims else x).reshape(shape)
@@ -83,6 +87,10 @@ def matmul(x, y):
     >>> (jt.randn(8, 3, 4) @ jt.randn(4, 5)).shape
     (8, 3, 5)
     """
+    if isinstance(x, Var) and isinstance(y, Var) and len(x.shape) == 2 == len(y.shape) and x.dtype == y.dtype:
+        if x.shape[1] != y.shape[0]:    # the common case of a layer, without the general path's checks
+            raise ValueError(f"matmul: shapes {x.shape} and {y.shape} do not line up ({x.shape[1]} != {y.shape[0]})")
+        return Var.node("matmul", [x, y])
     from ..creation import as_var
     x, y = as_var(x), as_var(y)
     if x.dtype != y.dtype:

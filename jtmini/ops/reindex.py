@@ -350,7 +350,15 @@ def permute(x, *perm):
         perm = tuple(reversed(range(x.ndim)))
     elif len(perm) == 2 and x.ndim != 2:
         return transpose(x, *perm)
-    perm = tuple(normalize_dim(p, x.ndim) for p in perm)
+    ndim = len(x.shape)
+    return _permute_checked(x, tuple(normalize_dim(p, ndim) for p in perm))
+
+
+_SWAPS_2D = {(0, 1), (1, 0), (-1, -2), (-2, -1), (0, -1), (-1, 0), (1, -2), (-2, 1)}
+
+
+def _permute_checked(x, perm):
+    """``permute`` with ``perm`` already made of dims in range."""
     if x.op == "transpose" and x._data is None and not x._stop_grad:
         # a transpose of a pending transpose is one of its input (a Linear's weight.T transposed
         # back in its gradient is the weight): fewer nodes to build, walk and sign every step
@@ -364,6 +372,9 @@ def transpose(x, *dims):
     no argument reverses the dims; one sequence is a permutation, as in ``permute``."""
     if len(dims) != 2:
         return permute(x, *dims)
+    if len(x.shape) == 2 and type(dims[0]) is int and type(dims[1]) is int and dims in _SWAPS_2D:
+        # a matrix's transpose (``weight.transpose(-1, -2)`` in every Linear's gradient): no checks
+        return _permute_checked(x, (1, 0))
     a, b = (normalize_dim(d, x.ndim) for d in dims)
     order = list(range(x.ndim))
     order[a], order[b] = order[b], order[a]

@@ -99,10 +99,11 @@ def run_kernel(kernel, compiled, read):
     out = outs[-1]
     ints, floats = code.arguments(kernel)
     arrays = [read(v) for v in kernel.inputs] + outs
-    if _threads_do_not_change_values(kernel, out.size, thread_count()):
+    threads = thread_count()
+    if threads > 1 and _threads_do_not_change_values(kernel, out.size, threads):
         call_on_fastest_threads(fn, arrays, ints, floats, out.size)
-    else:
-        call(fn, arrays, ints, floats, thread_count())
+    else:               # one thread (no choice to make, no trial to look up) or a fixed count
+        call(fn, arrays, ints, floats, threads)
     return outs
 
 
@@ -154,13 +155,7 @@ def _threads_for(key, launch):
 def source_arrays(step, read):
     """The arrays a ``schedule.LibraryCall``, ``View`` or ``Collective`` reads: each source
     buffer through its zero-copy views (a View's value is its one array)."""
-    arrays = []
-    for src, chain in zip(step.sources, step.views):
-        arr = read(src)
-        for v in chain:
-            arr = numpy_views.view(arr, v.op, v.attrs, v.shape)
-        arrays.append(arr)
-    return arrays
+    return [numpy_views.chain_view(read(src), chain) for src, chain in zip(step.sources, step.views)]
 
 
 def run_library(step, read):

@@ -1,0 +1,111 @@
+"""The front end's short paths for a layer's common calls (2-D ``matmul``, a matrix's
+``transpose``, ``x + bias`` of one dtype, ``sum_to`` of an unbroadcast gradient) build the same
+nodes, values and gradients as the general paths, and still reject what those reject."""
+import numpy as np
+import pytest
+import torch
+
+import jtmini as jt
+from jtmini.ops import matmul as matmul_module
+from conftest import check_grad, graph_nodes
+
+LAYOUTS = ["contig", "transposed", "sliced", "getitem"]
+
+
+@pytest.mark.parametrize("layout_x", LAYOUTS)
+@pytest.mark.parametrize("layout_y", ["contig", "transposed", "sliced"])
+def test_2d_matmul_values_and_gradients(rng, layout_x, layout_y):
+    a, b = rng.standard_normal((5, 7)), rng.standard_normal((7, 3))
+    check_grad(lambda x, y: x @ y, lambda x, y: x @ y, [a, b], [layout_x, layout_y], rng=rng)
+
+
+def test_2d_matmul_is_one_node_as_before(rng):
+    x, w = jt.array(rng.standard_normal((4, 3)).astype("float32")), jt.array(rng.standard_normal((2, 3)).astype("float32"))
+    out = x @ w.transpose(1, 0)
+    assert [v.op for v in graph_nodes(out) if v.op] == ["matmul", "transpose"]
+    assert out.shape == (4, 2)
+    np.testing.assert_allclose(out.numpy(), x.numpy() @ w.numpy().T, rtol=1e-6)
+
+
+def test_2d_matmul_errors_name_the_shapes():
+    with pytest.raises(ValueError, match=r"\(2, 3\) and \(4, 5\) do not line up \(3 != 4\)"):
+        jt.ones((2, 3)) @ jt.ones((4, 5))
+    with pytest.raises(ValueError, match="do not line up"):
+        matmul_module._matmul_infer([jt.ones((2, 3)), jt.ones((4, 5))], {})
+
+
+def test_2d_matmul_of_two_dtypes_promotes_as_before():
+    out = jt.ones((2, 3), dtype="float32") @ jt.ones((3, 2), dtype="float64")
+    assert out.dtype == "float64" and out.shape == (2, 2)
+    np.testing.assert_array_equal(out.numpy(), np.full((2, 2), 3.0))
+
+
+@pytest.mark.parametrize("dims", [(0, 1), (1, 0), (-1, -2), (-2, -1), (0, -1), (-1, 0), (1, -2), (-2, 1)])
+def test_matrix_transpose_by_every_spelling(rng, dims):
+    value = rng.standard_normal((3, 5)).astype("float32")
+    out = jt.array(value).transpose(*dims)
+    np.testing.assert_array_equal(out.numpy(), value.T)
+    assert out.op == "transpose" and out.attrs["perm"] == (1, 0)
+    assert jt.array(value).transpose(*dims).transpose(*dims).numpy().tolist() == value.tolist()
+
+
+def test_matrix_transpose_still_checks_its_dims():
+    x = jt.ones((2, 3))
+    with pytest.raises(TypeError, match="a dim must be an int"):
+        x.transpose(0.0, 1.0)
+    with pytest.raises(IndexError, match="out of range"):
+        x.transpose(0, 2)
+    assert x.transpose(1, 1) is x
+
+
+def test_transpose_of_a_pending_transpose_composes_on_the_short_path(rng):
+    w = jt.array(rng.standard_normal((3, 4)).astype("float32"))
+    assert w.transpose(1, 0).transpose(-1, -2) is w
+
+
+@pytest.mark.parametrize("shapes", [((4, 3), (3,)), ((3,), (4, 3)), ((4, 1), (1, 3)), ((2, 4, 3), (4, 1))])
+@pytest.mark.parametrize("layout", ["contig", "transposed", "sliced"])
+def test_add_of_two_broadcast_vars(rng, shapes, layout):
+    a, b = (rng.standard_normal(s) for s in shapes)
+    check_grad(lambda x, y: x + y, lambda x, y: x + y, [a, b], [layout, "contig"], rng=rng)
+    check_grad(lambda x, y: x * y, lambda x, y: x * y, [a, b], ["contig", layout], rng=rng)
+
+
+def test_add_of_two_vars_that_cannot_broadcast():
+    with pytest.raises(ValueError, match=r"shapes \(4, 3\) and \(4,\) cannot be broadcast"):
+        jt.ones((4, 3)) + jt.ones(4)
+
+
+@pytest.mark.parametrize("shape, target", [((4, 3), (4, 3)), ((4, 3), (1, 3)), ((2, 4, 3), (4, 3)), ((4, 3), (3,))])
+def test_sum_to(rng, shape, target):
+    value = rng.standard_normal(shape).astype("float32")
+    x = jt.array(value)
+    out = matmul_module.sum_to(x, target)
+    assert out.shape == target
+    want = torch.from_numpy(value).sum_to_size(target).numpy()
+    np.testing.assert_allclose(out.numpy(), want, rtol=1e-6)
+    if tuple(shape) == tuple(target):
+        assert out is x
+
+
+def test_vars_of_one_shape_share_one_shape_object():
+    a, b = jt.ones((2, 3)), jt.zeros([2, 3])
+    assert a.shape is b.shape is (a * b).shape
+    c = jt.array(np.ones((2, np.int64(3)), "float32"))
+    assert c.shape is a.shape and all(type(n) is int for n in c.shape)
+    assert a.shape == [2, 3] and a.shape == (2, 3) and jt.ones(()).shape == [1]
+
+
+def test_shared_shapes_are_bounded():
+    import sys
+    var_module = sys.modules["jtmini.var"]       # jt.var is also a function
+    for n in range(var_module._SHAPES_MAX + 10):
+        var_module._shape_of((n, 7))
+    assert len(var_module._shapes) <= var_module._SHAPES_MAX
+    assert var_module._shape_of((3, 7)) == (3, 7)
+
+
+def test_sum_to_a_list_shape(rng):
+    x = jt.array(rng.standard_normal((4, 3)).astype("float32"))
+    assert matmul_module.sum_to(x, [4, 3]) is x
+    np.testing.assert_allclose(matmul_module.sum_to(x, [1, 3]).numpy(), x.numpy().sum(0, keepdims=True), rtol=1e-6)
