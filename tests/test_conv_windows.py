@@ -96,8 +96,42 @@ def test_backward_has_no_scatter_and_the_gathers_do_not_divide():
     assert all(k.kind != "scatter" for k in kernels)
     windows = [k for k in kernels if k.root.op == "conv_windows"]
     assert len(windows) == 1
-    body = codegen.generate(windows[0]).source.split("jt_kernel", 1)[1]
+    with jt.flag_scope(specialize_shapes=False):        # the generic gather; specialised: im2col's template
+        body = codegen.generate(windows[0]).source.split("jt_kernel", 1)[1]
     assert "/" not in body and "%" not in body
+    assert isinstance(codegen.generate(windows[0]), codegen.WindowsCode)
+
+
+# (x shape, kernel, stride, padding, dilation): padding wider than some rows and columns, strides
+# and dilations that skip, windows hanging past the right edge, a 1x1 map
+TEMPLATE_GEOMETRIES = [
+    ((3, 2, 9, 11), (3, 3), (1, 1), (1, 1), (1, 1)),
+    ((2, 3, 8, 7), (5, 5), (1, 1), (0, 0), (1, 1)),
+    ((2, 1, 10, 9), (3, 2), (2, 3), (2, 1), (1, 2)),
+    ((1, 2, 6, 13), (2, 4), (3, 2), (1, 3), (2, 2)),
+    ((2, 2, 1, 1), (3, 3), (1, 1), (1, 1), (1, 1)),
+    ((1, 3, 4, 5), (1, 1), (2, 2), (0, 0), (1, 1)),
+    ((2, 2, 7, 3), (7, 3), (1, 1), (3, 1), (1, 1)),
+]
+
+
+@pytest.mark.parametrize("geometry", TEMPLATE_GEOMETRIES, ids=[str(g[0]) for g in TEMPLATE_GEOMETRIES])
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int32"])
+def test_im2col_template_equals_the_generic_gather(geometry, dtype, rng):
+    from jtmini.nn.conv import _axis
+    shape, kernel, stride, padding, dilation = geometry
+    axes = [_axis(shape[2 + k], kernel[k], stride[k], padding[k], dilation[k]) for k in range(2)]
+    args = ((axes[0].out, axes[1].out), (axes[0].taps, axes[1].taps), stride, padding, dilation,
+            (axes[0].first, axes[1].first))
+    x = (rng.standard_normal(shape) * 100).astype(dtype)
+    plan = schedule.plan([conv_windows(jt.array(x), *args)])
+    assert isinstance(codegen.generate(plan[-1]), codegen.WindowsCode)
+    got = conv_windows(jt.array(x), *args).numpy()
+    with jt.flag_scope(specialize_shapes=False):
+        generic = conv_windows(jt.array(x), *args).numpy()
+    np.testing.assert_array_equal(got, generic)
+    np.testing.assert_array_equal(got, reference_windows(x, *args)[0])
+    assert got.dtype == np.dtype(dtype)
 
 
 def test_spread_weight_gradient_is_a_gather():
