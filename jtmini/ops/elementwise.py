@@ -78,7 +78,9 @@ UNARY = {
     "atanh": ("std::atanh({0})", lambda d, out, x: d / (1 - x * x), True),
     "tanh": ("std::tanh({0})", lambda d, out, x: d * (1 - out * out), True),
     "sigmoid": ("(({T})1 / (({T})1 + std::exp(-{0})))", lambda d, out, x: d * out * (1 - out), True),
-    "relu": ("({0} < ({T})0 ? ({T})0 : {0})", lambda d, out, x: Var.node("relu_grad", [d, x]), False),  # NaN stays NaN
+    # NaN stays NaN. The gradient's mask reads the output (out > 0 exactly where x > 0, NaN and -0
+    # alike), so the kernel that computes relu need not store its input too for the backward pass
+    "relu": ("({0} < ({T})0 ? ({T})0 : {0})", lambda d, out, x: Var.node("relu_grad", [d, out]), False),
     # exact GELU, x * Phi(x); Phi through erfc keeps its relative accuracy deep in the left tail
     "gelu": ("(({T})0.5 * {0} * std::erfc({0} * ({T})-0.7071067811865476))",
              lambda d, out, x: Var.node("gelu_grad", [d, x]), True),
