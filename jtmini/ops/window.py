@@ -14,6 +14,13 @@ kernel: each ``dx`` element written by one thread in a fixed order (parallel, de
 scatter), with the tap index compiled in, and it fuses with the rest of the backward pass (the
 residual add, relu's mask) where a reduce would end the kernel.
 
+On the CPU both directions also have hand-written kernels. A lone ``conv_windows`` of a buffer
+(im2col before its product, dims compiled in) runs ``templates/cpu/conv_windows.cc.j2``
+(``codegen.WindowsCode``), which copies runs of input rows where the checked gather tested every
+element. Where ``x`` comes from a library op (a max pool: nothing would fuse with the gathers),
+col2im is the library op ``conv_windows_grad`` (``templates/cpu/conv_windows_grad.cc.j2``), with
+the same adds in the same order. Both give the composed forms' bits.
+
 ``conv_spread(weight)`` is the other way to lay a convolution out for one matrix product, for maps
 smaller than the kernel: ``spread[c, h, w, o, ho, wo]`` is the weight tap joining input pixel
 ``(h, w)`` to output pixel ``(ho, wo)``, 0 where none does. Its gradient is again a gather (each
