@@ -234,10 +234,10 @@ def test_col2im_kernel_refuses_windows_that_do_not_fit():
         conv_windows_grad(jt.zeros((3, 3, 3, 2, 6, 6), "int32"), (2, 3, 8, 8), a)
 
 
-def test_col2im_kernel_where_the_input_comes_from_a_pool():
+def test_col2im_kernel_on_pooled_inputs_and_wide_maps():
     x, w = jt.randn(2, 3, 12, 12), jt.randn(4, 3, 3, 3)
-    pooled = nn.max_pool2d(x, 2)
-    for source, kernel in [(pooled, True), (pooled.relu(), False), (x, False)]:
+    pooled = nn.max_pool2d(x, 2)                 # 6x6: narrow, but nothing would fuse with the gathers
+    for source, kernel in [(pooled, True), (pooled.relu(), False), (x.relu(), True), (x, True)]:
         out = nn.conv2d(source, w, padding=1)
         ops = [s.root.op for s in schedule.plan(jt.grad((out * out).sum(), [x]))]
         assert ("conv_windows_grad" in ops) == kernel
