@@ -135,12 +135,17 @@ def _copy_code(kernel, dims, strides, offset):
     return code
 
 
+MIN_WINDOWS_ROW = 8         # im2col's template for output rows this long or longer (WindowsCode)
+
+
 @dataclass(frozen=True)
 class WindowsCode:
-    """A CPU kernel that is one ``conv_windows`` of a buffer (im2col, ``ops/window.py``):
-    ``templates/cpu/conv_windows.cc.j2``, its geometry and dims compiled in, which copies whole
-    runs of input rows. The generic checked gather tested every element and ran scalar: VGG's
-    four took ~6 ms of a ~56 ms training step at 1 thread."""
+    """A CPU kernel that is one ``conv_windows`` of a buffer (im2col, ``ops/window.py``) with
+    output rows of at least ``MIN_WINDOWS_ROW`` pixels: ``templates/cpu/conv_windows.cc.j2``, its
+    geometry and dims compiled in, which copies whole runs of input rows. The generic checked gather
+    tests every element and runs scalar: VGG's four took ~6 ms of a ~56 ms training step at 1
+    thread. On rows of 4 or 7 the template's per-row work made it 1.7-2x slower than the gather
+    (1.1x faster on 8x8 maps, 1.9x on 16x16, 2.8x on 32x32), so short rows keep the gather."""
     source: str
 
     def arguments(self, kernel):
@@ -156,6 +161,8 @@ def _windows_code(kernel):
         return None
     a = node.attrs
     (c, th, tw, n, ho, wo), (height, width) = node.shape, kernel.inputs[0].shape[2:]
+    if wo < MIN_WINDOWS_ROW:
+        return None
     geometry = {f"{name}{axis}": a[attr][k] for attr, name in
                 (("stride", "s"), ("padding", "p"), ("dilation", "d"), ("first", "f")) for k, axis in enumerate("hw")}
     key = ("conv_windows", dtypes.C_TYPES[node.dtype], node.shape, (height, width), tuple(sorted(geometry.items())))

@@ -96,22 +96,29 @@ def test_backward_has_no_scatter_and_the_gathers_do_not_divide():
     assert all(k.kind != "scatter" for k in kernels)
     windows = [k for k in kernels if k.root.op == "conv_windows"]
     assert len(windows) == 1
-    with jt.flag_scope(specialize_shapes=False):        # the generic gather; specialised: im2col's template
-        body = codegen.generate(windows[0]).source.split("jt_kernel", 1)[1]
+    body = codegen.generate(windows[0]).source.split("jt_kernel", 1)[1]     # rows of 5: the gather
     assert "/" not in body and "%" not in body
-    assert isinstance(codegen.generate(windows[0]), codegen.WindowsCode)
+
+
+def test_im2col_template_only_for_rows_of_8_or_more():
+    for width, template in [(7, False), (8, True)]:
+        cols = conv_windows(jt.randn(2, 3, 4, width), (4, width), (3, 3), (1, 1), (1, 1), (1, 1))
+        (kernel,) = [s for s in schedule.plan([cols]) if isinstance(s, schedule.Kernel)]
+        assert isinstance(codegen.generate(kernel), codegen.WindowsCode) == template
+        with jt.flag_scope(specialize_shapes=False):         # dims not compiled in: the gather
+            assert not isinstance(codegen.generate(kernel), codegen.WindowsCode)
 
 
 # (x shape, kernel, stride, padding, dilation): padding wider than some rows and columns, strides
 # and dilations that skip, windows hanging past the right edge, a 1x1 map
 TEMPLATE_GEOMETRIES = [
     ((3, 2, 9, 11), (3, 3), (1, 1), (1, 1), (1, 1)),
-    ((2, 3, 8, 7), (5, 5), (1, 1), (0, 0), (1, 1)),
-    ((2, 1, 10, 9), (3, 2), (2, 3), (2, 1), (1, 2)),
-    ((1, 2, 6, 13), (2, 4), (3, 2), (1, 3), (2, 2)),
-    ((2, 2, 1, 1), (3, 3), (1, 1), (1, 1), (1, 1)),
-    ((1, 3, 4, 5), (1, 1), (2, 2), (0, 0), (1, 1)),
-    ((2, 2, 7, 3), (7, 3), (1, 1), (3, 1), (1, 1)),
+    ((2, 3, 8, 12), (5, 5), (1, 1), (0, 0), (1, 1)),
+    ((2, 1, 10, 24), (3, 2), (2, 3), (2, 1), (1, 2)),
+    ((1, 2, 6, 30), (2, 4), (3, 2), (1, 3), (2, 2)),
+    ((2, 2, 1, 9), (3, 3), (1, 1), (1, 1), (1, 1)),
+    ((1, 3, 4, 17), (1, 1), (2, 2), (0, 0), (1, 1)),
+    ((2, 2, 7, 10), (7, 3), (1, 1), (3, 1), (1, 1)),
 ]
 
 
