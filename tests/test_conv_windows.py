@@ -96,8 +96,49 @@ def test_backward_has_no_scatter_and_the_gathers_do_not_divide():
     assert all(k.kind != "scatter" for k in kernels)
     windows = [k for k in kernels if k.root.op == "conv_windows"]
     assert len(windows) == 1
-    body = codegen.generate(windows[0]).source.split("jt_kernel", 1)[1]
+    body = codegen.generate(windows[0]).source.split("jt_kernel", 1)[1]     # rows of 5: the gather
     assert "/" not in body and "%" not in body
+
+
+def test_im2col_template_only_for_rows_of_8_or_more():
+    for width, template in [(7, False), (8, True)]:
+        cols = conv_windows(jt.randn(2, 3, 4, width), (4, width), (3, 3), (1, 1), (1, 1), (1, 1))
+        (kernel,) = [s for s in schedule.plan([cols]) if isinstance(s, schedule.Kernel)]
+        assert isinstance(codegen.generate(kernel), codegen.WindowsCode) == template
+        with jt.flag_scope(specialize_shapes=False):         # dims not compiled in: the gather
+            assert not isinstance(codegen.generate(kernel), codegen.WindowsCode)
+
+
+# (x shape, kernel, stride, padding, dilation): padding wider than some rows and columns, strides
+# and dilations that skip, windows hanging past the right edge, a 1x1 map
+TEMPLATE_GEOMETRIES = [
+    ((3, 2, 9, 11), (3, 3), (1, 1), (1, 1), (1, 1)),
+    ((2, 3, 8, 12), (5, 5), (1, 1), (0, 0), (1, 1)),
+    ((2, 1, 10, 24), (3, 2), (2, 3), (2, 1), (1, 2)),
+    ((1, 2, 6, 30), (2, 4), (3, 2), (1, 3), (2, 2)),
+    ((2, 2, 1, 9), (3, 3), (1, 1), (1, 1), (1, 1)),
+    ((1, 3, 4, 17), (1, 1), (2, 2), (0, 0), (1, 1)),
+    ((2, 2, 7, 10), (7, 3), (1, 1), (3, 1), (1, 1)),
+]
+
+
+@pytest.mark.parametrize("geometry", TEMPLATE_GEOMETRIES, ids=[str(g[0]) for g in TEMPLATE_GEOMETRIES])
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int32"])
+def test_im2col_template_equals_the_generic_gather(geometry, dtype, rng):
+    from jtmini.nn.conv import _axis
+    shape, kernel, stride, padding, dilation = geometry
+    axes = [_axis(shape[2 + k], kernel[k], stride[k], padding[k], dilation[k]) for k in range(2)]
+    args = ((axes[0].out, axes[1].out), (axes[0].taps, axes[1].taps), stride, padding, dilation,
+            (axes[0].first, axes[1].first))
+    x = (rng.standard_normal(shape) * 100).astype(dtype)
+    plan = schedule.plan([conv_windows(jt.array(x), *args)])
+    assert isinstance(codegen.generate(plan[-1]), codegen.WindowsCode)
+    got = conv_windows(jt.array(x), *args).numpy()
+    with jt.flag_scope(specialize_shapes=False):
+        generic = conv_windows(jt.array(x), *args).numpy()
+    np.testing.assert_array_equal(got, generic)
+    np.testing.assert_array_equal(got, reference_windows(x, *args)[0])
+    assert got.dtype == np.dtype(dtype)
 
 
 def test_spread_weight_gradient_is_a_gather():
@@ -128,3 +169,82 @@ def test_gradient_is_bit_identical_at_any_thread_count(rng):
             results.append(jt.grad((cols * dcols).sum(), [x])[0].numpy())
     for other in results[1:]:
         np.testing.assert_array_equal(results[0], other)
+
+
+GRAD_GEOMETRIES = [
+    ((4, 6, 14, 14), (5, 5), (1, 1), (0, 0), (1, 1)),       # LeNet's conv2
+    ((3, 4, 8, 9), (3, 3), (1, 1), (1, 1), (1, 1)),         # VGG's 3x3, same padding
+    ((2, 3, 9, 8), (3, 3), (2, 2), (1, 1), (1, 1)),         # ResNet's downsampling
+    ((2, 2, 10, 9), (3, 2), (2, 3), (2, 1), (1, 2)),        # strides and dilation that skip
+    ((2, 3, 7, 7), (1, 1), (2, 2), (0, 0), (1, 1)),         # 1x1 stride 2: one tap, gaps
+    ((2, 2, 2, 2), (3, 3), (1, 1), (1, 1), (1, 1)),         # live taps 1..2 of 3
+    ((1, 2, 5, 4), (5, 3), (1, 1), (2, 3), (1, 1)),         # padding wider than some taps reach
+]
+
+
+def _windows_args(shape, kernel, stride, padding, dilation):
+    from jtmini.nn.conv import _axis
+    axes = [_axis(shape[2 + k], kernel[k], stride[k], padding[k], dilation[k]) for k in range(2)]
+    return ((axes[0].out, axes[1].out), (axes[0].taps, axes[1].taps), stride, padding, dilation,
+            (axes[0].first, axes[1].first))
+
+
+@pytest.mark.parametrize("geometry", GRAD_GEOMETRIES, ids=[str(g[0]) + str(g[2]) for g in GRAD_GEOMETRIES])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_col2im_kernel_gives_the_composed_gathers_bits(geometry, dtype, rng, monkeypatch):
+    from jtmini.ops import window
+    shape, *rest = geometry
+    args = _windows_args(shape, *rest)
+    x = rng.standard_normal(shape).astype(dtype)
+    dcols = rng.standard_normal((shape[1], *args[1], shape[0], *args[0])).astype(dtype)
+    dcols[:, :, :, 0] = -0.0                       # sample 0: every tap -0, whose sum keeps its sign
+    dcols[:, :, :, -1, ::2] *= 1e30                # large and small terms: the order of the adds shows
+    results = []
+    for fused in (True, False):
+        monkeypatch.setattr(window, "uses_col2im_kernel", lambda x, dcols, fused=fused: fused)
+        jx = jt.array(x)
+        (dx,) = jt.grad((conv_windows(jx, *args) * jt.array(dcols)).sum(), [jx])
+        ops = [s.root.op for s in schedule.plan([dx])]
+        assert ("conv_windows_grad" in ops) == fused
+        results.append(dx.numpy())
+    np.testing.assert_array_equal(results[0], results[1])
+    assert (np.signbit(results[0]) == np.signbit(results[1])).all()
+    _, reads = reference_windows(x, *args)
+    tol = dict(rtol=1e-5, atol=1e-6) if dtype == "float32" else dict(rtol=1e-12, atol=1e-12)
+    head = (shape[0] - 1,) + shape[1:]               # the samples without the large terms
+    np.testing.assert_allclose(results[0][:-1], reference_grad(dcols[:, :, :, :-1], head, reads), **tol)
+
+
+def test_col2im_kernel_is_bit_identical_at_any_thread_count_and_has_a_gradient(rng):
+    from jtmini.ops.window import conv_windows_grad
+    a = dict(stride=(1, 1), padding=(1, 1), dilation=(1, 1), first=(0, 0))
+    dcols = jt.array(rng.standard_normal((16, 3, 3, 8, 12, 12)))
+    results = []
+    for threads in (1, 2, 3):
+        with jt.flag_scope(num_threads=threads):
+            results.append(conv_windows_grad(dcols, (8, 16, 12, 12), a).numpy())
+    for other in results[1:]:
+        np.testing.assert_array_equal(results[0], other)
+    # its gradient is conv_windows, the adjoint: <col2im(d), y> = <d, im2col(y)>
+    y = rng.standard_normal((8, 16, 12, 12))
+    (g,) = jt.grad((conv_windows_grad(dcols, (8, 16, 12, 12), a) * jt.array(y)).sum(), [dcols])
+    cols, _ = reference_windows(y, (12, 12), (3, 3), (1, 1), (1, 1), (1, 1), (0, 0))
+    np.testing.assert_allclose(g.numpy(), cols, rtol=1e-12, atol=1e-12)
+
+
+def test_col2im_kernel_refuses_windows_that_do_not_fit():
+    from jtmini.ops.window import conv_windows_grad
+    a = dict(stride=(1, 1), padding=(0, 0), dilation=(1, 1), first=(0, 0))
+    with pytest.raises(ValueError, match=r"conv_windows_grad: dcols must be float .* x \(2, 3, 8, 8\), got \(4, 3, 3, 2, 6, 6\)"):
+        conv_windows_grad(jt.randn(4, 3, 3, 2, 6, 6), (2, 3, 8, 8), a)
+    with pytest.raises(ValueError, match="int32"):
+        conv_windows_grad(jt.zeros((3, 3, 3, 2, 6, 6), "int32"), (2, 3, 8, 8), a)
+
+
+def test_col2im_kernel_on_pooled_inputs_and_wide_maps():
+    x, w = jt.randn(2, 3, 12, 12), jt.randn(4, 3, 3, 3)
+    pooled = nn.max_pool2d(x, 2)                 # 6x6: narrow, but nothing would fuse with the gathers
+    for source, kernel in [(pooled, True), (pooled.relu(), False), (x.relu(), True), (x, True)]:
+        out = nn.conv2d(source, w, padding=1)
+        ops = [s.root.op for s in schedule.plan(jt.grad((out * out).sum(), [x]))]
+        assert ("conv_windows_grad" in ops) == kernel

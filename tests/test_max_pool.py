@@ -94,3 +94,69 @@ def test_the_op_itself_refuses_windows_of_padding_alone():
     from jtmini.ops.pooling import max_pool
     with pytest.raises(ValueError, match=r"padding \(2, 1\)"):
         max_pool(jt.randn(1, 1, 8, 8), (4, 8), (3, 3), (1, 1), (2, 1), (1, 1))
+
+
+# --- conv (here: a product), ReLU, max pool: the route applies ReLU's mask itself -------------------
+def _relu_pool(x, w, geometry, masked):
+    """ReLU then max pool of ``x * w``, the gradient of sum(out * v) wrt x and w, and the op names of
+    its plan; ``masked``: whether the route may take ReLU's mask (else relu_grad is a node)."""
+    from jtmini import schedule
+    from jtmini.ops import elementwise, pooling
+    kernel, stride, padding, dilation, ceil_mode = geometry
+    jx, jw = jt.array(x), jt.array(w)
+    h = (jx * jw).relu()
+    out = nn.max_pool2d(h, kernel, stride, padding, dilation, ceil_mode)
+    v = np.random.default_rng(5).standard_normal(out.shape)
+    original = pooling.relu_masked_route
+    if not masked:
+        pooling.relu_masked_route = lambda route: None
+    try:
+        grads = jt.grad((out * jt.array(v)).sum(), [jx, jw])
+    finally:
+        pooling.relu_masked_route = original
+    ops = [s.root.op for s in schedule.plan(grads)] + [n.op for s in schedule.plan(grads)
+                                                       for n in getattr(s, "nodes", [])]
+    del elementwise
+    return [g.numpy() for g in grads], ops, v
+
+
+@pytest.mark.parametrize("geometry", GEOMETRIES[:5], ids=[str(g) for g in GEOMETRIES[:5]])
+def test_route_with_relus_mask_gives_relu_grads_bits(geometry, rng):
+    x = rng.standard_normal((2, 3, 9, 10))
+    x[0, 0, :3] = 0.0                    # ReLU outputs of exactly 0 (and -0) win some windows
+    x[0, 1, :2] = -0.0
+    x[1, 2, 4, 4] = np.nan               # a NaN output wins and passes its gradient on
+    w = rng.standard_normal((1, 3, 1, 1))
+    (gx, gw), ops, _ = _relu_pool(x, w, geometry, masked=True)
+    (hx, hw), plain_ops, _ = _relu_pool(x, w, geometry, masked=False)
+    assert "relu_grad" not in ops and "relu_grad" in plain_ops
+    np.testing.assert_array_equal(gx, hx)
+    assert (np.signbit(gx) == np.signbit(hx)).all()
+    # w's gradient sums gx * x in a kernel fused differently (the mask is not in it): same terms,
+    # its SIMD partial sums may group them differently
+    np.testing.assert_allclose(gw, hw, rtol=1e-13, atol=0)
+
+
+def test_route_with_relus_mask_against_pytorch_with_second_gradient(rng):
+    geometry = GEOMETRIES[0]
+    x, w = rng.standard_normal((2, 3, 9, 9)), rng.standard_normal((1, 3, 1, 1))
+    jx, jw = jt.array(x), jt.array(w)
+    out = nn.max_pool2d((jx * jw).relu(), 3, 2, 1)
+    v, u = rng.standard_normal(out.shape), rng.standard_normal(x.shape)
+    (gx,) = jt.grad((out * jt.array(v)).sum(), [jx])
+    (ggw,) = jt.grad((gx * jt.array(u)).sum(), [jw])        # through the masked route's own gradient
+    tx, tw = torch.tensor(x, requires_grad=True), torch.tensor(w, requires_grad=True)
+    t_out = torch_pool((tx * tw).relu(), 3, 2, 1, 1, False)
+    (t_gx,) = torch.autograd.grad((t_out * torch.tensor(v)).sum(), [tx], create_graph=True)
+    (t_ggw,) = torch.autograd.grad((t_gx * torch.tensor(u)).sum(), [tw])
+    np.testing.assert_allclose(gx.numpy(), t_gx.detach().numpy(), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(ggw.numpy(), t_ggw.numpy(), rtol=1e-10, atol=1e-10)
+
+
+def test_relu_output_read_elsewhere_keeps_relu_grad():
+    from jtmini import schedule
+    x = jt.randn(2, 3, 8, 8)
+    h = x.relu()
+    loss = nn.max_pool2d(h, 2).sum() + (h * h).sum()       # the ReLU's gradient sums two parts
+    ops = [s.root.op for s in schedule.plan(jt.grad(loss, [x]))]
+    assert "max_pool_route" in ops

@@ -88,7 +88,9 @@ UNARY = {
     "atanh": ("std::atanh({0})", lambda d, out, x: d / (1 - x * x), True),
     "tanh": ("std::tanh({0})", lambda d, out, x: d * (1 - out * out), True),
     "sigmoid": ("(({T})1 / (({T})1 + std::exp(-{0})))", lambda d, out, x: d * out * (1 - out), True),
-    "relu": ("({0} < ({T})0 ? ({T})0 : {0})", lambda d, out, x: Var.node("relu_grad", [d, x]), False),  # NaN stays NaN
+    # NaN stays NaN. The gradient's mask reads the output (out > 0 exactly where x > 0, NaN and -0
+    # alike), so the kernel that computes relu need not store its input too for the backward pass
+    "relu": ("({0} < ({T})0 ? ({T})0 : {0})", lambda d, out, x: _relu_grad(d, out), False),
     # exact GELU, x * Phi(x); Phi through erfc keeps its relative accuracy deep in the left tail
     "gelu": ("(({T})0.5 * {0} * std::erfc({0} * ({T})-0.7071067811865476))",
              lambda d, out, x: Var.node("gelu_grad", [d, x]), True),
@@ -105,6 +107,17 @@ UNARY = {
     "digamma": ("jt_digamma({0})", lambda d, out, x: d * x.trigamma(), True),
     "trigamma": ("jt_trigamma({0})", lambda d, out, x: _no_grad_of("trigamma", "digamma's second derivative"), True),
 }
+
+def _relu_grad(d, out):
+    """``relu_grad(d, out)``; where ``d`` is a max pool's route of ``out`` (conv, ReLU, pool), the
+    route with the mask applied inside (``pooling.relu_masked_route``): one pass fewer."""
+    if d.op == "max_pool_route" and d.inputs[0] is out:
+        from .pooling import relu_masked_route
+        masked = relu_masked_route(d)
+        if masked is not None:
+            return masked
+    return Var.node("relu_grad", [d, out])
+
 
 def _no_grad_of(name, what):
     """The gradient rule of an op whose derivative jtmini does not provide: an error, never a zero."""

@@ -63,18 +63,20 @@ def check_padding(who, kernel, padding, dilation):
 
 def _kernel(backend, mode, dtype, a, in_hw):
     geometry = tuple(tuple(a[g]) for g in GEOMETRY)
-    key = (backend.name, mode, dtype, geometry, in_hw, tuple(a["out_hw"]))
+    relu_mask = bool(a.get("relu_mask", False))
+    key = (backend.name, mode, dtype, geometry, in_hw, tuple(a["out_hw"]), relu_mask)
     fn = _kernels.get(key)
     if fn is None:
-        context = kernel_context(mode, dtypes.C_TYPES[dtype], geometry, in_hw, a["out_hw"])
+        context = kernel_context(mode, dtypes.C_TYPES[dtype], geometry, in_hw, a["out_hw"], relu_mask)
         fn = _kernels[key] = backend.kernel("max_pool", **context)
     return fn
 
 
-def kernel_context(mode, ctype, geometry, in_hw, out_hw):
+def kernel_context(mode, ctype, geometry, in_hw, out_hw, relu_mask=False):
     """What ``templates/cpu/max_pool.cc.j2`` is rendered with: ``mode`` "pick" or "route",
-    ``geometry`` the (h, w) pairs kernel, stride, padding, dilation. Everything but the number of
-    planes is compiled in."""
+    ``geometry`` the (h, w) pairs kernel, stride, padding, dilation; ``relu_mask``: a route that
+    also applies ReLU's gradient mask (CPU only, see ``relu_masked_route``). Everything but the
+    number of planes is compiled in."""
     (kh, kw), (sh, sw), (ph, pw), (dh, dw) = geometry
     # the frame holds every window whole: padding both sides, and any overhang of ceil_mode
     frame_h = max(in_hw[0] + 2 * ph, (out_hw[0] - 1) * sh + (kh - 1) * dh + 1)
@@ -82,7 +84,8 @@ def kernel_context(mode, ctype, geometry, in_hw, out_hw):
     # the frame is split by phase modulo the strides: row r is row r // sh of phase r % sh
     phase_h, phase_w = -(-frame_h // sh), -(-frame_w // sw)
     return dict(mode=mode, ctype=ctype, kh=kh, kw=kw, sh=sh, sw=sw, ph=ph, pw=pw, dh=dh, dw=dw,
-                height=in_hw[0], width=in_hw[1], ho=out_hw[0], wo=out_hw[1], phase_h=phase_h, phase_w=phase_w)
+                height=in_hw[0], width=in_hw[1], ho=out_hw[0], wo=out_hw[1], phase_h=phase_h, phase_w=phase_w,
+                relu_mask=relu_mask)
 
 
 def _run(mode):
@@ -100,10 +103,29 @@ def _node(mode, x, src, a):
     return Var.node(f"max_pool_{mode}", [x, src], **{k: a[k] for k in GEOMETRY + ("out_hw",)})
 
 
+def _route_grad(d, out, inputs, a):
+    x = inputs[0]
+    if a.get("relu_mask"):          # route then ReLU's mask: its adjoint masks first, then picks
+        d = Var.node("relu_grad", [d, x])
+    return [None, _node("pick", x, d, a)]
+
+
 register(OpSpec("max_pool_pick", "library", infer=_infer("pick"), run=_run("pick"),
                 grad=lambda d, out, inputs, a: [None, _node("route", inputs[0], d, a)]))
-register(OpSpec("max_pool_route", "library", infer=_infer("route"), run=_run("route"),
-                grad=lambda d, out, inputs, a: [None, _node("pick", inputs[0], d, a)]))
+register(OpSpec("max_pool_route", "library", infer=_infer("route"), run=_run("route"), grad=_route_grad))
+
+
+def relu_masked_route(route):
+    """``relu_grad(route, x)`` for a ``max_pool_route(x, src)`` node whose ``x`` is the output of
+    the ReLU being differentiated (conv, ReLU, max pool: VGG's layers), as one route that zeroes
+    the winners where ``x <= 0``: the same values without a pass over the whole gradient. None
+    where that does not apply: another op, a route masked already, or a GPU run (whose route
+    kernel has no mask)."""
+    from .softmax import runs_fused
+    if route.op != "max_pool_route" or route.attrs.get("relu_mask") or not runs_fused():
+        return None
+    a = route.attrs
+    return Var.node("max_pool_route", list(route.inputs), relu_mask=True, **{k: a[k] for k in GEOMETRY + ("out_hw",)})
 
 
 def max_pool(x, out_hw, kernel, stride, padding, dilation):

@@ -20,7 +20,7 @@ from .. import codegen, compiler, dtypes, numpy_views
 from ..flags import flags
 from ..ops.registry import OPS
 from ..state import register_cache
-from . import blas
+from . import blas, memory
 from .base import Backend, HandKernel
 from .pointers import address
 
@@ -227,3 +227,4 @@ class _Cpu(Backend):
 
 
 BACKEND = _Cpu()
+memory.keep_freed_pages()      # a step's buffers reuse the last step's pages (no page faults)
