@@ -266,14 +266,28 @@ class Var:
         data = self.sync()._data
         if isinstance(data, np.ndarray) and data.flags.writeable:
             return data
-        view = self._view
-        if view is not None and view[0]._version == view[2] and view[0].shape[1:] == self.shape:
-            fresh = view[0]._own_buffer()[view[1]]      # x[k]: a view into x's own buffer
-        else:
+        fresh = self._view_of_source_buffer()
+        if fresh is None:
             fresh = np.array(_host(data), copy=True, order="C")
             _exposed[id(fresh)] = fresh
         self._data, self._handed = fresh, None
         return fresh
+
+    def _view_of_source_buffer(self):
+        """For ``x[index]`` with a basic index (ints, slices, None, ...) and x not rebound since:
+        the C-contiguous view of x's own buffer it is, as Jittor shares that memory; else None."""
+        if self._view is None or self._view[0]._version != self._view[2]:
+            return None
+        source, index, _ = self._view
+        index = (index if isinstance(index, tuple) else (index,))
+        index = index if any(i is Ellipsis for i in index) else index + (Ellipsis,)   # a 0-d view, not a scalar
+        # numpy's answer on a C-ordered array of the source's shape that reads no memory
+        strides = [math.prod(source.shape[k + 1:]) for k in range(len(source.shape))]
+        probe = np.lib.stride_tricks.as_strided(np.zeros(1, np.uint8), source.shape, strides,
+                                                writeable=False)[index]
+        if probe.shape != self.shape or not probe.flags.c_contiguous:
+            return None
+        return source._own_buffer()[index]
 
     def _shareable_data(self):
         """This Var's computed buffer for another Var to hold too: a read-only copy where
@@ -436,7 +450,7 @@ class Var:
         for an int k and x has not been rebound since, write the new value into x as well, as
         Jittor's cascade setitem does, so ``a[1][2] = v`` changes ``a``. Only a single int index
         counts, as in Jittor: the result of any other index is a value of its own."""
-        if self._view is None:
+        if self._view is None or not _is_int_index(self._view[1]):
             return
         source, k, version = self._view
         if source._version != version:      # the source holds another value now: no view of it
@@ -549,13 +563,19 @@ def install_methods():
 
 
 def _getitem(self, index):
-    """``x[index]``; ``x[k]`` for an int k remembers x, k and x's version, for ``_write_back``.
+    """``x[index]``; a basic index (ints, slices, None, ...) remembers x, the index and x's version:
+    for ``_write_back`` (an int index) and for ``.data`` (a view into x's buffer, as in Jittor).
     The reference to x is strong, as Jittor's graph edge is: in ``a[1][2] = v`` nothing else holds
     the temporary ``a[1]``."""
     result = METHODS["getitem"](self, index)
-    if isinstance(index, (int, np.integer)) and not isinstance(index, (bool, np.bool_)):
+    if all(_is_int_index(i) or i is None or i is Ellipsis or type(i) is slice
+           for i in (index if type(index) is tuple else (index,))):
         result._view = (self, index, self._version)
     return result
+
+
+def _is_int_index(index):
+    return isinstance(index, (int, np.integer)) and not isinstance(index, (bool, np.bool_))
 
 
 def _setitem(self, index, value):

@@ -169,17 +169,34 @@ def test_gradient_through_a_var_whose_data_was_read_and_written():
     np.testing.assert_allclose(jt.grad((y * y).sum(), xj).numpy()[0], 6 * y.numpy()[0])
 
 
-def test_data_of_intermediate_and_of_int_row_views():
-    x = rand(3, 5)
+def test_data_of_a_basic_index_result_shares_the_sources_memory_where_contiguous():
+    x = rand(4, 3, 5)
     a = (jt.array(x) + 1).sync()
-    r = a[2]
-    r.data[1:3] = 0.0              # a[k]: a view into a.data, as Jittor's shared memory
-    x[2, 1:3] = -1.0
-    np.testing.assert_allclose(a.numpy(), x + 1)
-    np.testing.assert_allclose(r.numpy(), (x + 1)[2])
-    part = a[0:2]                  # any other index is a value of its own: no write back
-    part.data[0, 0] = 99.0
-    assert a.numpy()[0, 0] != 99.0 and part.numpy()[0, 0] == 99.0
+    expect = x + 1
+    for index in [2, (1, 2), (slice(1, 3),), (None, 1), Ellipsis, (3, Ellipsis)]:
+        r = a[index]
+        r.data[...] = -7.0
+        expect[index] = -7.0
+        np.testing.assert_allclose(a.numpy(), expect, err_msg=str(index))
+    s = a[1, 2, 4]
+    s.data[0] = 5.0                # a 0-d result: its 1-element .data is a view too
+    expect[1, 2, 4] = 5.0
+    np.testing.assert_allclose(a.numpy(), expect)
+    for index in [(slice(None), slice(0, 2)), (Ellipsis, 1), (slice(None, None, 2),)]:
+        r = a[index]               # not contiguous in a: a value of its own, as in Jittor
+        r.data[...] = 99.0
+        assert (r.numpy() == 99.0).all() and not (a.numpy() == 99.0).any(), index
+
+
+def test_data_view_of_a_source_rebound_since_is_a_copy():
+    x = rand(3, 4)
+    a = jt.array(x)
+    r = a[1]
+    a[0] = 0.0                     # a holds another value now: r is no view of it
+    r.data[0] = 8.0
+    x[0] = 0.0
+    np.testing.assert_allclose(a.numpy(), x)
+    assert r.numpy()[0] == 8.0
 
 
 def test_arrays_derived_from_data_are_plain_ndarrays():
