@@ -265,13 +265,25 @@ class Var:
         """This Var's value as a writable host array that is its own (what ``.data`` hands out)."""
         data = self.sync()._data
         if isinstance(data, np.ndarray) and data.flags.writeable:
-            return data
+            if data.base is None or _exposed_base(data) is not None:
+                return data
+            self._release_buffer()      # a view into x's buffer, and x was rebound since
         fresh = self._view_of_source_buffer()
         if fresh is None:
             fresh = np.array(_host(data), copy=True, order="C")
             _exposed[id(fresh)] = fresh
         self._data, self._handed = fresh, None
         return fresh
+
+    def _release_buffer(self):
+        """Turn the buffer ``.data`` handed out (and the array itself) read-only: this Var is
+        about to hold another, so later writes through it would reach no Var."""
+        if isinstance(self._data, np.ndarray) and self._data.flags.writeable:
+            self._data.flags.writeable = False
+            handed = self._handed() if self._handed is not None else None
+            if handed is not None:
+                handed.flags.writeable = False
+            self._handed = None
 
     def _view_of_source_buffer(self):
         """For ``x[index]`` with a basic index (ints, slices, None, ...) and x not rebound since:
@@ -412,12 +424,7 @@ class Var:
         ``source`` may itself consume this handle (``x[0] = v`` builds ``where(mask, v, x)``): it is
         retargeted with the others BEFORE its inputs are copied, so the handle reads the old node
         and the graph has no cycle."""
-        if isinstance(self._data, np.ndarray) and self._data.flags.writeable:
-            self._data.flags.writeable = False      # what .data handed out is this Var no more
-            handed = self._handed() if self._handed is not None else None
-            if handed is not None:
-                handed.flags.writeable = False
-            self._handed = None
+        self._release_buffer()
         old = Var(self.op, self.inputs, self.attrs, self.shape, self.dtype, self._data)
         old._stop_grad, old._backward = self._stop_grad, self._backward
         if old._data is None and id(self) in rebound:     # the previous update, still to be stored

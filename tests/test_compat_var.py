@@ -188,6 +188,21 @@ def test_data_of_a_basic_index_result_shares_the_sources_memory_where_contiguous
         assert (r.numpy() == 99.0).all() and not (a.numpy() == 99.0).any(), index
 
 
+def test_data_view_whose_source_is_rebound_later_turns_read_only():
+    x = rand(3, 4)
+    a = jt.array(x)
+    r = a[1]
+    d = r.data                     # a view into a.data
+    a.assign(jt.zeros(3, 4))       # a holds another value: r's array is stale
+    d2 = r.data                    # r keeps its own value, now in a buffer of its own
+    assert not d.flags.writeable and d2.flags.writeable
+    d2[0] = 3.0
+    expect = x[1].copy()
+    expect[0] = 3.0
+    np.testing.assert_allclose(r.numpy(), expect)
+    assert (a.numpy() == 0).all()
+
+
 def test_data_view_of_a_source_rebound_since_is_a_copy():
     x = rand(3, 4)
     a = jt.array(x)
