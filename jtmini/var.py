@@ -241,9 +241,10 @@ class Var:
         old (read-only) buffer keep their value; later ones return that same array. A node built
         from this Var and computed after a write sees the write, as in Jittor. Once the Var is
         given another value (``assign``, ``x[i] = v``, an optimizer step), the array handed out
-        turns read-only: read ``.data`` again. ``x[k].data`` for an int k (and x not rebound since)
-        is a view into ``x.data``, so writes through it change x, as Jittor's shared memory does.
-        A 0-d Var gives a 1-element array, as in Jittor (``correct.sum().data[0]``)."""
+        turns read-only: read ``.data`` again. ``x[index].data`` for a basic index (ints, slices,
+        None, ...) whose result is C-contiguous in x, x not rebound since, is a view into
+        ``x.data``, so writes through it change x, as Jittor's shared memory does. A 0-d Var gives
+        a 1-element array, as in Jittor (``correct.sum().data[0]``)."""
         buffer = self._own_buffer()
         handed = self._handed() if self._handed is not None else None
         if handed is None:
@@ -291,8 +292,9 @@ class Var:
         if self._view is None or self._view[0]._version != self._view[2]:
             return None
         source, index, _ = self._view
-        index = (index if isinstance(index, tuple) else (index,))
-        index = index if any(i is Ellipsis for i in index) else index + (Ellipsis,)   # a 0-d view, not a scalar
+        index = index if isinstance(index, tuple) else (index,)
+        if not any(i is Ellipsis for i in index):
+            index += (Ellipsis,)            # so that all-int indexes give a 0-d view, not a scalar
         # numpy's answer on a C-ordered array of the source's shape that reads no memory
         strides = [math.prod(source.shape[k + 1:]) for k in range(len(source.shape))]
         probe = np.lib.stride_tricks.as_strided(np.zeros(1, np.uint8), source.shape, strides,
