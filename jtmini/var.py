@@ -271,7 +271,8 @@ class Var:
             self._release_buffer()      # a view into x's buffer, and x was rebound since
         fresh = self._view_of_source_buffer()
         if fresh is None:
-            fresh = np.array(_host(data), copy=True, order="C")
+            host = _host(data)          # a GPU value's host copy is new already: no second copy
+            fresh = np.array(host, copy=True if host is data else None, order="C")
             _exposed[id(fresh)] = fresh
         self._data, self._handed = fresh, None
         return fresh
