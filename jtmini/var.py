@@ -230,8 +230,9 @@ class Var:
 
     @property
     def data(self):
-        """The value as a plain numpy array sharing this Var's memory, as in Jittor: writes
-        through it (``a.data[0] = 5``, ``a.data += 1``, ``a.data[1:][0] = 2``) change this Var.
+        """The value as a zero-copy numpy array; writes through it change this Var, as in Jittor
+        (``a.data[0] = 5``, ``a.data += 1``, ``a.data[1:][0] = 2``): a plain ``np.ndarray``
+        sharing this Var's memory.
 
             >>> a = jt.array([1, 2, 3])
             >>> a.data[1] = -2; a.data += 1; a.numpy()
