@@ -66,120 +66,35 @@ def untrack(v):
     return v
 
 
-class _DataView(np.ndarray):
-    """What ``Var.data`` returns: a zero-copy view of the Var's (read-only) buffer whose writes go
-    to the Var, as in Jittor. A write (``d[i] = v``, ``d += 1``, a ufunc's ``out=d``) copies the
-    Var's current value, applies the write and rebinds the Var to the copy (``assign``), so a Var
-    sharing the old buffer (a view, a cached constant, a node built earlier) keeps its value.
-
-        >>> a = jt.array([1, 2, 3])
-        >>> a.data[1] = -2; a.data += 1; a.numpy()
-        array([ 2, -1,  4], dtype=int32)
-
-    The array itself keeps showing the value it was taken at: read ``a.data`` again after a write.
-    Arrays derived from it (``d[1:]``, ``d.T``, ``d.astype(...)``) are plain ndarrays, read-only
-    where they are views: write through ``d`` itself (``d[1:] = v``)."""
-
-    def __setitem__(self, index, value):
-        owner = self._owner_or_raise()
-        if owner is None:
-            return np.ndarray.__setitem__(self, index, value)
-        fresh = self._fresh_copy()
-        fresh[index] = np.asarray(value) if isinstance(value, Var) else value
-        self._commit(owner, fresh)
-
-    def __array_ufunc__(self, ufunc, method, *inputs, out=None, **kwargs):
-        plain = tuple(x.view(np.ndarray) if isinstance(x, _DataView) else x for x in inputs)
-        if out is None:
-            return getattr(ufunc, method)(*plain, **kwargs)
-        targets = [(o, o._owner_or_raise()) if isinstance(o, _DataView) else (o, None) for o in out]
-        fresh = tuple(o._fresh_copy() if owner is not None else o for o, owner in targets)
-        # ``d += 1`` reads the Var's current value (earlier writes through d included), not d's
-        current = {id(o): f for (o, _), f in zip(targets, fresh)}
-        plain = tuple(current.get(id(x), p) for x, p in zip(inputs, plain))
-        result = getattr(ufunc, method)(*plain, out=fresh, **kwargs)
-        for (o, owner), f in zip(targets, fresh):
-            if owner is not None:
-                self._commit(owner, f)
-        # the written arrays themselves, so ``d += 1`` leaves the name d bound to a.data's view
-        return out[0] if len(out) == 1 else out
-
-    def __array_function__(self, func, types, args, kwargs):
-        # numpy's functions that write into their first argument write into the Var
-        if func in _WRITING_FUNCTIONS and args and isinstance(args[0], _DataView):
-            owner = args[0]._owner_or_raise()
-            if owner is not None:
-                fresh = args[0]._fresh_copy()
-                func(fresh, *args[1:], **kwargs)
-                return self._commit(owner, fresh)
-        return func(*map(_plain, args), **{k: _plain(v) for k, v in kwargs.items()})
-
-    def fill(self, value):
-        self[...] = value
-
-    def sort(self, *args, **kwargs):
-        np.copyto(self, np.sort(self.view(np.ndarray), *args, **kwargs))
-
-    def __repr__(self):
-        return repr(self.view(np.ndarray))
-
-    def __reduce__(self):
-        return self.view(np.ndarray).__reduce__()     # pickles as a plain array, without its Var
-
-    def _owner_or_raise(self):
-        """The Var this array writes to; None for a writable copy (``d.copy()``), an error for a
-        read-only array derived from ``.data`` that does not know where it sits in the Var."""
-        owner = self.__dict__.get("_owner")
-        if owner is None and not self.flags.writeable:
-            raise ValueError("this array is a read-only view derived from a Var's .data (sliced, "
-                             "reshaped or transposed): write through the Var's .data itself "
-                             "(a.data[1:] = v) or use a.assign(...)")
-        return owner
-
-    def _fresh_copy(self):
-        """A writable copy of the owner's current value, in this array's shape (1-element for a 0-d Var)."""
-        return np.array(_host(self._owner.sync()._data), copy=True).reshape(self.shape)
-
-    @staticmethod
-    def _commit(owner, fresh):
-        owner.assign(services.array(fresh.reshape(owner.shape), owner.dtype))
-        owner._write_back()
+# id -> the host array a Var's ``.data`` handed out (its own, writable buffer), so a view computed
+# from it is copied rather than kept (``Var._set_value``): a later write must not reach that view.
+_exposed = weakref.WeakValueDictionary()
 
 
-_WRITING_FUNCTIONS = (np.copyto, np.put, np.putmask, np.place, np.fill_diagonal)
+def _exposed_base(array):
+    """The writable buffer handed out by ``.data`` that ``array`` is a view of, or None."""
+    base = array
+    while getattr(base, "base", None) is not None:      # as_strided's views hold a DummyArray
+        base = base.base
+    if base is array or not isinstance(base, np.ndarray) or not base.flags.writeable:
+        return None
+    return base if _exposed.get(id(base)) is base else None
 
 
-def _plain(x):
-    """``x`` with ``_DataView`` arrays (also inside a list or tuple) as plain ndarray views."""
-    if isinstance(x, _DataView):
-        return x.view(np.ndarray)
-    if type(x) in (list, tuple):
-        return type(x)(map(_plain, x))
-    return x
+class _Holder:
+    """What an array from ``.data`` is a view of: the Var's buffer and the Var itself, so the Var
+    lives as long as the array does, as in Jittor (the Var holds the array only weakly: no cycle)."""
+    __slots__ = ("base", "var", "__array_interface__")
+
+    def __init__(self, buffer, var):
+        self.base, self.var = buffer, var
+        self.__array_interface__ = buffer.__array_interface__
 
 
-def _plain_method(name):
-    method = getattr(np.ndarray, name)
-
-    def plain(self, *args, **kwargs):
-        return method(self.view(np.ndarray), *args, **kwargs)
-    plain.__name__ = name
-    return plain
-
-
-# What is derived from ``.data`` is a plain ndarray (code checks ``type(a) == np.ndarray``), a
-# read-only one where it is a view of the Var's buffer.
-for _name in ("__getitem__", "astype", "copy", "__copy__", "__deepcopy__", "reshape", "transpose",
-              "swapaxes", "squeeze", "flatten", "ravel", "diagonal", "take", "repeat", "round", "clip",
-              "cumsum", "cumprod", "argmax", "argmin", "argsort", "nonzero", "dot", "mean", "std", "var",
-              "sum", "prod", "max", "min", "all", "any", "conj", "compress", "searchsorted"):
-    setattr(_DataView, _name, _plain_method(_name))
-_DataView.T = property(lambda self: self.view(np.ndarray).T)
-
-
-class _ScalarData(_DataView):
-    """``.data`` of a 0-d Var: Jittor's 1-element array (``x.sum().data[0]``) that still converts
-    with ``float()``/``int()``, which numpy >= 2.4 refuses for any array that is not 0-d."""
+class _ScalarData(np.ndarray):
+    """``.data`` of a 0-d Var: Jittor's 1-element array (``x.sum().data[0]``), sharing the Var's
+    memory, that still converts with ``float()``/``int()``, which numpy >= 2.4 refuses for any
+    array that is not 0-d."""
 
     def __float__(self):
         return float(self.item())
@@ -189,6 +104,27 @@ class _ScalarData(_DataView):
 
     def __complex__(self):
         return complex(self.item())
+
+    def __array_ufunc__(self, ufunc, method, *inputs, out=None, **kwargs):
+        # results are plain arrays; an ``out=`` of this class writes the same memory
+        inputs = tuple(_plain(x) for x in inputs)
+        if out is not None:
+            kwargs["out"] = tuple(_plain(x) for x in out)
+        return getattr(ufunc, method)(*inputs, **kwargs)
+
+    def __array_function__(self, func, types, args, kwargs):
+        return func(*(_plain(x) for x in args), **{k: _plain(v) for k, v in kwargs.items()})
+
+    def __repr__(self):
+        return repr(self.view(np.ndarray))
+
+    def __reduce__(self):
+        return self.view(np.ndarray).__reduce__()     # pickles as a plain array
+
+
+def _plain(x):
+    """``x`` as a plain ndarray view where it is a ``_ScalarData``."""
+    return x.view(np.ndarray) if isinstance(x, _ScalarData) else x
 
 
 class Shape(tuple):
@@ -240,7 +176,7 @@ def _shape_of(shape):
 
 class Var:
     __slots__ = ("op", "inputs", "attrs", "shape", "dtype", "_data", "_stop_grad", "_backward", "_consumers",
-                 "id", "_name", "_version", "_view", "__weakref__",
+                 "id", "_name", "_version", "_view", "_handed", "__weakref__",
                  "__dict__")    # attributes of the user's own (``v.is_param = True``), as in Jittor
     __hash__ = object.__hash__       # __eq__ builds a node, identity stays the hash
     # numpy's operators defer to ours: np.float32(0.5) * x and array * x are Vars (as in PyTorch),
@@ -257,6 +193,7 @@ class Var:
         self._backward = None        # (inputs, rule) set by autograd.custom_grad
         self.id, self._name = next(_ids), ""
         self._version, self._view = 0, None     # see _write_back
+        self._handed = None             # a weak reference to the array .data handed out
         ref = weakref.ref(self)
         _link(self.inputs, ref)
         if data is None:
@@ -322,20 +259,93 @@ class Var:
     @property
     def data(self):
         """The value as a zero-copy numpy array; writes through it change this Var, as in Jittor
-        (``a.data[0] = 5``, ``a.data += 1``; see ``_DataView``). As in Jittor, a 0-d Var gives a
-        1-element array, so ``correct.sum().data[0]`` works."""
-        value = _host(self.sync()._data)
-        value.flags.writeable = False       # a GPU value's host copy too: read-only as a host value
-        view = value.reshape(1).view(_ScalarData) if value.ndim == 0 else value.view(_DataView)
-        view._owner = self
-        return view
+        (``a.data[0] = 5``, ``a.data += 1``, ``a.data[1:][0] = 2``): a plain ``np.ndarray``
+        sharing this Var's memory.
+
+            >>> a = jt.array([1, 2, 3])
+            >>> a.data[1] = -2; a.data += 1; a.numpy()
+            array([ 2, -1,  4], dtype=int32)
+
+        The first ``.data`` gives the Var a writable copy of its own, so Vars that shared the
+        old (read-only) buffer keep their value; later ones return that same array. A node built
+        from this Var and computed after a write sees the write, as in Jittor. Once the Var is
+        given another value (``assign``, ``x[i] = v``, an optimizer step), the array handed out
+        turns read-only: read ``.data`` again. ``x[index].data`` for a basic index (ints, slices,
+        None, ...) whose result is C-contiguous in x, x not rebound since, is a view into
+        ``x.data``, so writes through it change x, as Jittor's shared memory does. A 0-d Var gives
+        a 1-element array, as in Jittor (``correct.sum().data[0]``)."""
+        buffer = self._own_buffer()
+        handed = self._handed() if self._handed is not None else None
+        if handed is None:
+            handed = np.asarray(_Holder(buffer, self))
+            handed = handed.reshape(1).view(_ScalarData) if buffer.ndim == 0 else handed
+            self._handed = weakref.ref(handed)
+        return handed
 
     @data.setter
     def data(self, value):
         # Jittor's ``v.data = array``: a new value in place, as ``assign`` (same shape, cast to dtype)
-        if isinstance(value, _DataView) and value.__dict__.get("_owner") is self:
-            return      # ``v.data += 1`` ends with ``v.data = <the view>``: the write is done already
+        if self._handed is not None and value is self._handed():
+            return      # ``v.data += 1`` ends with ``v.data = <the array>``: the write is done already
+        if not self.shape and not isinstance(value, Var) and np.size(value) == 1:
+            value = np.reshape(value, ())       # a 0-d Var's .data is 1-element: take one back
         self.assign(value)
+
+    def _own_buffer(self):
+        """This Var's value as a writable host array that is its own (what ``.data`` hands out)."""
+        data = self.sync()._data
+        if isinstance(data, np.ndarray) and data.flags.writeable:
+            if data.base is None or _exposed_base(data) is not None:
+                return data
+            self._release_buffer()      # a view into x's buffer, and x was rebound since
+        fresh = self._view_of_source_buffer()
+        if fresh is None:
+            host = _host(data)          # a GPU value's host copy is new already: no second copy
+            fresh = np.array(host, copy=True if host is data else None, order="C")
+            _exposed[id(fresh)] = fresh
+        self._data, self._handed = fresh, None
+        return fresh
+
+    def _release_buffer(self):
+        """Turn the buffer ``.data`` handed out (and the array itself) read-only: this Var is
+        about to hold another, so later writes through it would reach no Var."""
+        if isinstance(self._data, np.ndarray) and self._data.flags.writeable:
+            self._data.flags.writeable = False
+            handed = self._handed() if self._handed is not None else None
+            if handed is not None:
+                handed.flags.writeable = False
+            self._handed = None
+
+    def _view_of_source_buffer(self):
+        """For ``x[index]`` with a basic index (ints, slices, None, ...) and x not rebound since:
+        the C-contiguous view of x's own buffer it is, as Jittor shares that memory; else None."""
+        if self._view is None or self._view[0]._version != self._view[2]:
+            return None
+        source, index, _ = self._view
+        index = index if isinstance(index, tuple) else (index,)
+        if not any(i is Ellipsis for i in index):
+            index += (Ellipsis,)            # so that all-int indexes give a 0-d view, not a scalar
+        # numpy's answer on a C-ordered array of the source's shape that reads no memory
+        strides = [math.prod(source.shape[k + 1:]) for k in range(len(source.shape))]
+        probe = np.lib.stride_tricks.as_strided(np.zeros(1, np.uint8), source.shape, strides,
+                                                writeable=False)[index]
+        if probe.shape != self.shape or not probe.flags.c_contiguous:
+            return None
+        return source._own_buffer()[index]
+
+    def _shareable_data(self):
+        """This Var's computed buffer for another Var to hold too: a read-only copy where
+        ``.data`` handed it out, so writes through that array reach this Var only."""
+        data = self._data
+        if isinstance(data, np.ndarray) and data.flags.writeable:
+            data = data.copy()
+            data.flags.writeable = False
+        return data
+
+    def _value(self):
+        """The value as a host numpy array, read-only unless ``.data`` handed it out (jtmini's
+        own reads use this, so they neither copy nor hand out the buffer)."""
+        return _host(self.sync()._data)
 
     def item(self):
         if self.numel() != 1:
@@ -408,7 +418,7 @@ class Var:
     def detach(self):
         """A new Var with the same value and no gradient history."""
         if self._data is not None:
-            return Var(None, (), {}, self.shape, self.dtype, self._data)
+            return Var(None, (), {}, self.shape, self.dtype, self._shareable_data())
         return Var.node("detach", [self])
 
     # --- rebinding -----------------------------------------------------------------------------
@@ -424,7 +434,7 @@ class Var:
         if value.dtype != self.dtype:
             value = value.cast(self.dtype)
         if value._data is not None:       # an optimizer's new value: computed already
-            self._rebind(None, value._data)
+            self._rebind(None, value._shareable_data())
         else:
             self._rebind(Var.node("detach", [value]))
         return self
@@ -446,6 +456,7 @@ class Var:
         ``source`` may itself consume this handle (``x[0] = v`` builds ``where(mask, v, x)``): it is
         retargeted with the others BEFORE its inputs are copied, so the handle reads the old node
         and the graph has no cycle."""
+        self._release_buffer()
         old = Var(self.op, self.inputs, self.attrs, self.shape, self.dtype, self._data)
         old._stop_grad, old._backward = self._stop_grad, self._backward
         if old._data is None and id(self) in rebound:     # the previous update, still to be stored
@@ -477,7 +488,7 @@ class Var:
         for an int k and x has not been rebound since, write the new value into x as well, as
         Jittor's cascade setitem does, so ``a[1][2] = v`` changes ``a``. Only a single int index
         counts, as in Jittor: the result of any other index is a value of its own."""
-        if self._view is None:
+        if self._view is None or not _is_int_index(self._view[1]):
             return
         source, k, version = self._view
         if source._version != version:      # the source holds another value now: no view of it
@@ -491,6 +502,8 @@ class Var:
         detached value, an updated parameter, a ``stop_grad`` statistic updated by ``+=`` every
         step) forgets its inputs, so history cannot pile up from step to step."""
         if isinstance(data, np.ndarray):     # a GPU buffer (cupy) has no read-only flag
+            if _exposed_base(data) is not None:     # a view of what .data handed out: later
+                data = data.copy()                  # writes through that must not reach it
             data.flags.writeable = False
         self._data = data
         _pending.pop(id(self), None)
@@ -588,13 +601,19 @@ def install_methods():
 
 
 def _getitem(self, index):
-    """``x[index]``; ``x[k]`` for an int k remembers x, k and x's version, for ``_write_back``.
+    """``x[index]``; a basic index (ints, slices, None, ...) remembers x, the index and x's version:
+    for ``_write_back`` (an int index) and for ``.data`` (a view into x's buffer, as in Jittor).
     The reference to x is strong, as Jittor's graph edge is: in ``a[1][2] = v`` nothing else holds
     the temporary ``a[1]``."""
     result = METHODS["getitem"](self, index)
-    if isinstance(index, (int, np.integer)) and not isinstance(index, (bool, np.bool_)):
+    if all(_is_int_index(i) or i is None or i is Ellipsis or type(i) is slice
+           for i in (index if type(index) is tuple else (index,))):
         result._view = (self, index, self._version)
     return result
+
+
+def _is_int_index(index):
+    return isinstance(index, (int, np.integer)) and not isinstance(index, (bool, np.bool_))
 
 
 def _setitem(self, index, value):

@@ -56,10 +56,13 @@ def test_data_write_leaves_sharing_vars_alone():
     a = jt.array(x)
     b = a.detach()                 # shares a's buffer
     c = a.reshape(3, 2).sync()     # a zero-copy view of it
-    lazy = a * 2                   # built before the write: sees the value a had then
+    done = (a * 2).sync()          # computed before the write: keeps the value a had then
+    lazy = a * 2                   # computed after the write: sees it, as in Jittor
     a.data[0, 0] = 100.0
     np.testing.assert_array_equal(b.numpy(), x)
     np.testing.assert_array_equal(c.numpy(), x.reshape(3, 2))
+    np.testing.assert_allclose(done.numpy(), x * 2)
+    x[0, 0] = 100.0
     np.testing.assert_allclose(lazy.numpy(), x * 2)
     assert a.numpy()[0, 0] == 100.0
 
@@ -81,13 +84,134 @@ def test_data_write_errors():
     a = jt.array(rand(2, 3))
     with pytest.raises(ValueError, match="broadcast"):
         a.data[0] = np.ones(4)
-    with pytest.raises(ValueError, match="read-only"):     # a view of a view: numpy's own error
-        a.data[1:][0, 0] = 1.0
-    with pytest.raises(ValueError, match="read-only"):
-        a.data.T[0, 0] = 1.0
     c = a.data.copy()              # a copy is the user's own array
     c[0, 0] = 5.0
     assert a.numpy()[0, 0] != 5.0
+    stale = a.data
+    a.assign(jt.zeros(2, 3))       # a holds another value now: the array handed out is stale
+    with pytest.raises(ValueError, match="read-only"):
+        stale[0, 0] = 1.0
+    a.data[0, 0] = 1.0             # read .data again to write
+    assert a.numpy()[0].tolist() == [1.0, 0.0, 0.0]
+
+
+def test_data_is_a_plain_ndarray_sharing_the_vars_memory():
+    x = rand(3, 4)
+    a = jt.array(x)
+    d = a.data
+    assert type(d) is np.ndarray and a.data is d         # one array, as long as a holds it
+    d[1:][0, 0] = -1.0             # views of it write through, as numpy's (and Jittor's) do
+    d.T[2, 0] = -2.0
+    x[1, 0], x[0, 2] = -1.0, -2.0
+    np.testing.assert_array_equal(a.numpy(), x)
+
+
+@pytest.mark.parametrize("make", ["leaf", "computed", "non_contiguous", "bool", "int"])
+def test_data_is_exactly_ndarray_for_libraries_that_check_the_type(make):
+    x = rand(4, 5)
+    a = {"leaf": lambda: jt.array(x), "computed": lambda: jt.array(x) * 2 + 1,
+         "non_contiguous": lambda: jt.array(x).transpose()[::2],
+         "bool": lambda: jt.array(x) > 0.5, "int": lambda: jt.array(x).int32()}[make]()
+    d = a.data
+    assert type(d) is np.ndarray and d.flags.c_contiguous
+    np.testing.assert_array_equal(d, a.numpy())
+
+
+def test_data_feeds_autograd_as_jittors_linalg_tests_do():
+    autograd = pytest.importorskip("autograd")
+    x = rand(3, 3) + 3 * np.eye(3)
+    a = jt.array(x)
+    jac = autograd.jacobian(autograd.numpy.linalg.inv)(a.data)
+    at = torch.tensor(x, requires_grad=True)
+    torch.linalg.inv(at).sum().backward()
+    np.testing.assert_allclose(jac.sum(axis=(0, 1)), at.grad.numpy(), rtol=1e-6)
+
+
+def test_data_keeps_its_var_alive_and_a_stale_array_is_read_only():
+    import weakref
+    a = jt.array(rand(3))
+    ref, d = weakref.ref(a), a.data
+    del a
+    assert ref() is not None       # the array holds its Var, as Jittor's does
+    del d
+    assert ref() is None
+    w = jt.array(rand(4, 3))
+    d = w.data
+    opt = jt.optim.SGD([w], lr=0.1)
+    opt.step((w * w).sum())        # the step gives w another value: d is stale
+    assert not d.flags.writeable and w.data is not d
+    with pytest.raises(ValueError, match="read-only"):
+        d[0, 0] = 1.0
+
+
+def test_views_computed_after_a_data_read_keep_their_value():
+    x = rand(3, 4)
+    a = jt.array(x)
+    d = a.data
+    views = [a.reshape(4, 3).sync(), a.detach().sync(), a[1].sync(), a.transpose().sync()]
+    d[1, 2] = 50.0
+    expect = [x.reshape(4, 3), x, x[1], x.T]
+    for v, e in zip(views, expect):
+        np.testing.assert_array_equal(v.numpy(), e)
+
+
+def test_gradient_through_a_var_whose_data_was_read_and_written():
+    x, w = rand(4, 3), rand(4, 3)
+    xj = jt.array(x)
+    y = xj * 3
+    z = (y * jt.array(w)).sum()
+    y.data                         # a read hands out the buffer and keeps the graph
+    g = jt.grad(z, [xj, y])
+    np.testing.assert_allclose(g[0].numpy(), 3 * w)
+    np.testing.assert_allclose(g[1].numpy(), w)
+    y.data[0, 0] = 7.0             # Jittor: a write changes the value, not the graph
+    assert y.numpy()[0, 0] == 7.0
+    np.testing.assert_allclose(jt.grad((y * y).sum(), xj).numpy()[0], 6 * y.numpy()[0])
+
+
+def test_data_of_a_basic_index_result_shares_the_sources_memory_where_contiguous():
+    x = rand(4, 3, 5)
+    a = (jt.array(x) + 1).sync()
+    expect = x + 1
+    for index in [2, (1, 2), (slice(1, 3),), (None, 1), Ellipsis, (3, Ellipsis)]:
+        r = a[index]
+        r.data[...] = -7.0
+        expect[index] = -7.0
+        np.testing.assert_allclose(a.numpy(), expect, err_msg=str(index))
+    s = a[1, 2, 4]
+    s.data[0] = 5.0                # a 0-d result: its 1-element .data is a view too
+    expect[1, 2, 4] = 5.0
+    np.testing.assert_allclose(a.numpy(), expect)
+    for index in [(slice(None), slice(0, 2)), (Ellipsis, 1), (slice(None, None, 2),)]:
+        r = a[index]               # not contiguous in a: a value of its own, as in Jittor
+        r.data[...] = 99.0
+        assert (r.numpy() == 99.0).all() and not (a.numpy() == 99.0).any(), index
+
+
+def test_data_view_whose_source_is_rebound_later_turns_read_only():
+    x = rand(3, 4)
+    a = jt.array(x)
+    r = a[1]
+    d = r.data                     # a view into a.data
+    a.assign(jt.zeros(3, 4))       # a holds another value: r's array is stale
+    d2 = r.data                    # r keeps its own value, now in a buffer of its own
+    assert not d.flags.writeable and d2.flags.writeable
+    d2[0] = 3.0
+    expect = x[1].copy()
+    expect[0] = 3.0
+    np.testing.assert_allclose(r.numpy(), expect)
+    assert (a.numpy() == 0).all()
+
+
+def test_data_view_of_a_source_rebound_since_is_a_copy():
+    x = rand(3, 4)
+    a = jt.array(x)
+    r = a[1]
+    a[0] = 0.0                     # a holds another value now: r is no view of it
+    r.data[0] = 8.0
+    x[0] = 0.0
+    np.testing.assert_allclose(a.numpy(), x)
+    assert r.numpy()[0] == 8.0
 
 
 def test_arrays_derived_from_data_are_plain_ndarrays():

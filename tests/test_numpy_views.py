@@ -184,7 +184,9 @@ def test_a_contiguous_view_of_a_buffer_is_no_kernel():
         before = jt.stats()["kernels_run"]
         np.testing.assert_array_equal(y.numpy(), want, err_msg=name)
         assert jt.stats()["kernels_run"] == before, name
-        assert not y.data.flags.writeable, name
+        assert not y._data.flags.writeable, name     # a view of a shared buffer: read-only
+        y.data[0] = -1.0           # .data copies it first: the buffer viewed keeps its value
+        assert y.numpy()[0].max() == -1.0 and table.numpy()[5].tolist() == [10.0, 11.0], name
 
 
 def test_a_small_view_of_a_large_buffer_is_copied():

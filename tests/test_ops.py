@@ -1007,7 +1007,7 @@ def test_var_facts(rng):
     out = y.numpy()
     out[0, 0, 0] = 123.0                                   # numpy() is a writable copy
     assert y.numpy()[0, 0, 0] == value[0, 0, 0] * 2
-    assert not y.data.flags.writeable
+    assert y.data.flags.writeable and type(y.data) is np.ndarray    # Jittor's: shares y's memory
     np.testing.assert_array_equal(y.data, value * 2)
     np.testing.assert_array_equal(np.asarray(y), value * 2)
     assert len(y) == 2 and jt.zeros(()).numel() == 1

@@ -229,7 +229,7 @@ class BatchVar(Var):
 
 
 def _with_shard(var, shard):
-    batch = BatchVar(None, (), {}, var.shape, var.dtype, var._data)
+    batch = BatchVar(None, (), {}, var.shape, var.dtype, var._shareable_data())
     batch.shard = shard
     return batch
 

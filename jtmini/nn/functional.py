@@ -64,7 +64,7 @@ def one_hot(x, num_classes=-1, dtype="float32"):
     if x.dtype != "bool" and not dtypes.is_integer(x.dtype):
         raise ValueError(f"one_hot: x must hold class indices (bool or an integer dtype), got dtype {x.dtype}")
     known = num_classes == -1 or x.is_realized()
-    values = np.asarray(x.data, dtype=np.int64) if known else None
+    values = np.asarray(x._value(), dtype=np.int64) if known else None
     num_classes = _num_classes(num_classes, values)
     bad = values[(values < 0) | (values >= num_classes)] if known else ()
     if len(bad):
@@ -241,7 +241,7 @@ def _check_labels(target, num_classes, ignore_index, who):
     checked; computing a lazy one here would split the training step's single schedule."""
     if not target.is_realized():
         return
-    labels = np.asarray(target.data)
+    labels = target._value()
     if ignore_index is not None:
         labels = labels[labels != ignore_index]
     if labels.size and (labels.min() < 0 or labels.max() >= num_classes):
@@ -447,7 +447,7 @@ def _check_probabilities(output, who):
     for an input that already holds its value."""
     if not output.is_realized():
         return
-    values = np.asarray(output.data)
+    values = output._value()
     bad = values[~((values >= 0) & (values <= 1))]
     if bad.size:
         raise ValueError(f"{who}: input must hold probabilities in [0, 1], got {bad.flat[0]}")

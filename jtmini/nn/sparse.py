@@ -26,7 +26,7 @@ def _indices(x, num_embeddings, who):
     x = x if isinstance(x, Var) else creation.as_var(np.asarray(x))
     if not dtypes.is_integer(x.dtype):
         raise TypeError(f"{who}: indices must be an integer Var, got {x.dtype}")
-    values = np.asarray(x.data)
+    values = x._value()
     if values.size and (values.min() < 0 or values.max() >= num_embeddings):
         bad = values[(values < 0) | (values >= num_embeddings)].flat[0]
         raise IndexError(f"{who}: index {bad} is out of range for a table of {num_embeddings} rows "

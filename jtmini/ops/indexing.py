@@ -119,7 +119,7 @@ def _axes(x, it, dim):
         return [_Axis("int", dim, it % size)]
     if _is_mask(it):
         return _mask_axes(x, it, dim)
-    values = it.data if isinstance(it, Var) else it          # .data syncs a lazy index Var
+    values = it._value() if isinstance(it, Var) else it      # syncs a lazy index Var
     if values.size:
         _check_range(int(values.min()), int(values.max()), dim, size)
     return [_Axis("array", dim, array=it if isinstance(it, Var) else creation.array(it))]

@@ -294,7 +294,7 @@ def _index_var(index, what):
 
 def _check_range(index, dim, size, what):
     """IndexError naming the first out-of-range entry; reads the index's values (eager)."""
-    _check_values(index.data, dim, size, what)
+    _check_values(index._value(), dim, size, what)
 
 
 def _check_values(values, dim, size, what):

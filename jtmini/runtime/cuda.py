@@ -86,11 +86,13 @@ def to_host(array):
 
 
 def _on_device(v, read):
-    """``v``'s buffer on the GPU; a host leaf (``jt.array``) is uploaded once and keeps the copy."""
+    """``v``'s buffer on the GPU; a host leaf (``jt.array``) is uploaded once and keeps the copy,
+    unless ``.data`` handed its buffer out (writable): writes through that must reach later runs."""
     data = read(v)
     if isinstance(data, np.ndarray):
+        writable = data.flags.writeable
         data = to_device(data)
-        if v._data is not None:
+        if v._data is not None and not writable:
             v._set_value(data)
     return data
 
