@@ -21,6 +21,7 @@ from ..flags import flags
 from ..ops.registry import OPS
 from ..state import register_cache
 from . import blas
+from .allocator import keep_freed_buffers
 from .base import Backend, HandKernel
 from .pointers import address
 
@@ -201,3 +202,4 @@ class _Cpu(Backend):
 
 
 BACKEND = _Cpu()
+keep_freed_buffers()      # buffers freed by one step serve the next (see runtime/allocator.py)
