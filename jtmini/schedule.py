@@ -184,15 +184,18 @@ def _merge_maps(steps, targets):
             continue
         for v in _read_at_own_index(step):
             k = producer.get(id(v))
-            if k is None or merged[k] is None or _read_between(merged[k].roots, k, n, readers) \
+            if k is None or k == n or merged[k] is None or _read_between(merged[k].roots, k, n, readers) \
                     or len(merged[k].nodes) + len(step.nodes) > MAX_FUSED:
                 continue
             first = merged[k]
-            step.outputs = first.outputs + [v] + step.outputs
+            step.outputs = _unique(first.outputs + [first.root] + step.outputs)
             stored = {id(o) for o in step.outputs}
             step.nodes = _unique(first.nodes + step.nodes)
             step.inputs = [i for i in _unique(first.inputs + step.inputs) if id(i) not in stored]
             merged[k] = None
+            # what the absorbed kernel stored is now stored here, so a later kernel may take in
+            # this one for it (AdamW's clipped gradient, m' and v' then p': one kernel, not two)
+            producer.update((id(o), n) for o in step.outputs)
     merged = [s for s in merged if s is not None]
     wanted = {id(t) for t in targets} | {id(src) for step in merged for src in reads(step)}
     for step in merged:

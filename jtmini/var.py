@@ -459,7 +459,11 @@ class Var:
         self._release_buffer()
         old = Var(self.op, self.inputs, self.attrs, self.shape, self.dtype, self._data)
         old._stop_grad, old._backward = self._stop_grad, self._backward
-        if old._data is None and id(self) in rebound:     # the previous update, still to be stored
+        noted = rebound.get(id(self))
+        # the previous update, still to be stored (the entry may be a dead Var's whose id this one
+        # reuses: such a snapshot is not an update, and noting it made some steps plan anew)
+        if old._data is None and noted is not None and noted() is self:
+            rebound.pop(id(old), None)
             rebound[id(old)] = weakref.ref(old)
         if self._data is None and self.op is not None and OPS[self.op].kind == "collective":
             services.requeue_collective(self, old)
@@ -478,7 +482,10 @@ class Var:
         _link(self.inputs, weakref.ref(self))
         if self._data is None:
             _track(self)
-            rebound[id(self)] = weakref.ref(self)       # computed at the next realize (history.py)
+            # computed at the next realize (history.py), in the order noted: re-inserted, not
+            # overwritten in a dead Var's place, so a step's targets come in the same order each step
+            rebound.pop(id(self), None)
+            rebound[id(self)] = weakref.ref(self)
         else:
             _pending.pop(id(self), None)
         return old

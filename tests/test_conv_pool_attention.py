@@ -290,6 +290,51 @@ def test_self_attention_with_bool_causal_and_padding_masks(rng):
                t_kwargs=dict(attn_mask=torch.tensor(causal), key_padding_mask=torch.tensor(padding), is_causal=True))
 
 
+class _SelfAttention(jt.nn.Module):
+    """``attn(x, x, x)`` with one Var for query, key and value: the packed in-projection."""
+
+    def __init__(self, attn):
+        self.attn = attn
+
+    def execute(self, x, **kwargs):
+        return self.attn(x, x, x, **kwargs)
+
+
+class _TorchSelfAttention(torch.nn.Module):
+    def __init__(self, attn):
+        super().__init__()
+        self.attn = attn
+
+    def forward(self, x, **kwargs):
+        return self.attn(x, x, x, **kwargs)
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_self_attention_packed_projection_matches_torch(bias, rng):
+    layer, ref = attention_twins(8, 2, bias=bias, batch_first=True)
+    causal = np.triu(np.ones((4, 4), bool), 1)
+    twin_check(_SelfAttention(layer), _TorchSelfAttention(ref), [rng.standard_normal((3, 4, 8))],
+               layouts=["transposed"], tuple_out=True, kwargs=dict(attn_mask=jt.array(causal)),
+               t_kwargs=dict(attn_mask=torch.tensor(causal)))
+
+
+def test_self_attention_projects_once():
+    """One Var as query, key and value: one in-projection product (three for three Vars)."""
+    layer, x = A.MultiheadAttention(8, 2, batch_first=True), jt.randn(2, 4, 8)
+
+    def products(out):
+        seen, stack, count = set(), [out], 0
+        while stack:
+            v = stack.pop()
+            if id(v) not in seen:
+                seen.add(id(v))
+                count += v.op == "matmul"
+                stack.extend(v.inputs)
+        return count
+    assert products(layer(x, x, x, need_weights=False)[0]) == 4       # in-proj, 2 per-head, out-proj
+    assert products(layer(x, x * 1, x * 1, need_weights=False)[0]) == 6
+
+
 def test_cross_attention_batch_first_float_masks_bias_kv_zero_attention(rng):
     layer, ref = attention_twins(8, 2, add_bias_kv=True, add_zero_attn=True, kdim=5, vdim=6, batch_first=True)
     assert [n for n, _ in layer.named_parameters()] == [

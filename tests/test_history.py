@@ -93,3 +93,28 @@ def test_a_held_learning_rate_keeps_the_update_differentiable():
     (glr,) = jt.grad((w2 * w2).sum(), [lr])                     # d/dlr sum((w - lr g)^2) = -2 (w - lr g) . g
     expected = -2 * ((w.numpy() - 0.5 * g.numpy()) * g.numpy()).sum()
     np.testing.assert_allclose(glr.numpy(), expected, rtol=1e-6)
+
+
+def test_a_dead_vars_note_under_a_reused_id_changes_nothing():
+    """``var.rebound`` is keyed by id, and a dead Var's entry stays until the next realize: a new
+    Var with its id must neither have its snapshot noted as a pending update nor take the dead
+    entry's place in the order (the char transformer planned some steps anew: its targets came in
+    another order)."""
+    import weakref
+    import importlib
+    var = importlib.import_module("jtmini.var")      # jt.var is the function
+    x = jt.array(np.ones(3, np.float32)) * 2          # pending
+    y = jt.array(np.ones(3, np.float32)) * 3
+    reader = x + 1                                     # keeps the snapshot of x's old node
+    dead = jt.array(np.zeros(1, np.float32))
+    stale = weakref.ref(dead)
+    del dead
+    assert stale() is None
+    var.rebound[id(x)] = stale                         # as if x reused a dead noted Var's id
+    y *= 2                                             # noted after the stale entry
+    x *= 5
+    old = reader.inputs[0]
+    assert id(old) not in var.rebound                  # a snapshot under a dead note: not an update
+    assert list(var.rebound)[-2:] == [id(y), id(x)]    # in the order they were rebound
+    np.testing.assert_array_equal(x.numpy(), [10, 10, 10])
+    np.testing.assert_array_equal(reader.numpy(), [3, 3, 3])

@@ -126,3 +126,44 @@ def test_a_long_chain_is_cut_into_kernels_of_bounded_size():
         expected = np.float32(expected + value)
     assert total.numpy()[0] == expected
     np.testing.assert_array_equal(jt.grad(total.sum(), x).numpy(), np.ones(3000, np.float32))
+
+
+def test_an_adam_update_merges_through_a_kernel_that_took_another_in(rng):
+    """The clipped gradient gc is read by m' and v' (two kernels); m' takes gc's kernel in, then
+    v' takes that merged kernel in (gc is stored there now), then p' takes all: one kernel, and
+    gc, read by nothing else, is not stored."""
+    p, g, m, v = leaves(rng, (6, 5), (6, 5), (6, 5), (6, 5))
+    v = np.abs(v)
+    gc = jt.array(g) * 0.5
+    m_new = jt.array(m) * 0.9 + gc * 0.1
+    v_new = jt.array(v) * 0.99 + gc * gc * 0.01
+    p_new = jt.array(p) - m_new / (v_new.sqrt() + 1e-8) * 0.1
+    (kernel,) = kernels([m_new, v_new, p_new])
+    assert kernel.root is p_new and {id(o) for o in kernel.outputs} == {id(m_new), id(v_new)}
+    jt.reset_stats()
+    jt.sync([m_new, v_new, p_new])
+    assert jt.stats()["kernels_run"] == 1
+    want_m, want_v = m * 0.9 + g * 0.5 * 0.1, v * 0.99 + (g * 0.5) ** 2 * 0.01
+    np.testing.assert_allclose(m_new.numpy(), want_m, rtol=1e-6)
+    np.testing.assert_allclose(v_new.numpy(), want_v, rtol=1e-6)
+    np.testing.assert_allclose(p_new.numpy(), p - want_m / (np.sqrt(want_v) + 1e-8) * 0.1, rtol=1e-5)
+
+
+def test_adamw_with_clipping_runs_one_kernel_per_parameter(rng):
+    model = jt.nn.Linear(5, 3)
+    opt = jt.nn.AdamW(model.parameters(), lr=1e-2, weight_decay=0.1)
+    x = jt.array(rng.standard_normal((4, 5)).astype(np.float32))
+    opt.backward((model(x) ** 2).sum())
+    opt.clip_grad_norm(0.5)
+    plan, original = [], schedule.plan
+    schedule.plan = lambda targets: plan.append(original(targets)) or plan[-1]
+    try:
+        jt.clear_caches()                    # planned here, not replayed
+        opt.step()
+    finally:
+        schedule.plan = original
+    updates = [s for steps in plan for s in steps if isinstance(s, schedule.Kernel) and s.root.op == "adam_update"]
+    assert len(updates) == 2, updates
+    # m' and v' stored beside p' (and the clipped gradient where something still holds it)
+    assert all([o.op for o in s.outputs][-2:] == ["axpby", "axpby"] for s in updates), \
+        [[o.op for o in s.outputs] for s in updates]

@@ -107,6 +107,38 @@ def test_bias_mask_of_minus_infinity_gives_zero_weights():
     np.testing.assert_allclose(y.sum(-1), 1, rtol=1e-6)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("log", [False, True])
+@pytest.mark.parametrize("length", [32, 37])
+def test_causal_mask_rows_match_pytorch(dtype, log, length, rng):
+    """Rows holding -inf take the kernel's masked path (exp skipped there): rows of 32 (whole
+    vectors) and 37 (a tail), a few rows with no mask at all (the other path), and an all-masked
+    row (NaN, as PyTorch), values and gradients."""
+    mask_np = np.triu(np.full((length, length), -np.inf), 1)
+    mask_np[-3:] = 0                                  # rows without -inf
+    mask_np[1] = -np.inf                              # a row masked entirely
+    x_np = rng.standard_normal((2, 3, length, length)) * 4
+    up = rng.standard_normal(x_np.shape)
+    x, mask = jt.array(x_np.astype(dtype)), jt.array(mask_np.astype(dtype))
+    tx = torch.tensor(x_np.astype(dtype), requires_grad=True)
+    y, ty = sm.softmax_last(x, mask, log), _torch_softmax(log)(tx + torch.tensor(mask_np.astype(dtype)), -1)
+    np.testing.assert_allclose(y.numpy(), ty.detach().numpy(), equal_nan=True, **TOL[dtype])
+    live = [r for r in range(length) if r != 1]       # the NaN row's gradient is NaN on both sides
+    g = jt.grad((y[:, :, live] * jt.array(up[:, :, live].astype(dtype))).sum(), x)
+    tg, = torch.autograd.grad((ty[:, :, live] * torch.tensor(up[:, :, live].astype(dtype))).sum(), tx)
+    np.testing.assert_allclose(g.numpy(), tg.numpy(), **TOL[dtype])
+
+
+def test_masked_rows_repeat_bit_for_bit_across_thread_counts(rng):
+    mask = np.triu(np.full((64, 64), -np.inf, "float32"), 1)
+    x_np = rng.standard_normal((16, 64, 64)).astype("float32")
+    results = []
+    for threads in (1, 2):
+        with jt.flag_scope(num_threads=threads):
+            results.append(sm.softmax_last(jt.array(x_np), jt.array(mask)).numpy())
+    np.testing.assert_array_equal(results[0], results[1])
+
+
 @pytest.mark.parametrize("log", [False, True])
 def test_values_and_gradients_repeat_bit_for_bit_across_thread_counts(log, rng):
     x_np, up = rng.standard_normal((512, 300)).astype("float32"), rng.standard_normal((512, 300)).astype("float32")

@@ -142,6 +142,11 @@ class MultiheadAttention(Module):
     def _project(self, query, key, value):
         """The query, key and value projections, each in its input's layout with embed_dim features."""
         e, b = self.embed_dim, self.in_proj_bias
+        if self._qkv_same_embed_dim and query is key and key is value:
+            # self-attention: one (rows, 3 * embed_dim) product, as PyTorch's packed in-projection;
+            # three products of a third each, and their gradients, were 6 more products a layer
+            qkv = F.linear(query, self.in_proj_weight, b)
+            return [qkv[..., k * e:(k + 1) * e] for k in range(3)]
         if self._qkv_same_embed_dim:
             weights = [self.in_proj_weight[k * e:(k + 1) * e] for k in range(3)]
         else:

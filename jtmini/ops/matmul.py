@@ -40,7 +40,13 @@ def _matmul_grad(d, out, inputs, a):
     x, y = inputs
     if not dtypes.is_float(out.dtype):
         return [None, None]
-    return [sum_to(matmul(d, y.transpose(-1, -2)), x.shape), sum_to(matmul(x.transpose(-1, -2), d), y.shape)]
+    dx = sum_to(matmul(d, y.transpose(-1, -2)), x.shape)
+    if x.ndim == 2 and y.ndim == 2 and y.op == "transpose" and y._data is None:
+        # y is a pending transpose (a Linear's weight.T): (d^T x)^T, whose transpose composes with
+        # y's own gradient, a transpose, so the weight's gradient is the product d^T x as it is
+        # and not x^T d copied into the weight's layout (9 copies a char transformer step)
+        return [dx, matmul(d.transpose(-1, -2), x).transpose(-1, -2)]
+    return [dx, sum_to(matmul(x.transpose(-1, -2), d), y.shape)]
 
 
 def _blas_reads(shape, strides):
