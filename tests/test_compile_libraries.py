@@ -16,7 +16,8 @@ import jtmini.compiler as compiler
 from jtmini import counters
 from jtmini.flags import flags
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from compile_child import REPO, run_json
+
 PRELUDE = "#include <cmath>\nstatic inline double jt_twice(double x) { return 2 * x; }\n" + compiler.PRELUDE_END
 
 # Builds the kernels given as JSON in argv[1] with build_kernels, calls each at 16, prints results and counters.
@@ -54,11 +55,7 @@ def call(entry, x=16.0):
 
 
 def run_child(cache_dir, sources):
-    done = subprocess.run([sys.executable, "-c", CHILD, json.dumps(sources)], cwd=REPO, text=True,
-                          capture_output=True, timeout=300,
-                          env=dict(os.environ, JTMINI_CACHE_DIR=str(cache_dir), PYTHONPATH=REPO))
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout), done.stderr
+    return run_json(CHILD, cache_dir, sources, timeout=300)
 
 
 @pytest.fixture

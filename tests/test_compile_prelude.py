@@ -3,10 +3,7 @@ parsed once per cache folder into a GCC precompiled header, and every kernel com
 follows it; a damaged header is rebuilt or bypassed, never trusted."""
 import ctypes
 import importlib
-import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -16,7 +13,8 @@ import jtmini.compiler as compiler
 from jtmini import counters
 from jtmini.flags import flags
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from compile_child import run_json
+
 PRELUDE = "#include <cmath>\nstatic inline double jt_twice(double x) { return 2 * x; }\n" + compiler.PRELUDE_END
 
 CHILD = """
@@ -44,11 +42,7 @@ def call_f(path):
 
 
 def run_child(cache_dir, sources):
-    done = subprocess.run([sys.executable, "-c", CHILD, json.dumps(sources)], cwd=REPO, text=True,
-                          capture_output=True, timeout=120,
-                          env=dict(os.environ, JTMINI_CACHE_DIR=str(cache_dir), PYTHONPATH=REPO))
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout), done.stderr
+    return run_json(CHILD, cache_dir, sources, timeout=120)
 
 
 @pytest.fixture

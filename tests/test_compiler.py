@@ -16,7 +16,9 @@ import jtmini.compiler as compiler
 from jtmini import counters
 from jtmini.flags import flags
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+import compile_child
+from compile_child import REPO, child_env
+
 
 
 def sqrt_plus(n):
@@ -48,13 +50,8 @@ def call_f(path, x=16.0):
     return f(x)
 
 
-def child_env(cache_dir, **extra):
-    return dict(os.environ, JTMINI_CACHE_DIR=str(cache_dir), PYTHONPATH=REPO, **extra)
-
-
 def spawn(cache_dir, sources, **env):
-    return subprocess.Popen([sys.executable, "-c", CHILD, json.dumps(sources)], cwd=REPO, text=True,
-                            env=child_env(cache_dir, **env), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    return compile_child.spawn(CHILD, cache_dir, sources, **env)
 
 
 def run_child(cache_dir, sources, **env):
