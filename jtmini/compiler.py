@@ -346,24 +346,6 @@ def _kernel_dir():
     return _fallback.get(configured, configured)
 
 
-def build_many(sources):
-    """Build many ``(source, uses_mpi)`` pairs, compiling missing ones in parallel; order is kept.
-
-        >>> a, b = build_many([(src_a, False), (src_b, False)])
-    """
-    tc = toolchain()  # detect before the threads start, so a bad toolchain raises once
-    kernel_dir = _kernel_dir()
-    unique = list(dict.fromkeys(sources))  # a duplicate would wait on the lock, then count as a hit
-    paths = {s: _memo.get((kernel_dir, _key(s[0], tc))) for s in unique}
-    missing = [s for s in unique if paths[s] is None]
-    if len(missing) == 1:  # the steady state is all hits; spare the thread pool for one miss too
-        paths[missing[0]] = build(missing[0][0], uses_mpi=missing[0][1])
-    elif missing:
-        with concurrent.futures.ThreadPoolExecutor(max(1, flags.compile_jobs)) as pool:
-            paths.update(zip(missing, pool.map(lambda s: build(s[0], uses_mpi=s[1]), missing)))
-    return [paths[s] for s in sources]
-
-
 # --- kernels compiled several to a library ------------------------------------------------------
 class Entry(typing.NamedTuple):
     """Where ``build_kernels`` put a kernel: its library (loaded), and its entry point's name there."""

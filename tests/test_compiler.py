@@ -8,7 +8,6 @@ import os
 import shutil
 import subprocess
 import sys
-import threading
 
 import pytest
 
@@ -166,32 +165,6 @@ def test_missing_cc_path_names_it(tmp_path, path_without_mpicc):
     rc, _, err = run_child(tmp_path, [sqrt_plus(0)], PATH=path_without_mpicc, cc_path="/no/such/cc")
     assert rc != 0
     assert "ToolchainError" in err and "/no/such/cc" in err
-
-
-def test_build_many_keeps_order_and_compiles_each_once(cache, monkeypatch):
-    monkeypatch.setattr(flags, "compile_jobs", 4)
-    compiler.build(sqrt_plus(0))
-    counters.reset_stats()
-    sources = [(sqrt_plus(n), False) for n in (3, 0, 1, 2, 3)]
-    paths = compiler.build_many(sources)
-    assert [call_f(p) for p in paths] == [7.0, 4.0, 5.0, 6.0, 7.0]
-    assert paths[0] == paths[4]
-    assert counters.stats()["kernels_compiled"] == 3  # the duplicate once; sqrt_plus(0) from the memo
-
-
-def test_build_many_compiles_in_parallel(cache, monkeypatch):
-    """Each compile waits at a barrier for the other, so this only finishes if both run at once."""
-    monkeypatch.setattr(flags, "compile_jobs", 2)
-    barrier = threading.Barrier(2, timeout=20)
-    compile_and_publish = compiler._compile_and_publish
-
-    def meet_then_compile(*args):
-        barrier.wait()
-        compile_and_publish(*args)
-
-    monkeypatch.setattr(compiler, "_compile_and_publish", meet_then_compile)
-    paths = compiler.build_many([(sqrt_plus(8), False), (sqrt_plus(9), False)])
-    assert [call_f(p) for p in paths] == [12.0, 13.0]
 
 
 @pytest.mark.skipif(not shutil.which("mpicc"), reason="mpicc not installed")
