@@ -80,6 +80,19 @@ def test_matmul_of_a_scalar():
         jt.zeros(()) @ jt.zeros(3)
 
 
+@pytest.mark.parametrize("a,b", [(1, 1), ([1], [1]), ([[1]], [1]), (jt.ones(2), [1.0, 2.0])])
+def test_matmul_refuses_lists_and_numbers(a, b):
+    # as Jittor's and PyTorch's: a list is ambiguous about dtype and device; the message says what to write
+    with pytest.raises(TypeError, match=r"Var or a numpy array.*jt\.array"):
+        jt.matmul(a, b)
+
+
+def test_matmul_takes_numpy_arrays():
+    a, b = np.arange(6, dtype="float32").reshape(2, 3), np.ones((3, 2), "float32")
+    np.testing.assert_array_equal(jt.matmul(a, jt.array(b)).numpy(), a @ b)
+    np.testing.assert_array_equal(jt.matmul(jt.array(a), b).numpy(), a @ b)
+
+
 def test_other_value_errors():
     x = jt.zeros(2, 3)
     with pytest.raises(ValueError, match=r"\(2, 3\).*\(2, 4\)|\(2, 4\).*\(2, 3\)"):

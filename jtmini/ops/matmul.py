@@ -2,6 +2,8 @@
 splits it over ``flags.num_threads``); on the GPU, cuBLAS."""
 import math
 
+import numpy as np
+
 from .. import dtypes
 from ..state import services
 from ..var import Var
@@ -98,6 +100,10 @@ def matmul(x, y):
             raise ValueError(f"matmul: shapes {x.shape} and {y.shape} do not line up ({x.shape[1]} != {y.shape[0]})")
         return Var.node("matmul", [x, y])
     from ..creation import as_var
+    for name, v in (("first", x), ("second", y)):
+        if not isinstance(v, (Var, np.ndarray)):     # as Jittor's and PyTorch's: no lists or scalars
+            raise TypeError(f"matmul: the {name} operand must be a Var or a numpy array, got "
+                            f"{type(v).__name__} {v!r}; wrap it: jt.array({v!r})")
     x, y = as_var(x), as_var(y)
     if x.dtype != y.dtype:
         x, y = (v.cast(dtypes.promote(x.dtype, y.dtype)) for v in (x, y))
