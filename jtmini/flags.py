@@ -153,6 +153,9 @@ _SPECS = {
                               "call aborts the job naming it (stopped, or frozen holding the GIL)"),
     "lazy_execution": (True, _parse_bool, _check_bool,
                        "build ops into a graph run when a value is needed (off: each op runs as it is built)"),
+    "gopt_disable": (False, _parse_bool, _check_bool,
+                     "plan without the graph rewrites (merged map kernels, zero-copy views): every "
+                     "materialized Var gets its own kernel; for telling whether a rewrite changed a value"),
     "amp_reg": (0, int, _check_amp_reg,
                 "Jittor's mixed precision bits: 1/2 float results in float32/float16 (not with a Python scalar), "
                 "4 reductions too, 8 exp and pow too (else float32), 16 jt.array and jt.random too"),

@@ -135,7 +135,7 @@ def _signature(targets, runtime):
         # Vars of one shape share its Shape object (var._shape_of): comparing two signatures
         # row by row then finds the shapes identical without calling Shape.__eq__
         rows.append((v.op, tuple(attrs.items()), v.shape, v.dtype, tuple(refs)))
-    key = (runtime.name, flags.specialize_shapes, flags.dump_kernels, tuple(rows),
+    key = (runtime.name, flags.specialize_shapes, flags.dump_kernels, flags.gopt_disable, tuple(rows),
            tuple((leaf.shape, leaf.dtype) for leaf in leaves), tuple(ref[id(t)] for t in targets))
     return key, order + leaves
 

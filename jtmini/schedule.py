@@ -8,11 +8,13 @@ times. Everything else is inlined into the kernel of the materialized Var that c
 ``relu(a * b + c).sum()`` is one reduce kernel. Last, a map kernel that reads another map
 kernel's result at its own index takes that kernel in and stores both (``_merge_maps``). A
 materialized Var that is a C-contiguous numpy view of a buffer (a reshape, a row of a table, a
-detached value) is a ``View``: its value is that view, with no kernel.
+detached value) is a ``View``: its value is that view, with no kernel. ``flags.gopt_disable``
+(Jittor's name) turns those two graph rewrites off, to tell whether one of them changed a value.
 """
 from dataclasses import dataclass, field
 
 from . import dtypes, numpy_views
+from .flags import flags
 from .ops.registry import OPS
 
 FUSIBLE = ("elementwise", "const", "reindex")
@@ -140,7 +142,8 @@ def plan(targets):
                 if inp._data is None:
                     materialized.update(_library_input_buffers(inp, OPS[v.op], _is_buffer(materialized)))
     is_buffer = _is_buffer(materialized)
-    return _merge_maps([_step(v, is_buffer) for v in order if id(v) in materialized], targets)
+    steps = [_step(v, is_buffer) for v in order if id(v) in materialized]
+    return steps if flags.gopt_disable else _merge_maps(steps, targets)
 
 
 MAX_FUSED = 128     # nodes one kernel may take in (code generation recurses about 3 frames a node)
@@ -311,7 +314,7 @@ def _free_view(v, is_buffer):
     """``(buffer, chain)`` when ``v`` is a C-contiguous numpy view of a buffer through ``chain``
     (its movement ops, ``v`` last) that keeps little memory alive beyond what it shows (a row of
     a 7-row BatchNorm table is one; a small slice of a large tensor is copied instead); else None."""
-    if not OPS[v.op].view or not v.inputs or not v.shape:    # numpy indexes a 0-d array to a scalar
+    if flags.gopt_disable or not OPS[v.op].view or not v.inputs or not v.shape:    # numpy: 0-d is a scalar
         return None
     found = _view_chain(v.inputs[0], is_buffer)
     if found is None:

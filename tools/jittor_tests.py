@@ -11,6 +11,7 @@ anything else from it fails to import, as jtmini has no counterpart.
     python tools/jittor_tests.py ~/jittor-1.3.11.0/python/jittor/test                # the user-facing set
     python tools/jittor_tests.py ~/jittor-1.3.11.0/python/jittor/test test_setitem  # some files
     python tools/jittor_tests.py DIR --logs /tmp/jt_logs    # keep each file's output
+    python tools/jittor_tests.py DIR --logs /tmp/jt_logs --verbose   # with each test's outcome
 
 The default set is the tests of Jittor's user-facing API (ops, indexing, nn, optim, dataset, mpi),
 not those of its internals (op compiler, tuners, allocators, CUDA libraries, code ops).
@@ -95,7 +96,7 @@ MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
            "OMPI_MCA_oob_tcp_if_include": "lo"}
 
 
-def run_file(name, shim, timeout, logs):
+def run_file(name, shim, timeout, logs, verbose=False):
     env = dict(MPI_ENV if os.geteuid() == 0 else {}, **os.environ)
     env["PYTHONPATH"] = os.pathsep.join([shim, str(Path(__file__).resolve().parent.parent),
                                          os.environ.get("PYTHONPATH", "")])
@@ -103,7 +104,8 @@ def run_file(name, shim, timeout, logs):
     # ranks' pieces into one line (test_dataset_shuffle_mpi counted 145 of its 160 lines)
     env.pop("PYTHONUNBUFFERED", None)
     try:
-        done = subprocess.run([sys.executable, "-m", "unittest", f"jittor.test.{name}"], env=env,
+        done = subprocess.run([sys.executable, "-m", "unittest", *(["-v"] if verbose else []),
+                               f"jittor.test.{name}"], env=env,
                               capture_output=True, text=True, timeout=timeout, cwd=shim)
         output = done.stdout + done.stderr
     except subprocess.TimeoutExpired as e:
@@ -119,6 +121,8 @@ def main():
     parser.add_argument("names", nargs="*", help="test files (test_x or x); default: the user-facing set")
     parser.add_argument("--timeout", type=int, default=900, help="seconds per file")
     parser.add_argument("--logs", help="folder for each file's output")
+    parser.add_argument("--verbose", action="store_true",
+                        help="unittest -v: each test's outcome and skip reason in the logs")
     args = parser.parse_args()
     tests = Path(args.tests).resolve()
     if not (tests / "test_core.py").is_file():
@@ -130,7 +134,7 @@ def main():
     with tempfile.TemporaryDirectory() as shim:
         Path(shim, "sitecustomize.py").write_text(SITECUSTOMIZE.format(tests=str(tests)))
         for name in names:
-            result = run_file(f"test_{name}", shim, args.timeout, args.logs)
+            result = run_file(f"test_{name}", shim, args.timeout, args.logs, args.verbose)
             if result is None:
                 print(f"test_{name:<28} no result (import crash or timeout)", flush=True)
                 total[2] += 1
