@@ -28,6 +28,7 @@ from .introspection import (dump_all_graphs, graph_check, liveness_info, number_
 from .dtypes import NanoString  # noqa: F401
 from .log import LOG, log_capture_scope  # noqa: F401
 from .profiler import profile_scope  # noqa: F401
+from .memory_profile import get_max_memory_treemap  # noqa: F401
 from .state import clear_caches  # noqa: F401
 from .var import Var, install_methods, pending_roots  # noqa: F401
 from .var import Shape as NanoVector  # noqa: F401   Jittor's shape type: a tuple of ints here

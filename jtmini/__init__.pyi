@@ -816,6 +816,9 @@ def gc() -> None:
 def gelu(x: Any) -> Var:
     """Elementwise gelu."""
 
+def get_max_memory_treemap(build_by: Any = ..., do_print: Any = ...) -> Any:
+    """The buffers alive at the highest memory use seen while ``flags.profile_memory_enable`` was"""
+
 def get_seed() -> Any:
     """The seed jtmini's generator was last seeded with (``jt.seed``, ``jt.set_global_seed``)."""
 

@@ -82,6 +82,8 @@ def array(data, dtype=None):
     arr = np.array(arr, dtype=name, order="C", copy=True)
     arr.flags.writeable = False
     out = Var(None, (), {}, arr.shape, name, arr)
+    if flags.profile_memory_enable:
+        services.record_creation(out)
     return _amp_array(out) if flags.amp_reg and out.numel() != 1 else out
 
 

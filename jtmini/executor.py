@@ -18,7 +18,7 @@ tight loop, and most of the difference is cache misses in the kernel itself, not
 import sys
 import time
 
-from . import counters, history, profiler, replay, schedule
+from . import counters, history, memory_profile, profiler, replay, schedule
 from .flags import flags
 from .gc_pause import paused
 from .runtime import base
@@ -62,6 +62,8 @@ def _last_uses(steps):
 def _run(steps, compiled, target_ids, runtime, recorder=None):
     """Run ``steps``; with a ``profiler`` recorder, time each."""
     buffers, last, kernels, library_calls = {}, _last_uses(steps), 0, 0
+    memory = memory_profile.tracker()
+    alive = {}                          # id -> (Var, buffer) of this run, while memory is counted
 
     def read(v):
         return v._data if v._data is not None else buffers[id(v)]
@@ -86,9 +88,15 @@ def _run(steps, compiled, target_ids, runtime, recorder=None):
                 root._set_value(out)
             else:
                 buffers[id(root)] = out
+            if memory is not None:
+                alive[id(root)] = (root, out)
         for src in schedule.reads(step):
             if last.get(id(src)) == n:
                 buffers.pop(id(src), None)
+                if memory is not None and id(src) not in target_ids:
+                    alive.pop(id(src), None)
+        if memory is not None:
+            memory.after_step(alive.values())
     counters.bump("kernels_run", kernels)         # once a schedule: a counter takes a lock
     counters.bump("library_calls", library_calls)
 

@@ -119,6 +119,17 @@ def _check_vprefix(name, value):
     return value
 
 
+on_memory_profiling = []     # called when profile_memory_enable is turned on (memory_profile starts a new peak)
+
+
+def _check_memory_profiling(name, value):
+    value = _check_bool(name, value)
+    if value and not flags.__dict__.get(name, False):
+        for started in on_memory_profiling:
+            started()
+    return value
+
+
 # name: (default or zero-argument callable, parser of the env text, checker of a value, doc)
 _SPECS = {
     "num_threads": (_default_threads, int, _check_count,
@@ -156,6 +167,9 @@ _SPECS = {
     "gopt_disable": (False, _parse_bool, _check_bool,
                      "plan without the graph rewrites (merged map kernels, zero-copy views): every "
                      "materialized Var gets its own kernel; for telling whether a rewrite changed a value"),
+    "profile_memory_enable": (False, _parse_bool, _check_memory_profiling,
+                              "record the frames that build each Var and the peak of live buffer bytes "
+                              "(jt.get_max_memory_treemap shows it); slows graph building"),
     "amp_reg": (0, int, _check_amp_reg,
                 "Jittor's mixed precision bits: 1/2 float results in float32/float16 (not with a Python scalar), "
                 "4 reductions too, 8 exp and pow too (else float32), 16 jt.array and jt.random too"),

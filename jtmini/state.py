@@ -26,7 +26,8 @@ class _Services:
         self.as_var = _missing("as_var", "jtmini.creation")        # a Var from a Var, array or number
         self.to_host = _missing("to_host", "jtmini.runtime.cuda")  # a device buffer as numpy
         self.enqueue_collective = _missing("enqueue_collective", "jtmini.runtime.mpi")   # queue a new collective
-        self.enqueue_collective = _missing("enqueue_collective", "jtmini.runtime.mpi")   # queue a new collective
+        # the frames that built a Var, while flags.profile_memory_enable is on
+        self.record_creation = _missing("record_creation", "jtmini.memory_profile")
         # a collective node rebound before it was issued: its queue must keep the old node
         self.requeue_collective = lambda new, old: None
 

@@ -207,6 +207,8 @@ class Var:
         v = Var(op_name, inputs, attrs, shape, dtype)
         if flags.no_grad:           # built under jt.no_grad(): no backward through it
             v._stop_grad = True
+        if flags.profile_memory_enable:
+            services.record_creation(v)
         if not flags.lazy_execution:     # eager mode, Jittor's lazy_execution=0: compute it now
             v.sync()
         return v
