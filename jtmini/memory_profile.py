@@ -133,6 +133,8 @@ def get_max_memory_treemap(build_by=0, do_print=True):
     tree = _node("root")
     for buf in sorted(_peak.buffers, key=lambda b: -b.size):
         now = _add(tree, buf)
+        if not buf.stack:
+            now = _add(_child(now, "(built before profile_memory_enable was on)"), buf)
         for frame in buf.stack:
             key = frame.name if build_by == 0 else frame.path
             now = _add(_child(now, key), buf)
