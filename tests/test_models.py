@@ -85,6 +85,32 @@ def forward_shape(model, x_shape):
     assert out.shape == (x_shape[0], 1000) and np.isfinite(out).all()
 
 
+# trainable parameters of torchvision 0.29's builders of the same names, at 1000 classes
+DEEP_RESNETS = {"resnet101": 44_549_160, "resnet152": 60_192_808, "resnext50_32x4d": 25_028_904,
+                "resnext101_32x8d": 88_791_336, "wide_resnet50_2": 68_883_240, "wide_resnet101_2": 126_886_696}
+
+
+@pytest.mark.parametrize("name", sorted(DEEP_RESNETS))
+def test_deeper_resnets_count_as_torchvision(name):
+    model = getattr(models, name)()
+    assert getattr(models, name[0].upper() + name[1:]) is getattr(models, name)
+    assert trainable_count(model) == DEEP_RESNETS[name]
+
+
+def test_resnext_runs_with_grouped_middle_convs():
+    model = models.resnext50_32x4d(num_classes=10)
+    conv = model.layer1[0].conv2
+    assert conv.weight.shape == (128, 4, 3, 3) and conv.groups == 32     # width 4 x 32 groups
+    out = model(jt.randn(1, 3, 32, 32)).numpy()
+    assert out.shape == (1, 10) and np.isfinite(out).all()
+    assert len(models.resnet26().layer3) == 4 and len(models.resnet38().layer3) == 5
+
+
+def test_basic_block_refuses_groups():
+    with pytest.raises(ValueError, match="groups=1 and width_per_group=64"):
+        models.ResNet(models.resnet.BasicBlock, [1, 1, 1, 1], groups=2)
+
+
 @pytest.mark.parametrize("name", sorted(RESNETS))
 def test_resnet_builds_with_torchvision_names_and_runs(name):
     layers, bottleneck, total = RESNETS[name]

@@ -33,7 +33,10 @@ class BasicBlock(nn.Module):
 
     expansion = 1
 
-    def __init__(self, inplanes, planes, stride=1, downsample=None):
+    def __init__(self, inplanes, planes, stride=1, downsample=None, groups=1, base_width=64):
+        if groups != 1 or base_width != 64:
+            raise ValueError(f"BasicBlock takes groups=1 and width_per_group=64 only (torchvision's "
+                             f"rule), got groups={groups}, width_per_group={base_width}; use Bottleneck")
         self.conv1, self.bn1 = conv3x3(inplanes, planes, stride), nn.BatchNorm2d(planes)
         self.relu = nn.ReLU()
         self.conv2, self.bn2 = conv3x3(planes, planes), nn.BatchNorm2d(planes)
@@ -47,7 +50,9 @@ class BasicBlock(nn.Module):
 
 
 class Bottleneck(nn.Module):
-    """1x1 reduce, 3x3, 1x1 expand (x4) with a residual connection (ResNet-50 and deeper).
+    """1x1 reduce, 3x3 (``groups`` groups, ResNeXt's cardinality), 1x1 expand (x4) with a residual
+    connection (ResNet-50 and deeper); the middle width is ``planes * base_width / 64 * groups``
+    (wide ResNets double ``base_width``), as torchvision's.
 
         >>> Bottleneck(256, 64)(jt.randn(1, 256, 8, 8)).shape
         (1, 256, 8, 8)
@@ -55,10 +60,10 @@ class Bottleneck(nn.Module):
 
     expansion = 4
 
-    def __init__(self, inplanes, planes, stride=1, downsample=None):
-        width = planes
+    def __init__(self, inplanes, planes, stride=1, downsample=None, groups=1, base_width=64):
+        width = int(planes * (base_width / 64.0)) * groups
         self.conv1, self.bn1 = conv1x1(inplanes, width), nn.BatchNorm2d(width)
-        self.conv2, self.bn2 = conv3x3(width, width, stride), nn.BatchNorm2d(width)
+        self.conv2, self.bn2 = conv3x3(width, width, stride, groups), nn.BatchNorm2d(width)
         self.conv3 = conv1x1(width, planes * self.expansion)
         self.bn3 = nn.BatchNorm2d(planes * self.expansion)
         self.relu = nn.ReLU()
@@ -76,14 +81,15 @@ class ResNet(nn.Module):
     """Stem, four stages of ``block`` (64, 128, 256, 512 planes; the last three halve the
     resolution), global average pooling and a linear classifier. Layout and parameter names are
     torchvision's (``layer1.0.conv1.weight``, ``layer2.0.downsample.0.weight``, ``fc.weight``), so
-    its state dicts load by name; ``in_channels`` (not in Jittor) adapts the stem to other data.
+    its state dicts load by name; ``in_channels`` (not in Jittor) adapts the stem to other data;
+    ``groups`` and ``width_per_group`` shape the Bottleneck's middle conv (ResNeXt, wide ResNet).
 
         >>> ResNet(BasicBlock, [2, 2, 2, 2], num_classes=10).fc.weight.shape
         (10, 512)
     """
 
-    def __init__(self, block, layers, num_classes=1000, in_channels=3):
-        self.inplanes = 64
+    def __init__(self, block, layers, num_classes=1000, in_channels=3, groups=1, width_per_group=64):
+        self.inplanes, self.groups, self.base_width = 64, groups, width_per_group
         self.conv1 = nn.Conv2d(in_channels, 64, kernel_size=7, stride=2, padding=3, bias=False)
         self.bn1 = nn.BatchNorm2d(64)
         self.relu = nn.ReLU()
@@ -100,9 +106,10 @@ class ResNet(nn.Module):
         if stride != 1 or self.inplanes != planes * block.expansion:
             downsample = nn.Sequential(conv1x1(self.inplanes, planes * block.expansion, stride),
                                        nn.BatchNorm2d(planes * block.expansion))
-        layers = [block(self.inplanes, planes, stride, downsample)]
+        shape = dict(groups=self.groups, base_width=self.base_width)
+        layers = [block(self.inplanes, planes, stride, downsample, **shape)]
         self.inplanes = planes * block.expansion
-        layers += [block(self.inplanes, planes) for _ in range(1, blocks)]
+        layers += [block(self.inplanes, planes, **shape) for _ in range(1, blocks)]
         return nn.Sequential(*layers)
 
     def execute(self, x):
@@ -143,5 +150,47 @@ def Resnet50(pretrained=False, **kwargs):
     return _resnet("Resnet50", Bottleneck, [3, 4, 6, 3], pretrained, kwargs)
 
 
+def Resnet26(pretrained=False, **kwargs):
+    """ResNet-26 (Jittor's): Bottleneck stages of 1, 2, 4, 1 blocks."""
+    return _resnet("Resnet26", Bottleneck, [1, 2, 4, 1], pretrained, kwargs)
+
+
+def Resnet38(pretrained=False, **kwargs):
+    """ResNet-38 (Jittor's): Bottleneck stages of 2, 3, 5, 2 blocks."""
+    return _resnet("Resnet38", Bottleneck, [2, 3, 5, 2], pretrained, kwargs)
+
+
+def Resnet101(pretrained=False, **kwargs):
+    """ResNet-101: Bottleneck stages of 3, 4, 23, 3 blocks (44.5M parameters at 1000 classes)."""
+    return _resnet("Resnet101", Bottleneck, [3, 4, 23, 3], pretrained, kwargs)
+
+
+def Resnet152(pretrained=False, **kwargs):
+    """ResNet-152: Bottleneck stages of 3, 8, 36, 3 blocks (60.2M parameters at 1000 classes)."""
+    return _resnet("Resnet152", Bottleneck, [3, 8, 36, 3], pretrained, kwargs)
+
+
+def Resnext50_32x4d(pretrained=False, **kwargs):
+    """ResNeXt-50 32x4d: ResNet-50's stages with 32 groups of width 4 in each 3x3 conv."""
+    return _resnet("Resnext50_32x4d", Bottleneck, [3, 4, 6, 3], pretrained, dict(kwargs, groups=32, width_per_group=4))
+
+
+def Resnext101_32x8d(pretrained=False, **kwargs):
+    """ResNeXt-101 32x8d: ResNet-101's stages with 32 groups of width 8 in each 3x3 conv."""
+    return _resnet("Resnext101_32x8d", Bottleneck, [3, 4, 23, 3], pretrained, dict(kwargs, groups=32, width_per_group=8))
+
+
+def Wide_resnet50_2(pretrained=False, **kwargs):
+    """Wide ResNet-50-2: ResNet-50 with each Bottleneck's middle width doubled."""
+    return _resnet("Wide_resnet50_2", Bottleneck, [3, 4, 6, 3], pretrained, dict(kwargs, width_per_group=128))
+
+
+def Wide_resnet101_2(pretrained=False, **kwargs):
+    """Wide ResNet-101-2: ResNet-101 with each Bottleneck's middle width doubled."""
+    return _resnet("Wide_resnet101_2", Bottleneck, [3, 4, 23, 3], pretrained, dict(kwargs, width_per_group=128))
+
+
 # Jittor spells the builders both ways
-resnet18, resnet34, resnet50 = Resnet18, Resnet34, Resnet50
+resnet18, resnet34, resnet50, resnet26, resnet38 = Resnet18, Resnet34, Resnet50, Resnet26, Resnet38
+resnet101, resnet152, resnext50_32x4d, resnext101_32x8d = Resnet101, Resnet152, Resnext50_32x4d, Resnext101_32x8d
+wide_resnet50_2, wide_resnet101_2 = Wide_resnet50_2, Wide_resnet101_2
