@@ -15,8 +15,8 @@ import functools
 import hashlib
 import json
 import os
-import tempfile
 
+from .files import write_atomically
 from .flags import flags
 
 _UNSAID = ("<", "...", "array(")  # in a repr: an object's default repr, numpy eliding an array
@@ -42,14 +42,7 @@ def store(key, code):
         return code
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
-        try:
-            with open(fd, "w") as f:
-                json.dump(dataclasses.asdict(code), f)
-            os.replace(tmp, path)
-        except BaseException:
-            os.remove(tmp)
-            raise
+        write_atomically(path, json.dumps(dataclasses.asdict(code)))
     except OSError:
         pass  # a read-only or full cache folder: the code is generated again next time
     return code

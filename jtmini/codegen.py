@@ -20,11 +20,11 @@ faster without them). Flat elementwise kernels gain nothing from that and stay s
 import collections
 import contextlib
 import functools
+import io
 import math
 import numbers
 import os
 import re
-import threading
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -32,6 +32,7 @@ import jinja2
 import numpy as np
 
 from . import code_cache, codegen_cuda, dtypes, numpy_views
+from .files import write_atomically
 from .flags import flags
 from .ops.registry import OPS, runtime_ints
 from .state import register_cache
@@ -56,16 +57,11 @@ class _TemplateCache(jinja2.BytecodeCache):
             bucket.reset()
 
     def dump_bytecode(self, bucket):
-        path = self._path(bucket)
-        tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
-        try:
+        path, code = self._path(bucket), io.BytesIO()
+        bucket.write_bytecode(code)
+        with contextlib.suppress(OSError):      # a read-only cache: templates compile again next time
             os.makedirs(os.path.dirname(path), exist_ok=True)
-            with open(tmp, "wb") as f:
-                bucket.write_bytecode(f)
-            os.replace(tmp, path)
-        except OSError:
-            with contextlib.suppress(OSError):
-                os.remove(tmp)
+            write_atomically(path, code.getvalue())
 
 
 _env = jinja2.Environment(loader=jinja2.PackageLoader("jtmini", "templates"), undefined=jinja2.StrictUndefined,

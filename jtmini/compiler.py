@@ -54,6 +54,7 @@ import typing
 
 from jtmini import counters
 from jtmini.log import logger as jtmini_logger
+from jtmini.files import write_atomically
 from jtmini.flags import flags
 from jtmini.state import register_cache
 
@@ -707,7 +708,7 @@ def _compile_library(base, todo, tc, use_header=True):
         _active_temps.add(tmp)
     try:
         for key, source in todo.items():     # the whole sources, which compile errors name
-            _write_atomically(os.path.join(kernel_dir, key + ".cc"), source, tmp + ".cc")
+            write_atomically(os.path.join(kernel_dir, key + ".cc"), source, tmp + ".cc")
         with open(tmp + ".cc", "w") as f:
             f.write(_unit(kernel_dir, todo, inline_head=header is None))
         argv = _argv(tc, tmp + ".cc", tmp + ".so", base + ".so", prelude=header)
@@ -721,7 +722,7 @@ def _compile_library(base, todo, tc, use_header=True):
         os.replace(tmp + ".so", path)
         library = _load_library(path, data)
         for key in todo:
-            _write_atomically(os.path.join(kernel_dir, key + ".ref"), os.path.basename(path) + "\n", tmp + ".ref")
+            write_atomically(os.path.join(kernel_dir, key + ".ref"), os.path.basename(path) + "\n", tmp + ".ref")
     finally:
         _remove_temps(tmp)
         with _registry_lock:
@@ -885,7 +886,7 @@ def _compile_and_publish(base, source, tc):
     with _registry_lock:
         _active_temps.add(tmp)
     try:
-        _write_atomically(src, source, tmp + ".cc")
+        write_atomically(src, source, tmp + ".cc")
         argv = _argv(tc, src, tmp + ".so", base + ".so")
         if flags.dump_kernels:
             print(f"[i jtmini] kernel {src}:\n{source}\n$ {shlex.join(argv)}", file=sys.stderr)
@@ -894,7 +895,7 @@ def _compile_and_publish(base, source, tc):
         digest = _digest(tmp + ".so")
         os.replace(tmp + ".so", base + ".so")
         # The sidecar goes last: until it matches, readers treat the .so as missing.
-        _write_atomically(base + ".sha256", digest, tmp + ".sha256")
+        write_atomically(base + ".sha256", digest, tmp + ".sha256")
     finally:
         _remove_temps(tmp)
         with _registry_lock:
@@ -974,12 +975,6 @@ def _compile(argv, src):
         raise CompileError(f"compiling {src}: cannot run the compiler ({e})\n$ {shlex.join(argv)}") from None
     if code != 0:
         raise CompileError(f"compiling {src} failed (exit status {code})\n$ {shlex.join(argv)}\n{err}")
-
-
-def _write_atomically(path, text, tmp):
-    with open(tmp, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
 
 
 def _remove_temps(tmp):

@@ -373,10 +373,10 @@ def test_a_read_only_cache_folder_falls_back_with_one_warning(cache, messages, m
 
 
 def test_a_full_disk_is_an_error_that_names_the_cache_folder(cache, monkeypatch):
-    def full_disk(path, text, tmp):
+    def full_disk(path, data, tmp=None):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(compiler, "_write_atomically", full_disk)
+    monkeypatch.setattr(compiler, "write_atomically", full_disk)
     with pytest.raises(OSError) as info:
         compiler.build(sqrt_plus(14))
     assert info.value.errno == errno.ENOSPC

@@ -102,3 +102,17 @@ def test_kernels_of_ops_from_outside_jtmini_are_not_kept(cache, monkeypatch):
     sig2 = sig._replace(ins=(codegen.InputSig("float64", 1),))
     codegen._stored_or_built(("cpu", sig2, None))
     assert len(stored(cache)) == 1
+
+
+def test_write_atomically_leaves_the_old_file_on_failure(tmp_path):
+    from jtmini.files import write_atomically
+    target = tmp_path / "entry.json"
+    write_atomically(str(target), "old")
+    write_atomically(str(target), b"new bytes")
+    assert target.read_bytes() == b"new bytes"
+    with pytest.raises(TypeError):
+        write_atomically(str(target), 12345)          # neither str nor bytes: nothing is replaced
+    assert target.read_bytes() == b"new bytes"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["entry.json"]    # no temporary left
+    write_atomically(str(target), "named", tmp=str(tmp_path / "entry.json.mine"))
+    assert target.read_text() == "named" and len(list(tmp_path.iterdir())) == 1

@@ -167,9 +167,9 @@ def test_a_deleted_library_of_this_process_is_found_loaded(cache):
 
 
 def test_a_full_disk_is_an_error_that_names_the_cache_folder(cache, monkeypatch):
-    def full_disk(path, text, tmp):
+    def full_disk(path, data, tmp=None):
         raise OSError(28, "No space left on device")
-    monkeypatch.setattr(compiler, "_write_atomically", full_disk)
+    monkeypatch.setattr(compiler, "write_atomically", full_disk)
     with pytest.raises(OSError, match="cannot write kernels to the cache folder .*kernels"):
         compiler.build_kernels([kernel(0), kernel(1)])
 
