@@ -21,6 +21,7 @@ import time
 from . import counters, history, profiler, replay, schedule
 from .flags import flags
 from .gc_pause import paused
+from .ops.registry import OPS
 from .runtime import base
 from .state import services
 from .var import pending_roots
@@ -81,6 +82,8 @@ def _run(steps, compiled, target_ids, runtime, recorder=None):
         if recorder is not None:
             recorder.record(profiler.step_name(step), _KINDS.get(type(step)) or step.kind, began,
                             time.perf_counter())
+        if library_calls and isinstance(step, schedule.LibraryCall) and OPS[step.root.op].stateful:
+            _keep(step.root, outs[0])
         for root, out in zip(roots, outs):
             if id(root) in target_ids:
                 root._set_value(out)
@@ -91,6 +94,13 @@ def _run(steps, compiled, target_ids, runtime, recorder=None):
                 buffers.pop(id(src), None)
     counters.bump("kernels_run", kernels)         # once a schedule: a counter takes a lock
     counters.bump("library_calls", library_calls)
+
+
+def _keep(v, value):
+    """Give a stateful op's Var (random numbers) its value for good, as a leaf: computed again,
+    say by a gradient realized later, it would draw other numbers."""
+    v._set_value(value)
+    v.op, v.attrs = None, {}
 
 
 _KINDS = {schedule.LibraryCall: "library", schedule.View: "view", schedule.Collective: "collective"}
