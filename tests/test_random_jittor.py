@@ -254,3 +254,20 @@ def test_a_model_seeded_alike_trains_alike():
 def test_errors_name_what_was_wrong(call, error, words):
     with pytest.raises(error, match=words):
         call()
+
+
+def test_multinomial_is_jittors_algorithm_on_rand():
+    w = np.array([[1.0, 0.0, 3.0, 2.0], [0.5, 0.5, 0.0, 1.0]], np.float32)
+    jt.set_seed(12)
+    got = jt.multinomial(jt.array(w), 300, replacement=True).numpy()
+    jt.set_seed(12)
+    cum = np.cumsum(w, -1, dtype=np.float32)
+    r = jt.rand(2, 300, 1).numpy() * cum[:, None, -1:]
+    np.testing.assert_array_equal(got, (cum[:, None, :-1] < r).sum(-1))
+    assert got.dtype == np.int32 and not (got == 1)[0].any() and not (got == 2)[1].any()
+    jt.set_seed(12)
+    picked = jt.multinomial(jt.array(w), 2).numpy()
+    jt.set_seed(12)
+    with np.errstate(divide="ignore"):          # a zero weight: key 0, as 1 / 0 = inf in the kernel
+        keys = np.minimum(jt.rand(2, 4).numpy(), np.float32(0.999999)) ** (1 / w)
+    np.testing.assert_array_equal(np.sort(picked, -1), np.sort(np.argsort(-keys, -1)[:, :2], -1))
