@@ -158,4 +158,10 @@ def fetch(*args):
     callback(*(v.numpy() if isinstance(v, Var) else v for v in values))
 
 
+def _prepare_host_kernel(template, **context):
+    # host kernels: a library op without a GPU kernel runs on the host under the CUDA backend too
+    base.get("cpu").prepare_kernel(template, **context)
+
+
 services.realize = realize
+services.prepare_kernel = _prepare_host_kernel

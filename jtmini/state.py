@@ -32,6 +32,8 @@ class _Services:
         self.enqueue_collective = _missing("enqueue_collective", "jtmini.runtime.mpi")   # queue a new collective
         # a collective node rebound before it was issued: its queue must keep the old node
         self.requeue_collective = lambda new, old: None
+        # start compiling a host hand-written kernel that a library op just built will need
+        self.prepare_kernel = _missing("prepare_kernel", "jtmini.executor")
 
 
 def _missing(name, provider):

@@ -24,12 +24,13 @@ import numpy as np
 
 from .. import creation, dtypes
 from ..flags import flags
-from ..state import random_engine
+from ..state import random_engine, services
 from ..var import Var
 from .registry import OpSpec, export, register
 
 TYPES = ("uniform", "normal")            # the kernel's ip[1]: the index of the type
 KERNEL_DTYPES = ("float32", "float64")   # Jittor's front end always draws float32
+_prepared = set()                        # kernel dtypes whose compile this process started
 
 
 def _infer(inputs, a):
@@ -71,6 +72,9 @@ def random_node(shape, type="uniform", dtype="float32"):
         raise ValueError(f"jt.random: type must be 'uniform' or 'normal', got {type!r}")
     if dtype not in KERNEL_DTYPES:
         raise TypeError(f"jt.random: the op draws float32 or float64, got dtype {dtype}")
+    if dtype not in _prepared:           # a cold process: compile while the graph is built
+        _prepared.add(dtype)
+        services.prepare_kernel("random", ctype=dtypes.C_TYPES[dtype])
     return Var.node("random", [], shape=_checked_shape(shape, "jt.random"), dtype=dtype, type=type)
 
 
