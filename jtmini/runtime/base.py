@@ -55,7 +55,8 @@ class Backend:
 
     def prepare_kernel(self, template, **context):
         """Start building ``kernel(template, **context)`` in the background, for a library op
-        whose node was just built; by default nothing (it is built when first run)."""
+        whose node was just built (it overlaps building the rest of the graph)."""
+        raise NotImplementedError
 
     def matmul(self, a, b):
         """numpy-style batched matrix product of two arrays of this backend."""
