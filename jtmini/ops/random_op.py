@@ -16,7 +16,7 @@ gradient).
 
     >>> jt.set_seed(3)
     >>> w, b = jt.random((2, 3)), jt.random((3,), type="normal")
-    >>> b.sync(); w.sync()            # b draws first: its numbers are the engine's first six
+    >>> _ = b.sync(), w.sync()        # b draws first, from the freshly seeded engine, then w
 """
 import numbers
 
