@@ -271,3 +271,20 @@ def test_multinomial_is_jittors_algorithm_on_rand():
     with np.errstate(divide="ignore"):          # a zero weight: key 0, as 1 / 0 = inf in the kernel
         keys = np.minimum(jt.rand(2, 4).numpy(), np.float32(0.999999)) ** (1 / w)
     np.testing.assert_array_equal(np.sort(picked, -1), np.sort(np.argsort(-keys, -1)[:, :2], -1))
+
+
+def test_draws_of_one_schedule_go_in_the_order_the_vars_were_made():
+    def model():
+        return nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 2))
+
+    x = jt.array(np.ones((5, 3), np.float32))
+    jt.set_seed(10)
+    together = model()
+    out = together(x).numpy()                  # every parameter drawn inside one schedule
+    jt.set_seed(10)
+    one_by_one = model()
+    for p in one_by_one.parameters():          # in the order they were made
+        p.sync()
+    np.testing.assert_array_equal(one_by_one(x).numpy(), out)
+    for a, b in zip(together.parameters(), one_by_one.parameters()):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())

@@ -9,7 +9,9 @@ fills its output in order from the process-wide engine (``state.random_engine``)
 ``std::uniform_real_distribution`` or ``std::normal_distribution``, a new distribution each run.
 The kernel (``templates/cpu/random.cc.j2``) uses ``<random>`` itself, so the numbers are
 libstdc++'s bit for bit. The values therefore depend on the order in which random Vars are
-computed, as in Jittor; a stored plan (``replay.py``) draws anew each time it runs, and the GPU
+computed, as in Jittor; random Vars computed in one schedule draw in the order they were made
+(so parameters computed together get the numbers they get computed one by one in that order); a
+stored plan (``replay.py``) draws anew each time it runs, and the GPU
 draws on the host and uploads. A random Var keeps its value once computed, even when it was only
 an intermediate: computing it again would give other numbers (a dropout mask read again by its
 gradient).
@@ -18,6 +20,7 @@ gradient).
     >>> w, b = jt.random((2, 3)), jt.random((3,), type="normal")
     >>> _ = b.sync(), w.sync()        # b draws first, from the freshly seeded engine, then w
 """
+import itertools
 import numbers
 
 import numpy as np
@@ -31,6 +34,7 @@ from .registry import OpSpec, export, register
 TYPES = ("uniform", "normal")            # the kernel's ip[1]: the index of the type
 KERNEL_DTYPES = ("float32", "float64")   # Jittor's front end always draws float32
 _prepared = set()                        # kernel dtypes whose compile this process started
+_made = itertools.count()                # a node's seq: where its draws go among one schedule's
 
 
 def _infer(inputs, a):
@@ -50,8 +54,9 @@ def _run(arrays, a, backend):
     return out
 
 
-# ``stateful``: its value depends on (and advances) the engine, so the executor keeps it
-register(OpSpec("random", "library", infer=_infer, run=_run, stateful=True))
+# ``stateful``: its value depends on (and advances) the engine, so the executor keeps it; ``seq``
+# orders the draws of one schedule (schedule._draws_first) and is left out of replay's signature
+register(OpSpec("random", "library", infer=_infer, run=_run, stateful=True, runtime_attrs=("seq",)))
 
 
 def _checked_shape(shape, who):
@@ -75,7 +80,8 @@ def random_node(shape, type="uniform", dtype="float32"):
     if dtype not in _prepared:           # a cold process: compile while the graph is built
         _prepared.add(dtype)
         services.prepare_kernel("random", ctype=dtypes.C_TYPES[dtype])
-    return Var.node("random", [], shape=_checked_shape(shape, "jt.random"), dtype=dtype, type=type)
+    return Var.node("random", [], shape=_checked_shape(shape, "jt.random"), dtype=dtype, type=type,
+                    seq=next(_made))
 
 
 @export("random", method=False)
