@@ -46,9 +46,7 @@ class Optimizer:
     Under mpirun the constructor broadcasts every Var of ``params`` (BatchNorm statistics too)
     from rank 0, so ranks that initialised their models differently train identically. It is done
     here rather than in the first ``step``: by then the first loss is already built from each
-    rank's own weights. Parameters not yet computed (initialisers draw lazily, as Jittor's) are
-    computed here too, together, so they draw in the order they were made and the first step's
-    graph is every later step's (its kernels compiled once, not also fused with the initialisers)."""
+    rank's own weights."""
 
     def __init__(self, params, lr):
         groups = _listed(params, "params")
@@ -63,7 +61,6 @@ class Optimizer:
         self.n_step = 0
         self._grads = None      # accumulated gradients, one Var per trainable parameter, or None
         self._summed = None     # the same summed over ranks, each a handle of the optimizer's own
-        sync([p for group in self.param_groups for p in group["params"] if p._data is None])
         broadcast_in_place([p for group in self.param_groups for p in group["params"]], root=0)
         for group in self.param_groups:
             _check_hyper(self, group)
