@@ -72,13 +72,13 @@ def eye(shape, dtype="float32"):
 def uniform(shape, dtype="float32", low=0, high=1):
     """Uniform between ``low`` and ``high`` (numbers or Vars), Jittor's ``random * (low - high) + high``:
     ``init.uniform((64, 3), "float32", -0.1, 0.1)``, ``init.uniform(5)``."""
-    return random_op.random(_shape(shape), dtype) * (low - high) + high
+    return random_op.initializer(_shape(shape), dtype, "uniform", low - high, high)
 
 
 def gauss(shape, dtype="float32", mean=0.0, std=1.0):
     """Normal with ``mean`` and ``std`` (numbers or Vars), Jittor's ``random(normal) * std + mean``:
     ``init.gauss((64, 3), "float32", 0.0, 0.02)``, ``init.gauss(5)``."""
-    return random_op.random(_shape(shape), dtype, "normal") * std + mean
+    return random_op.initializer(_shape(shape), dtype, "normal", std, mean)
 
 
 def _fans(shape):

@@ -288,3 +288,22 @@ def test_draws_of_one_schedule_go_in_the_order_the_vars_were_made():
     np.testing.assert_array_equal(one_by_one(x).numpy(), out)
     for a, b in zip(together.parameters(), one_by_one.parameters()):
         np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+
+@pytest.mark.parametrize("type, scale, shift", [("uniform", -0.37, 0.185), ("normal", 0.02, 0.0),
+                                                ("normal", 3.0, 1.0), ("uniform", -2.5, 0.5)])
+def test_an_initializer_in_one_op_has_the_formulas_bits(type, scale, shift):
+    """init.uniform / init.gauss store r * scale + shift from the random op itself: the same bits
+    as the formula computed by a generated kernel from the drawn numbers."""
+    from jtmini.ops import random_op
+    jt.set_seed(21)
+    fused = random_op.initializer((333,), "float32", type, scale, shift)
+    assert fused.op == "random"                  # one op, not a formula over it
+    fused = fused.numpy()
+    jt.set_seed(21)
+    r = jt.random((333,), "float32", type)
+    formula = (r * scale + shift).numpy()
+    np.testing.assert_array_equal(bits(fused), bits(formula))
+    assert_multiply_add(fused, r.numpy(), scale, shift)
+    low = jt.array(np.float32(-1.0))            # a Var bound: the formula as ops, as Jittor's
+    assert init.uniform((4,), "float32", low, 1.0).op != "random"

@@ -47,16 +47,19 @@ def _run(arrays, a, backend):
     if out.size == 0:
         return out
     kernel = backend.kernel("random", ctype=dtypes.C_TYPES[a["dtype"]])
+    affine = a.get("affine")
     with random_engine.lock:
         state = np.array([random_engine.x], np.uint64)
-        kernel.run([state, out], [out.size, TYPES.index(a["type"])], [], 1)
+        kernel.run([state, out], [out.size, TYPES.index(a["type"]), int(affine is not None)],
+                   list(affine) if affine is not None else [], 1)
         random_engine.x = int(state[0])
     return out
 
 
 # ``stateful``: its value depends on (and advances) the engine, so the executor keeps it; ``seq``
-# orders the draws of one schedule (schedule._draws_first) and is left out of replay's signature
-register(OpSpec("random", "library", infer=_infer, run=_run, stateful=True, runtime_attrs=("seq",)))
+# orders the draws of one schedule (schedule._draws_first); ``affine`` is an initialiser's
+# (scale, shift); both are read at launch and left out of replay's signature
+register(OpSpec("random", "library", infer=_infer, run=_run, stateful=True, runtime_attrs=("seq", "affine")))
 
 
 def _checked_shape(shape, who):
@@ -70,9 +73,10 @@ def _checked_shape(shape, who):
     return dims
 
 
-def random_node(shape, type="uniform", dtype="float32"):
+def random_node(shape, type="uniform", dtype="float32", affine=None):
     """The lazy ``random`` op itself: ``shape`` numbers of ``dtype`` (float32 or float64) from the
-    engine, uniform on [0, 1) or standard normal."""
+    engine, uniform on [0, 1) or standard normal; with ``affine=(scale, shift)`` each number ``r``
+    is stored as ``r * scale + shift``, with the bits the same formula gives as two ops."""
     if type not in TYPES:
         raise ValueError(f"jt.random: type must be 'uniform' or 'normal', got {type!r}")
     if dtype not in KERNEL_DTYPES:
@@ -80,8 +84,9 @@ def random_node(shape, type="uniform", dtype="float32"):
     if dtype not in _prepared:           # a cold process: compile while the graph is built
         _prepared.add(dtype)
         services.prepare_kernel("random", ctype=dtypes.C_TYPES[dtype])
+    attrs = {} if affine is None else {"affine": (float(affine[0]), float(affine[1]))}
     return Var.node("random", [], shape=_checked_shape(shape, "jt.random"), dtype=dtype, type=type,
-                    seq=next(_made))
+                    seq=next(_made), **attrs)
 
 
 @export("random", method=False)
@@ -97,6 +102,23 @@ def random(shape, dtype="float32", type="uniform"):
     out = random_node(shape, type)
     if dtype != "float32":
         out = out.cast(dtype)
+    return creation._amp_array(out) if flags.amp_reg else out
+
+
+def initializer(shape, dtype, type, scale, shift):
+    """Jittor's initialiser formula ``jt.random(shape, dtype, type) * scale + shift`` (``init.uniform``,
+    ``init.gauss``). With float32 and numbers it is one op: a parameter is then a buffer the random
+    op writes, so a model's first step runs the kernels of every later step (fused with the formula
+    they would be kernels of the first step only) and the numbers are the formula's bit for bit.
+
+    >>> initializer((64, 3), "float32", "uniform", -0.2, 0.1).shape      # U(-0.1, 0.1)
+    (64, 3)
+    """
+    dtype = dtypes.canonical(dtype)
+    numbers_given = all(isinstance(v, numbers.Real) and not isinstance(v, bool) for v in (scale, shift))
+    if dtype != "float32" or not numbers_given:
+        return random(shape, dtype, type) * scale + shift
+    out = random_node(shape, type, affine=(scale, shift))
     return creation._amp_array(out) if flags.amp_reg else out
 
 
