@@ -10,11 +10,13 @@ fills its output in order from the process-wide engine (``state.random_engine``)
 The kernel (``templates/cpu/random.cc.j2``) uses ``<random>`` itself, so the numbers are
 libstdc++'s bit for bit. The values therefore depend on the order in which random Vars are
 computed, as in Jittor; random Vars computed in one schedule draw in the order they were made
-(so parameters computed together get the numbers they get computed one by one in that order); a
-stored plan (``replay.py``) draws anew each time it runs, and the GPU
-draws on the host and uploads. A random Var keeps its value once computed, even when it was only
-an intermediate: computing it again would give other numbers (a dropout mask read again by its
-gradient).
+(so parameters computed together get the numbers they get computed one by one in that order). A
+stored plan (``replay.py``) draws anew each time it runs; the GPU draws on the host and uploads.
+A random Var keeps its value once computed, even when it was only an intermediate: computing it
+again would give other numbers (a dropout mask read again by its gradient). An initialiser's
+formula (``init.uniform``: ``random * (low - high) + high``) is applied by the op itself, with
+the formula's bits, so a parameter is the op's buffer and a model's first step runs the kernels
+of every later step.
 
     >>> jt.set_seed(3)
     >>> w, b = jt.random((2, 3)), jt.random((3,), type="normal")
