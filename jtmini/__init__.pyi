@@ -378,7 +378,7 @@ class Var:
         """Rank r gets ``x[r]`` of ``root``'s ``x``, which has shape ``(world_size, *s)``; the output has"""
     def mul(self, b: Any) -> Var:
         """Elementwise mul with numpy broadcasting."""
-    def multinomial(self, num_samples: Any, replacement: Any = ...) -> Var:
+    def multinomial(self, num_samples: Any, replacement: Any = ...) -> Any:
         """``num_samples`` indices per row of ``weights`` (1-D: one distribution, 2-D: one per row),"""
     def multiply(self, b: Any) -> Var:
         """Elementwise mul with numpy broadcasting."""
@@ -421,7 +421,7 @@ class Var:
         """Elementwise pow with numpy broadcasting."""
     def prod(self, dims: Any = ..., keepdims: Any = ..., *, dim: Any = ..., axis: Any = ..., keepdim: Any = ...) -> Var: ...
     def random_(self) -> Var:
-        """U(0, 1) in place (Jittor's ``var.random_()``); returns ``var``: ``init.random_(linear.bias)``."""
+        """U(0, 1) in place, Jittor's ``jt.rand`` (``var.random_()``); returns ``var``: ``init.random_(linear.bias)``."""
     def reduce_add(self, dims: Any = ..., keepdims: Any = ..., *, keepdim: Any = ...) -> Var:
         """Jittor's ``reduce_add(x, dims=None, keepdims=False)``: the sum (bool and int32 give int64, as jt.sum) over ``dims`` (an int or a sequence; None or () is every dim, as in Jittor)."""
     def reduce_bitwise_and(self, dims: Any = ..., keepdims: Any = ..., *, keepdim: Any = ...) -> Var:
@@ -976,7 +976,7 @@ def mpi_scatter(x: Any, root: Any = ...) -> Var:
 def mul(a: Any, b: Any) -> Var:
     """Elementwise mul with numpy broadcasting."""
 
-def multinomial(weights: Any, num_samples: Any, replacement: Any = ...) -> Var:
+def multinomial(weights: Any, num_samples: Any, replacement: Any = ...) -> Any:
     """``num_samples`` indices per row of ``weights`` (1-D: one distribution, 2-D: one per row),"""
 
 def multiply(a: Any, b: Any) -> Var:
@@ -995,7 +995,7 @@ def norm(x: Any, p: Any = ..., dim: Any = ..., keepdim: Any = ..., *, keepdims: 
     """The p-norm over ``dim`` (an int or a tuple; every dim when None); ``p`` is 1, 2 (Jittor's"""
 
 def normal(mean: Any, std: Any, size: Any = ..., dtype: Any = ...) -> Var:
-    """Normal numbers ``mean + std * randn``, as Jittor's ``jt.normal``: ``mean`` and ``std`` are"""
+    """Normal numbers ``randn * std + mean``, as Jittor's ``jt.normal``: ``mean`` and ``std`` are"""
 
 def normalize(x: Any, p: Any = ..., dim: Any = ..., eps: Any = ...) -> Any:
     """``x`` divided by its p-norm over ``dim`` (at least ``eps``), as Jittor's and PyTorch's"""
@@ -1034,26 +1034,26 @@ def prod(x: Any, dims: Any = ..., keepdims: Any = ..., *, dim: Any = ..., axis: 
 def profile_scope(trace: Any = ..., show: Any = ...) -> Any:
     """Profile the steps computed inside the ``with`` block (see the module doc); ``trace``: a"""
 
-def rand(*shape: Any, dtype: Any = ...) -> Var:
-    """Uniform on [0, 1)."""
+def rand(*size: Any, dtype: Any = ..., requires_grad: Any = ...) -> Var:
+    """Uniform numbers on [0, 1) of shape ``size`` (dims or one tuple), as Jittor's ``jt.rand``."""
 
 def rand_like(x: Any, dtype: Any = ...) -> Var:
     """Uniform numbers on [0, 1) of ``x``'s shape (and float dtype), as Jittor's ``jt.rand_like``."""
 
 def randint(low: Any, high: Any = ..., shape: Any = ..., dtype: Any = ...) -> Var:
-    """Integers in [low, high) (or [0, low) when high is omitted), as in Jittor; a range beyond"""
+    """Integers in [low, high) (or [0, low) when high is omitted), as Jittor's: uniform numbers"""
 
 def randint_like(x: Any, low: Any, high: Any = ...) -> Var:
     """Integers in [low, high) (or [0, low)) of ``x``'s shape and dtype, as Jittor's ``jt.randint_like``."""
 
-def randn(*shape: Any, dtype: Any = ...) -> Var:
-    """Standard normal."""
+def randn(*size: Any, dtype: Any = ..., requires_grad: Any = ...) -> Var:
+    """Standard normal numbers of shape ``size`` (dims or one tuple), as Jittor's ``jt.randn``."""
 
 def randn_like(x: Any, dtype: Any = ...) -> Var:
     """Standard normal numbers of ``x``'s shape (and float dtype), as Jittor's ``jt.randn_like``."""
 
 def random(shape: Any, dtype: Any = ..., type: Any = ...) -> Var:
-    'Jittor\'s ``jt.random``: uniform on [0, 1) (``type="uniform"``) or standard normal'
+    """Jittor's ``jt.random``: float32 numbers of ``shape`` drawn from Jittor's engine when the Var"""
 
 def reduce_add(x: Any, dims: Any = ..., keepdims: Any = ..., *, keepdim: Any = ...) -> Var:
     """Jittor's ``reduce_add(x, dims=None, keepdims=False)``: the sum (bool and int32 give int64, as jt.sum) over ``dims`` (an int or a sequence; None or () is every dim, as in Jittor)."""
@@ -1136,13 +1136,13 @@ def searchsorted(sorted_sequence: Any, values: Any, right: Any = ...) -> Any:
     """For each of ``values``, its insertion index in the last dim of ``sorted_sequence`` (sorted"""
 
 def seed(n: Any) -> None:
-    """Seed jtmini's random numbers (rand, randn, randint, random, init, dropout); Jittor's"""
+    """Reset Jittor's random engine (``jt.random``, ``rand``, ``randn``, ``randint``, ``init``,"""
 
 def set_global_seed(seed: Any, different_seed_for_mpi: Any = ...) -> None:
     """Seed Python's ``random``, numpy's global generator and jtmini's together, as Jittor does."""
 
 def set_seed(n: Any) -> None:
-    """Seed jtmini's random numbers (rand, randn, randint, random, init, dropout); Jittor's"""
+    """Reset Jittor's random engine (``jt.random``, ``rand``, ``randn``, ``randint``, ``init``,"""
 
 def sigmoid(x: Any) -> Var:
     """Elementwise sigmoid."""

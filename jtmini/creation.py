@@ -1,7 +1,7 @@
-"""Functions that make Vars: from data, constants, random numbers and ranges.
+"""Functions that make Vars: from data, constants and ranges; the seed of the random numbers
+(which ``ops/random_op.py`` draws).
 
     >>> jt.seed(0)
-    >>> w = jt.randn(3, 4)                     # float32, a leaf
     >>> b = jt.zeros((4,))                     # a constant: no buffer until used
     >>> jt.array(np.arange(6).reshape(2, 3))   # int64 numpy -> int32 Var (a copy), as in Jittor
 """
@@ -12,20 +12,30 @@ import numpy as np
 from . import dtypes
 from .flags import flags
 from .ops.registry import export
-from .state import services
+from .state import random_engine, services
 from .var import Var
 
 # as Jittor, an unseeded process starts from a seed it can report (jt.get_seed), here from OS entropy
-_seed = int(np.random.SeedSequence().entropy % 100000007)
-_rng = np.random.default_rng(_seed)
+random_engine.reset(int(np.random.SeedSequence().entropy % 100000007))
+# transforms and Dataset workers draw from numpy, as Jittor's draw from Python's and numpy's generators
+_rng = np.random.default_rng(random_engine.seed)
 
 
 @export("seed", "set_seed", method=False)
 def seed(n):
-    """Seed jtmini's random numbers (rand, randn, randint, random, init, dropout); Jittor's
-    ``jt.set_seed`` is this too (``jt.set_global_seed`` also seeds Python and numpy)."""
-    global _rng, _seed
-    _rng, _seed = np.random.default_rng(n), n
+    """Reset Jittor's random engine (``jt.random``, ``rand``, ``randn``, ``randint``, ``init``,
+    dropout: ``ops/random_op.py``) to ``std::default_random_engine(n)``, and the numpy generator
+    transforms draw from; Jittor's ``jt.set_seed`` is this too (``jt.set_global_seed`` also seeds
+    Python and numpy).
+
+    >>> jt.seed(3); a = jt.rand(2).numpy(); jt.seed(3); bool((a == jt.rand(2).numpy()).all())
+    True
+    """
+    global _rng
+    if isinstance(n, bool) or not isinstance(n, numbers.Integral):
+        raise TypeError(f"set_seed: seed must be an int, got {n!r} ({type(n).__name__})")
+    random_engine.reset(int(n))
+    _rng = np.random.default_rng(int(n) % 2**64)
 
 
 @export("get_seed", method=False)
@@ -35,7 +45,7 @@ def get_seed():
     >>> jt.seed(7); jt.get_seed()
     7
     """
-    return _seed
+    return random_engine.seed
 
 
 @export("set_global_seed", method=False)
@@ -61,6 +71,7 @@ def set_global_seed(seed, different_seed_for_mpi=True):
 
 
 def rng():
+    """The numpy generator of jtmini's transforms (Jittor's draw from Python's and numpy's)."""
     return _rng
 
 
@@ -250,33 +261,6 @@ def full_like(x, value, dtype=None):
     return full(x.shape, value, dtype or x.dtype)
 
 
-@export("rand", method=False)
-def rand(*shape, dtype="float32"):
-    """Uniform on [0, 1)."""
-    return array(_rng.random(_shape(shape)), dtypes.canonical(dtype))
-
-
-@export("randn", method=False)
-def randn(*shape, dtype="float32"):
-    """Standard normal."""
-    return array(_rng.standard_normal(_shape(shape)), dtypes.canonical(dtype))
-
-
-@export("random", method=False)
-def random(shape, dtype="float32", type="uniform"):
-    """Jittor's ``jt.random``: uniform on [0, 1) (``type="uniform"``) or standard normal
-    (``type="normal"``) numbers of ``shape``.
-
-    >>> jt.random((2, 3), "float32", "normal").shape
-    (2, 3)
-    """
-    draw = {"uniform": _rng.random, "normal": _rng.standard_normal}.get(type)
-    if draw is None:
-        raise ValueError(f"jt.random: type must be 'uniform' or 'normal', got {type!r}")
-    out = array(draw(_shape((shape,))), dtypes.canonical(dtype))
-    return _amp_array(out) if flags.amp_reg else out
-
-
 @export("float_auto", method=True, function=False)
 def float_auto(x):
     """``x`` as float16 when ``jt.flags.amp_reg`` prefers float16 (bit 2), else as float32, as Jittor's.
@@ -285,89 +269,6 @@ def float_auto(x):
     'float32'
     """
     return x.cast("float16" if flags.amp_reg & dtypes.AMP_PREFER16 else "float32")
-
-
-@export("randint", method=False)
-def randint(low, high=None, shape=(1,), dtype="int32"):
-    """Integers in [low, high) (or [0, low) when high is omitted), as in Jittor; a range beyond
-    ``dtype`` is an OverflowError."""
-    if high is None:
-        low, high = 0, low
-    if high <= low:
-        raise ValueError(f"randint: empty range [{low}, {high})")
-    target = np.dtype(dtypes.canonical(dtype))
-    info = np.iinfo(target) if target.kind in "iu" else None
-    if info is not None and (low < info.min or high - 1 > info.max):
-        raise OverflowError(f"randint: range [{low}, {high}) does not fit {dtype}; pass dtype='int64'")
-    return array(_rng.integers(low, high, size=_shape((shape,))), dtypes.canonical(dtype))
-
-
-def _like_float(x, dtype):
-    """The dtype of a ``*_like`` float draw: ``dtype`` if given, else ``x``'s float dtype (float32
-    for an integer or bool ``x``, whose values the draw would truncate)."""
-    x = as_var(x)
-    if dtype is not None:
-        return x, dtypes.canonical(dtype)
-    return x, x.dtype if dtypes.is_float(x.dtype) else dtypes.DEFAULT_FLOAT
-
-
-@export("rand_like", method=False)
-def rand_like(x, dtype=None):
-    """Uniform numbers on [0, 1) of ``x``'s shape (and float dtype), as Jittor's ``jt.rand_like``.
-
-    >>> jt.rand_like(jt.zeros((2, 3))).shape
-    (2, 3)
-    """
-    x, dtype = _like_float(x, dtype)
-    return rand(x.shape, dtype=dtype)
-
-
-@export("randn_like", method=False)
-def randn_like(x, dtype=None):
-    """Standard normal numbers of ``x``'s shape (and float dtype), as Jittor's ``jt.randn_like``."""
-    x, dtype = _like_float(x, dtype)
-    return randn(x.shape, dtype=dtype)
-
-
-@export("randint_like", method=False)
-def randint_like(x, low, high=None):
-    """Integers in [low, high) (or [0, low)) of ``x``'s shape and dtype, as Jittor's ``jt.randint_like``.
-
-    >>> jt.randint_like(jt.zeros((4,), "int32"), 10).dtype
-    'int32'
-    """
-    x = as_var(x)
-    if x.dtype == "bool":
-        raise TypeError("randint_like: x is a bool Var; integers need an integer or float dtype")
-    return randint(low, high, x.shape, x.dtype)
-
-
-@export("normal", method=False)
-def normal(mean, std, size=None, dtype="float32"):
-    """Normal numbers ``mean + std * randn``, as Jittor's ``jt.normal``: ``mean`` and ``std`` are
-    numbers or Vars (broadcast together; a Var's shape is the result's when ``size`` is None).
-    Differentiable in a Var ``mean`` and ``std``.
-
-    >>> jt.normal(jt.arange(4).float32(), 0.1).shape
-    (4,)
-    """
-    shapes = [tuple(v.shape) for v in (mean, std) if isinstance(v, Var)]
-    if size is None:
-        try:
-            size = np.broadcast_shapes(*shapes) if shapes else (1,)
-        except ValueError:
-            raise ValueError(f"normal: mean and std of shapes {shapes} cannot be broadcast together") from None
-    size = _shape((size,))
-    for name, value in (("mean", mean), ("std", std)):
-        if not isinstance(value, (Var, numbers.Real)) or isinstance(value, bool):
-            raise TypeError(f"normal: {name} must be a number or a Var, got {type(value).__name__}")
-    try:
-        fits = not shapes or np.broadcast_shapes(size, *shapes) == size
-    except ValueError:
-        fits = False
-    if not fits:
-        raise ValueError(f"normal: mean/std of shapes {shapes} do not broadcast to size {size}")
-    return randn(size, dtype=dtype) * std + mean
 
 
 @export("arange", method=False)

@@ -15,6 +15,7 @@ import numbers
 import numpy as np
 
 from . import creation, dtypes
+from .ops import random_op
 from .ops.registry import FUNCTIONS
 from .var import Var
 
@@ -81,7 +82,7 @@ class Categorical:
         """Indices drawn by inverse transform: the count of cumulative sums below a uniform draw."""
         n = self.probs.shape[-1]
         shape = _shape(sample_shape, type(self).__name__) + self.probs.shape[:-1]
-        draw = creation.rand(*(shape + (1,)))
+        draw = random_op.rand(*(shape + (1,)))
         right = self.cum_probs[..., 1:]
         return (right < draw).int32().sum(-1).minimum(n - 1)      # rounding may leave right[-1] < 1
 
@@ -140,7 +141,7 @@ class Normal:
 
     def sample(self, sample_shape=()):
         shape = _shape(sample_shape, "Normal") + np.broadcast_shapes(self.mu.shape, self.sigma.shape)
-        return self.mu + self.sigma * creation.randn(*shape)
+        return self.mu + self.sigma * random_op.randn(*shape)
 
     def log_prob(self, x):
         x = _var(x, "x", "Normal.log_prob")
@@ -164,7 +165,7 @@ class Uniform:
 
     def sample(self, sample_shape=()):
         shape = _shape(sample_shape, "Uniform") + np.broadcast_shapes(self.low.shape, self.high.shape)
-        return self.low + (self.high - self.low) * creation.rand(*shape)
+        return self.low + (self.high - self.low) * random_op.rand(*shape)
 
     def log_prob(self, x):
         x = _var(x, "x", "Uniform.log_prob")
@@ -197,7 +198,7 @@ class Geometric:
 
     def sample(self, sample_shape=()):
         shape = _shape(sample_shape, "Geometric") + self.prob.shape
-        u = creation.rand(*shape).maximum(np.finfo("float32").tiny)
+        u = random_op.rand(*shape).maximum(np.finfo("float32").tiny)
         return (u.log() / (1 - self.prob).log()).floor()
 
     def log_prob(self, x):

@@ -21,6 +21,7 @@ import time
 from . import counters, history, memory_profile, profiler, replay, schedule
 from .flags import flags
 from .gc_pause import paused
+from .ops.registry import OPS
 from .runtime import base
 from .state import services
 from .var import pending_roots
@@ -83,6 +84,8 @@ def _run(steps, compiled, target_ids, runtime, recorder=None):
         if recorder is not None:
             recorder.record(profiler.step_name(step), _KINDS.get(type(step)) or step.kind, began,
                             time.perf_counter())
+        if library_calls and isinstance(step, schedule.LibraryCall) and OPS[step.root.op].stateful:
+            _keep(step.root, outs[0])
         for root, out in zip(roots, outs):
             if id(root) in target_ids:
                 root._set_value(out)
@@ -99,6 +102,13 @@ def _run(steps, compiled, target_ids, runtime, recorder=None):
             memory.after_step(alive.values())
     counters.bump("kernels_run", kernels)         # once a schedule: a counter takes a lock
     counters.bump("library_calls", library_calls)
+
+
+def _keep(v, value):
+    """Give a stateful op's Var (random numbers) its value for good, as a leaf: computed again,
+    say by a gradient realized later, it would draw other numbers."""
+    v._set_value(value)
+    v.op, v.attrs = None, {}
 
 
 _KINDS = {schedule.LibraryCall: "library", schedule.View: "view", schedule.Collective: "collective"}
@@ -156,4 +166,10 @@ def fetch(*args):
     callback(*(v.numpy() if isinstance(v, Var) else v for v in values))
 
 
+def _prepare_host_kernel(template, **context):
+    # host kernels: a library op without a GPU kernel runs on the host under the CUDA backend too
+    base.get("cpu").prepare_kernel(template, **context)
+
+
 services.realize = realize
+services.prepare_kernel = _prepare_host_kernel

@@ -1,8 +1,9 @@
 """Parameter initialisers with Jittor's signatures.
 
 Functions without a trailing underscore make a new leaf Var of ``shape``; the ``*_`` forms fill an
-existing Var in place (``var.assign``) and return it, like PyTorch's ``nn.init``. Random numbers
-come from jtmini's generator, so ``jt.seed(n)`` makes them reproducible.
+existing Var in place (``var.assign``) and return it, like PyTorch's ``nn.init``. Random ones are
+Jittor's formulas on ``jt.random`` (``ops/random_op.py``), drawn when the Var is computed, so after
+``jt.set_seed(n)`` they are Jittor's numbers when computed in Jittor's order.
 
     >>> import jtmini as jt
     >>> from jtmini import init
@@ -17,6 +18,7 @@ import math
 import numpy as np
 
 from . import creation, dtypes
+from .ops import random_op
 from .var import Var
 
 
@@ -68,13 +70,15 @@ def eye(shape, dtype="float32"):
 
 
 def uniform(shape, dtype="float32", low=0, high=1):
-    """Uniform on ``[low, high)``: ``init.uniform((64, 3), "float32", -0.1, 0.1)``, ``init.uniform(5)``."""
-    return _leaf(creation.rng().uniform(low, high, _shape(shape)), dtype)
+    """Uniform between ``low`` and ``high`` (numbers or Vars), Jittor's ``random * (low - high) + high``:
+    ``init.uniform((64, 3), "float32", -0.1, 0.1)``, ``init.uniform(5)``."""
+    return random_op.initializer(_shape(shape), dtype, "uniform", low - high, high)
 
 
 def gauss(shape, dtype="float32", mean=0.0, std=1.0):
-    """Normal with ``mean`` and ``std``: ``init.gauss((64, 3), "float32", 0.0, 0.02)``, ``init.gauss(5)``."""
-    return _leaf(creation.rng().normal(mean, std, _shape(shape)), dtype)
+    """Normal with ``mean`` and ``std`` (numbers or Vars), Jittor's ``random(normal) * std + mean``:
+    ``init.gauss((64, 3), "float32", 0.0, 0.02)``, ``init.gauss(5)``."""
+    return random_op.initializer(_shape(shape), dtype, "normal", std, mean)
 
 
 def _fans(shape):
@@ -238,8 +242,8 @@ normal_ = gauss_
 
 
 def random_(var):
-    """U(0, 1) in place (Jittor's ``var.random_()``); returns ``var``: ``init.random_(linear.bias)``."""
-    return uniform_(var, 0.0, 1.0)
+    """U(0, 1) in place, Jittor's ``jt.rand`` (``var.random_()``); returns ``var``: ``init.random_(linear.bias)``."""
+    return var.assign(random_op.rand(var.shape, dtype=var.dtype))
 
 
 def trunc_normal_(var, mean=0.0, std=1.0, a=-2.0, b=2.0):

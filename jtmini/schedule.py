@@ -143,7 +143,18 @@ def plan(targets):
                     materialized.update(_library_input_buffers(inp, OPS[v.op], _is_buffer(materialized)))
     is_buffer = _is_buffer(materialized)
     steps = [_step(v, is_buffer) for v in order if id(v) in materialized]
-    return steps if flags.gopt_disable else _merge_maps(steps, targets)
+    return _draws_first(steps if flags.gopt_disable else _merge_maps(steps, targets))
+
+
+def _draws_first(steps):
+    """``steps`` with the stateful ones (random draws, which read nothing) first, in the order
+    their nodes were made (attr ``seq``): parameters drawn in one schedule then get the numbers
+    they get when computed one by one in the order they were made (``model.state_dict()``)."""
+    draws = [s for s in steps if type(s) is LibraryCall and OPS[s.root.op].stateful]
+    if not draws:
+        return steps
+    drawn = {id(s) for s in draws}
+    return sorted(draws, key=lambda s: s.root.attrs["seq"]) + [s for s in steps if id(s) not in drawn]
 
 
 MAX_FUSED = 128     # nodes one kernel may take in (code generation recurses about 3 frames a node)

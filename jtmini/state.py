@@ -7,6 +7,9 @@ one installs its service here when it is imported (``services.realize = ...``), 
 calls through ``services``; ``import jtmini`` imports every stage, so all are in place before the
 first Var exists.
 
+The random engine lives here too (``random_engine``): Jittor's one process-wide generator, reset
+by ``jt.set_seed`` and advanced by each ``random`` op as it runs (``ops/random_op.py``).
+
 Caches register here with what bounds them, so that ``jt.clear_caches()`` empties every one of
 them (compiled plans, generated code, loaded libraries, thread trials, shared constants):
 
@@ -30,6 +33,8 @@ class _Services:
         self.record_creation = _missing("record_creation", "jtmini.memory_profile")
         # a collective node rebound before it was issued: its queue must keep the old node
         self.requeue_collective = lambda new, old: None
+        # start compiling a host hand-written kernel that a library op just built will need
+        self.prepare_kernel = _missing("prepare_kernel", "jtmini.executor")
 
 
 def _missing(name, provider):
@@ -40,6 +45,31 @@ def _missing(name, provider):
 
 
 services = _Services()
+
+
+class RandomEngine:
+    """Jittor's process-wide ``std::default_random_engine`` (libstdc++'s ``minstd_rand0``:
+    x <- 16807 x mod 2^31-1): the seed it was last reset with, and its state ``x``, which each
+    ``random`` op advances by the numbers it draws, under ``lock`` (one draw at a time).
+
+    >>> e = RandomEngine(); e.reset(3); (e.seed, e.x)
+    (3, 3)
+    """
+    MODULUS = 2**31 - 1
+
+    def __init__(self):
+        import threading                 # here: this module otherwise imports nothing
+        self.lock = threading.Lock()
+        self.seed, self.x = 0, 1
+
+    def reset(self, seed):
+        """``std::default_random_engine(seed)``: the seed as C++'s 64-bit ``uint_fast32_t``,
+        modulo 2^31-1, where 0 becomes 1 (0 is a fixed point of the recurrence)."""
+        self.seed = seed
+        self.x = int(seed) % 2**64 % self.MODULUS or 1
+
+
+random_engine = RandomEngine()     # seeded from OS entropy by jtmini.creation at import
 caches = {}          # name -> (clear function, what bounds it)
 
 

@@ -16,6 +16,7 @@ from .. import creation, dtypes
 from ..ops.cross_entropy import cross_entropy_rows
 from ..ops.elementwise import bce_logits, broadcast_shapes, where
 from ..ops.elementwise import leaky_relu as _leaky_relu
+from ..ops import random_op
 from ..ops.mathfns import softmax_over
 from ..ops.softmax import runs_fused
 
@@ -505,14 +506,19 @@ def kl_div(input, target, reduction="mean", log_target=False):
 
 
 def dropout(x, p=0.5, is_train=True):
-    """Zero each element with probability ``p`` and scale the rest by 1/(1-p) (training only).
-    The mask is drawn on the host from jtmini's seeded generator and enters as a leaf."""
+    """Zero each element with probability ``p`` and scale the rest by 1/(1-p) (training only);
+    p=1 zeroes all. Jittor's mask: ``jt.random(x.shape) > p``, drawn when the result is computed.
+
+    >>> y = nn.dropout(jt.ones(4, 4), 0.5)     # about half zeros, the rest 2.0
+    """
+    if isinstance(p, bool) or not isinstance(p, numbers.Real) or not 0 <= p <= 1:
+        raise ValueError(f"dropout probability must be in [0, 1], got {p!r}")
     if not is_train or p == 0:
         return x
-    if not 0 <= p < 1:
-        raise ValueError(f"dropout probability must be in [0, 1), got {p}")
-    keep = creation.rand(*x.shape) >= p
-    return x * keep.cast(x.dtype) * (1.0 / (1.0 - p))
+    if p == 1:
+        return x * 0.0
+    keep = random_op.random_node(x.shape) > p
+    return x * keep.cast(x.dtype) / (1.0 - p)
 
 
 def linear(x, weight, bias=None):

@@ -17,6 +17,7 @@ import numbers
 import numpy as np
 
 from .. import creation, dtypes
+from ..ops import random_op
 from ..ops.reindex import pad as constant_pad
 from ..ops.reindex import reindex
 from ..var import Var
@@ -60,9 +61,9 @@ def dropout2d(x, p=0.5, is_train=True):
         return x
     if p == 1:
         return x * 0.0
-    # one draw per plane, broadcast over it, so a channel is dropped as a whole
-    keep = creation.rand(*x.shape[:-2], 1, 1) >= p
-    return x * (keep.cast(x.dtype) * (1.0 / (1.0 - p)))
+    # one draw per plane, broadcast over it, so a channel is dropped as a whole (Jittor's mask)
+    keep = random_op.random_node(tuple(x.shape[:-2]) + (1, 1)) > p
+    return x * keep.cast(x.dtype) / (1.0 - p)
 
 
 class Dropout2d(Module):

@@ -14,6 +14,7 @@ outside the table is an IndexError, never a read of another row.
 import numpy as np
 
 from .. import creation, dtypes
+from ..ops import random_op
 from ..ops.elementwise import where
 from ..var import Var
 from .arguments import count, is_count
@@ -88,10 +89,11 @@ class Embedding(Module):
         dtype = dtypes.canonical(dtype)
         if not dtypes.is_float(dtype):
             raise TypeError(f"Embedding: dtype must be float32 or float64, got {dtype}")
-        table = creation.rng().normal(0.0, 1.0, (self.num_embeddings, self.embedding_dim))
+        # Jittor's init.gauss (random * 1.0 + 0.0: the same numbers), then the padding row zeroed
+        weight = random_op.random((self.num_embeddings, self.embedding_dim), dtype, "normal")
         if self.padding_idx is not None:
-            table[self.padding_idx] = 0.0
-        self.weight = creation.array(table.astype(dtype))
+            weight[self.padding_idx] = 0.0
+        self.weight = weight
 
     def execute(self, x):
         return embedding(x, self.weight, self.padding_idx)

@@ -11,8 +11,10 @@ import numpy as np
 from .. import creation, dtypes
 from ..var import Var
 from .elementwise import where
-from .mathfns import _as_var, isinf
+from .mathfns import _as_var, cumsum, isinf, topk
+from .random_op import rand
 from .registry import export
+from .shaping import index
 
 
 def _dtype_name(dtype, who):
@@ -105,7 +107,9 @@ def multinomial(weights, num_samples, replacement=False):
     """``num_samples`` indices per row of ``weights`` (1-D: one distribution, 2-D: one per row),
     each drawn with probability proportional to its weight, as ``torch.multinomial``; without
     ``replacement`` an index is drawn at most once, so a row needs ``num_samples`` nonzero weights.
-    Seeded by ``jt.seed``; the result is an int32 Var of shape (..., num_samples).
+    Jittor's algorithms on ``jt.rand`` (so ``jt.set_seed`` gives Jittor's draws): with replacement
+    the bin of cumulative weights each uniform number falls in, without it the ``num_samples``
+    largest keys ``u ** (1 / w)`` (A-Res). The result is an int32 Var of shape (..., num_samples).
 
     >>> jt.multinomial(jt.array([0.0, 10.0, 3.0, 0.0]), 2).numpy()    # [1, 2] or [2, 1]
     """
@@ -116,9 +120,19 @@ def multinomial(weights, num_samples, replacement=False):
     if not replacement and num_samples > nonzero:
         raise ValueError(f"multinomial: cannot draw {num_samples} distinct indices without replacement "
                          f"from a row with {nonzero} nonzero weight(s) (weights of shape {w.shape})")
-    gen = creation.rng()
-    out = np.stack([gen.choice(len(p), num_samples, replace=replacement, p=p / p.sum()) for p in rows])
-    return creation.array(out.reshape(tuple(w.shape[:-1]) + (num_samples,)).astype(np.int32), "int32")
+    if replacement:
+        return _bins_of_uniforms(w, int(num_samples)).cast("int32")
+    keys = rand(w.shape).minimum(0.999999) ** (1 / w)    # 1 ** inf would tie with the largest keys
+    return topk(keys, int(num_samples))[1].cast("int32")
+
+
+def _bins_of_uniforms(w, num_samples):
+    """Jittor's multinomial with replacement: per row of ``w`` (..., K), ``num_samples`` uniform
+    numbers scaled by the row's sum, each the index of the cumulative-sum bin it falls in."""
+    cum = cumsum(w, w.ndim - 1).reshape(tuple(w.shape[:-1]) + (1, w.shape[-1]))
+    r = rand(tuple(w.shape[:-1]) + (num_samples, 1)) * cum[..., :1, -1:]
+    one_hot = (cum[..., :-1] < r) & (r <= cum[..., 1:])
+    return (one_hot * (index(one_hot.shape, one_hot.ndim - 1) + 1)).sum(-1)
 
 
 @export("histc")

@@ -52,6 +52,9 @@ class OpSpec:
     compiled in), so codegen still proves indices in range; its length is the argument count.
     ``half`` (library, collective): the op takes float16 inputs; the others refuse them with a
     TypeError when the node is built (their hand-written kernels and libraries have no half path).
+    ``stateful`` (library): the op's values come from process state it advances (random numbers),
+    so computing it twice gives different values: the executor keeps its value once computed and
+    makes it a leaf, even where it was only an intermediate.
     """
     name: str
     kind: str
@@ -66,6 +69,7 @@ class OpSpec:
     runtime_ints: Optional[Callable] = None
     int_ranges: Optional[Callable] = None
     half: bool = False
+    stateful: bool = False
 
     def __post_init__(self):
         if self.kind not in KINDS:

@@ -53,6 +53,11 @@ class Backend:
         """``kernel`` for several contexts at once, built in parallel."""
         raise NotImplementedError
 
+    def prepare_kernel(self, template, **context):
+        """Start building ``kernel(template, **context)`` in the background, for a library op
+        whose node was just built (it overlaps building the rest of the graph)."""
+        raise NotImplementedError
+
     def matmul(self, a, b):
         """numpy-style batched matrix product of two arrays of this backend."""
         raise NotImplementedError

@@ -203,6 +203,14 @@ def kernels(template, contexts):
     return [_hand_kernels[k] for k in keys]
 
 
+def prepare_kernel(template, **context):
+    """Start compiling the hand-written kernel ``kernels(template, [context])`` will want, in the
+    background, unless it is loaded already: an op that knows when its node is built that it will
+    need one (the random op) overlaps the compile with building the rest of the graph."""
+    if (template, tuple(sorted(context.items()))) not in _hand_kernels:
+        compiler.start_kernels([codegen.render("cpu", template, **context)])
+
+
 class _Cpu(Backend):
     name = dialect = "cpu"
     build = staticmethod(build)
@@ -211,6 +219,7 @@ class _Cpu(Backend):
     run_collective = staticmethod(run_collective)
     source_arrays = staticmethod(source_arrays)
     kernels = staticmethod(kernels)
+    prepare_kernel = staticmethod(prepare_kernel)
     thread_count = staticmethod(thread_count)
 
     @staticmethod

@@ -211,6 +211,10 @@ class _Cuda(Backend):
     def cblas_gemm(dtype):
         return None      # library ops without device kernels run on the host, through cpu.BACKEND
 
+    def prepare_kernel(self, template, **context):
+        """The host's: library ops without a kernel in cuda_library.py run their host kernels."""
+        cpu.BACKEND.prepare_kernel(template, **context)
+
     def kernels(self, template, contexts):
         raise NotImplementedError(f"hand-written {template} kernels on the GPU are runtime/cuda_library.py's "
                                   "own; an op without one there runs on the host")
