@@ -64,7 +64,6 @@ def _run(steps, compiled, target_ids, runtime, recorder=None):
     """Run ``steps``; with a ``profiler`` recorder, time each."""
     buffers, last, kernels, library_calls = {}, _last_uses(steps), 0, 0
     memory = memory_profile.tracker()
-    alive = {}                          # id -> (Var, buffer) of this run, while memory is counted
 
     def read(v):
         return v._data if v._data is not None else buffers[id(v)]
@@ -91,15 +90,11 @@ def _run(steps, compiled, target_ids, runtime, recorder=None):
                 root._set_value(out)
             else:
                 buffers[id(root)] = out
-            if memory is not None:
-                alive[id(root)] = (root, out)
-        for src in schedule.reads(step):
-            if last.get(id(src)) == n:
-                buffers.pop(id(src), None)
-                if memory is not None and id(src) not in target_ids:
-                    alive.pop(id(src), None)
+        done = [src for src in schedule.reads(step) if last.get(id(src)) == n]
+        for src in done:
+            buffers.pop(id(src), None)
         if memory is not None:
-            memory.after_step(alive.values())
+            memory.after_step(zip(roots, outs), done)
     counters.bump("kernels_run", kernels)         # once a schedule: a counter takes a lock
     counters.bump("library_calls", library_calls)
 

@@ -93,20 +93,28 @@ class Tracker:
     """Counts one schedule's live buffers after each step (see the module doc)."""
 
     def __init__(self):
+        self.alive = {}             # id -> (Var, array) of the schedule's own buffers, while alive
         self.held = {}              # buffer address -> Buffer, of computed Vars alive at the start
         for o in gc.get_objects():
             if type(o) is Var and o._data is not None:
                 self.held.setdefault(_base_address(o._data), _describe(o, o._data))
 
-    def after_step(self, live):
-        """``live``: (Var, array) pairs of the schedule's buffers alive now."""
+    def after_step(self, made, done):
+        """A step made ``made`` ((Var, array) pairs) reading buffers that, for ``done`` (Vars),
+        nothing reads later: count with both (they coexist while it runs), then forget the
+        ``done`` ones that no Var holds."""
         global _peak
+        for v, array in made:
+            self.alive[id(v)] = (v, array)
         seen = dict(self.held)
-        for v, array in live:
+        for v, array in self.alive.values():
             seen.setdefault(_base_address(array), _describe(v, array))
         size = sum(b.size for b in seen.values())
         if size > _peak.size:
             _peak = Peak(size, tuple(seen.values()))
+        for v in done:
+            if v._data is None:
+                self.alive.pop(id(v), None)
 
 
 def tracker():
