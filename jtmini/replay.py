@@ -45,9 +45,11 @@ class StepRow(NamedTuple):
 
 class _Template:
     """A plan with every Var replaced by its position: topological order first, then leaves; one
-    ``KernelRow`` or ``StepRow`` per step."""
+    ``KernelRow`` or ``StepRow`` per step. ``targets`` are the targets' positions, ``n_order`` the
+    count of unrealized Vars (the leaves follow them), and ``programs`` what a backend prepared
+    from the template to run its hits faster (``Backend.prepare``), by backend name."""
 
-    def __init__(self, steps, compiled, position):
+    def __init__(self, steps, compiled, position, targets, n_order):
         def at(vars_):
             return tuple(position[id(v)] for v in vars_)
 
@@ -60,6 +62,16 @@ class _Template:
                 self.rows.append(StepRow(type(step), position[id(step.root)], at(step.sources),
                                          tuple(at(chain) for chain in step.views)))
         self.compiled = compiled
+        self.targets, self.n_order, self.programs = at(targets), n_order, {}
+
+    def program(self, runtime, vars_):
+        """What ``runtime.prepare`` made of this template (made on the first call, from the Vars of
+        that hit), or None when the backend has no faster way to run it than its steps."""
+        try:
+            return self.programs[runtime.name]
+        except KeyError:
+            program = self.programs[runtime.name] = runtime.prepare(self, vars_)
+            return program
 
     def steps(self, vars_):
         """The plan's steps on ``vars_`` (a graph with the same signature)."""
@@ -75,26 +87,49 @@ class _Template:
         return steps
 
 
-def steps_for(targets, runtime):
-    """``(steps, compiled)``: the schedule computing ``targets`` (unrealized, no repeats) and, per
-    step, what ``runtime.build`` gave for it (None for library calls and collectives)."""
+class Hit(NamedTuple):
+    """A graph whose signature was seen before: its stored ``template`` and its Vars in the
+    template's positions."""
+    template: _Template
+    vars: list
+
+
+class Planned(NamedTuple):
+    """A graph planned afresh: its steps and, per step, what ``runtime.build`` gave for it (None
+    for library calls and collectives)."""
+    steps: list
+    compiled: list
+
+
+def find(targets, runtime):
+    """``Hit`` when a graph of the same signature computing ``targets`` (unrealized, no repeats)
+    was planned before, else ``Planned`` (the plan is stored for the next one)."""
     if schedule.is_one_op_on_buffers(targets):          # planning it costs less than a signature
-        return _plan_and_build(targets, runtime)
-    key, vars_ = _signature(targets, runtime)
+        return Planned(*_plan_and_build(targets, runtime))
+    key, vars_, n_order = _signature(targets, runtime)
     try:
         key = _Key(key)
     except TypeError:                                   # an attr that cannot be hashed
-        return _plan_and_build(targets, runtime)
+        return Planned(*_plan_and_build(targets, runtime))
     template = _cache.get(key)
     if template is not None:
         _cache.move_to_end(key)
         counters.bump("plans_reused")
-        return template.steps(vars_), template.compiled
+        return Hit(template, vars_)
     steps, compiled = _plan_and_build(targets, runtime)
-    _cache[key] = _Template(steps, compiled, {id(v): k for k, v in enumerate(vars_)})
+    _cache[key] = _Template(steps, compiled, {id(v): k for k, v in enumerate(vars_)}, targets, n_order)
     if len(_cache) > CAPACITY:
         _cache.popitem(last=False)
-    return steps, compiled
+    return Planned(steps, compiled)
+
+
+def steps_for(targets, runtime):
+    """``(steps, compiled)``: the schedule computing ``targets`` (unrealized, no repeats) and, per
+    step, what ``runtime.build`` gave for it (None for library calls and collectives)."""
+    found = find(targets, runtime)
+    if type(found) is Hit:
+        return found.template.steps(found.vars), found.template.compiled
+    return found.steps, found.compiled
 
 
 def clear():
@@ -110,9 +145,9 @@ def _plan_and_build(targets, runtime):
 
 
 def _signature(targets, runtime):
-    """``(key, vars_)``: the signature of the graph computing ``targets``, and its Vars: the
+    """``(key, vars_, n_order)``: the signature of the graph computing ``targets``, and its Vars: the
     unrealized ones in topological order (``schedule.topo_order``'s), then the realized inputs
-    ("leaves") in the order the rows first read them.
+    ("leaves") in the order the rows first read them; ``n_order`` counts the unrealized ones.
 
     Each Var's row is written as the walk places it: its unrealized inputs are placed before it,
     so its references are known. A row refers to an input by its place in the order, or to a leaf
@@ -137,7 +172,7 @@ def _signature(targets, runtime):
         rows.append((v.op, tuple(attrs.items()), v.shape, v.dtype, tuple(refs)))
     key = (runtime.name, flags.specialize_shapes, flags.dump_kernels, flags.gopt_disable, tuple(rows),
            tuple((leaf.shape, leaf.dtype) for leaf in leaves), tuple(ref[id(t)] for t in targets))
-    return key, order + leaves
+    return key, order + leaves, len(order)
 
 
 class _Key:

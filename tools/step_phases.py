@@ -8,7 +8,8 @@ phase counts for that one), and what no wrapper saw is the forward build and the
 Phases: grad (jt.grad: the backward graph), optimizer nodes (``Optimizer.updates``), signature
 (replay: the graph's walk and key), plan lookup (the stored plan's steps on the new Vars),
 steps_for other (the key's hash and lookup), launches (executor._run: Python around the calls),
-kernel C call and blas matmul (inside the launches), realize other (pending roots, history).
+kernel C call and blas matmul (inside the launches), replayed launches (a hit run from its
+prepared program, ``runtime/cpu_replay.py``: Python and kernels; BLAS apart), realize other (pending roots, history).
 Times are this process's CPU time, so other load on a shared machine counts less than in wall
 time. The wrappers add ~1 us a call: compare phases, not totals, with bench_models.py.
 """
@@ -27,11 +28,12 @@ sys.path.insert(0, str(ROOT / "tools"))
 import bench_models  # noqa: E402
 import jtmini as jt  # noqa: E402
 from jtmini import executor, optim, replay  # noqa: E402
-from jtmini.runtime import blas, cpu  # noqa: E402
+from jtmini.runtime import blas, cpu, cpu_replay  # noqa: E402
 
 PHASES = [(optim, "grad", "grad"), (replay, "_signature", "signature"),
           (replay._Template, "steps", "plan lookup"), (replay, "_plan_and_build", "plan + build (a miss)"),
-          (replay, "steps_for", "steps_for other"), (executor, "_run", "launches (Python)"),
+          (replay, "find", "steps_for other"), (executor, "_run", "launches (Python)"),
+          (cpu_replay, "run", "replayed launches"),
           (cpu, "call", "kernel C call"), (blas, "matmul", "blas matmul"),
           (executor, "realize", "realize other"), (optim.Optimizer, "_realize", "realize other"),
           (optim, "pending_roots", "realize other")]

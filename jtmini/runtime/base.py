@@ -71,6 +71,17 @@ class Backend:
         """Threads a kernel runs on."""
         raise NotImplementedError
 
+    def prepare(self, template, vars_):
+        """What this backend can work out once from a stored plan (``replay._Template``) to run
+        its later hits faster, given the Vars of one hit; None (the default): hits run the plan's
+        steps like any other."""
+        return None
+
+    def run_prepared(self, program, vars_):
+        """Run a graph on what ``prepare`` made of its plan; ``vars_`` in the plan's positions.
+        Sets the targets' values; returns ``(kernels, library calls)`` run."""
+        raise NotImplementedError
+
 
 class HandKernel:
     """A loaded hand-written kernel: ``run(arrays, ints, floats, threads)`` with C-contiguous

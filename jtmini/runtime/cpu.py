@@ -12,7 +12,6 @@ this way and 163-190 ms with ``OMP_WAIT_POLICY=PASSIVE`` (4 runs each, alternati
 ``OMP_WAIT_POLICY=PASSIVE`` yourself to keep idle workers off the cores.
 """
 import ctypes
-import time
 
 import numpy as np
 
@@ -20,9 +19,10 @@ from .. import codegen, compiler, dtypes, numpy_views
 from ..flags import flags
 from ..ops.registry import OPS
 from ..state import register_cache
-from . import blas, memory
+from . import blas, cpu_replay, memory
 from .base import Backend, HandKernel
 from .pointers import address
+from .thread_choice import TRIALS, _thread_trials, thread_count, threads_for, values_free_of_threads  # noqa: F401
 
 _loaded = {}         # (library path, symbol) -> its loaded kernel function
 register_cache("kernel libraries", _loaded.clear, "one entry per kernel built or loaded")
@@ -75,11 +75,6 @@ def load(entry):
     return fn
 
 
-def thread_count():
-    """The threads a kernel or matrix product runs on: ``flags.num_threads``, at least one."""
-    return max(1, int(flags.num_threads))
-
-
 def call(fn, arrays, ints, floats, threads):
     """Run a loaded kernel; ``arrays`` are C-contiguous numpy arrays, the output last."""
     ptrs = (ctypes.c_void_p * len(arrays))(*[address(a) for a in arrays])
@@ -100,7 +95,7 @@ def run_kernel(kernel, compiled, read):
     ints, floats = code.arguments(kernel)
     arrays = [read(v) for v in kernel.inputs] + outs
     threads = thread_count()
-    if threads > 1 and _threads_do_not_change_values(kernel, out.size, threads):
+    if threads > 1 and values_free_of_threads(kernel.kind, out.size, threads):
         call_on_fastest_threads(fn, arrays, ints, floats, out.size)
     else:               # one thread (no choice to make, no trial to look up) or a fixed count
         call(fn, arrays, ints, floats, threads)
@@ -116,40 +111,7 @@ def call_on_fastest_threads(fn, arrays, ints, floats, size):
     if isinstance(chosen, int):          # settled: the common case, without a closure
         call(fn, arrays, ints, floats, chosen)
     else:
-        _threads_for(key, lambda n: call(fn, arrays, ints, floats, n))
-
-
-# Waking a sleeping OpenMP worker and joining it costs ~35 us on these VMs, as long as a
-# 300k-element map takes on one thread, so whether a kernel gains from threads depends on its work
-# per element. Each launch site of a kernel whose values do not depend on the thread count times
-# a few launches on one thread and on all, alternately, then keeps the faster.
-TRIALS = 2
-# (id of the loaded function, output size, threads) -> {count: [seconds]}, then the count chosen
-_thread_trials = {}
-register_cache("thread trials", _thread_trials.clear, "one entry per kernel and output size timed")
-
-
-def _threads_do_not_change_values(kernel, n_out, threads):
-    """Maps compute each element alone; a reduce keeps one thread per output (no split partial
-    sums) when it has at least 4 outputs per thread (see the reduce template)."""
-    return kernel.kind == "map" or (kernel.kind in ("reduce", "argreduce") and n_out >= 4 * threads)
-
-
-def _threads_for(key, launch):
-    """Run ``launch(threads)`` on the thread count chosen for ``key``, timing it while in trial."""
-    trials = _thread_trials.get(key)
-    if isinstance(trials, int):
-        launch(trials)
-        return trials
-    if trials is None:
-        trials = _thread_trials[key] = {1: [], key[-1]: []}
-    count = min(trials, key=lambda n: len(trials[n]))
-    start = time.perf_counter()
-    launch(count)
-    trials[count].append(time.perf_counter() - start)
-    if all(len(t) >= TRIALS for t in trials.values()):
-        _thread_trials[key] = min(trials, key=lambda n: min(trials[n]))
-    return count
+        threads_for(key, lambda n: call(fn, arrays, ints, floats, n))
 
 
 def source_arrays(step, read):
@@ -225,6 +187,13 @@ class _Cpu(Backend):
     @staticmethod
     def to_host(array):
         return array
+
+    def prepare(self, template, vars_):
+        return cpu_replay.prepare(template, vars_, self)
+
+    @staticmethod
+    def run_prepared(program, vars_):
+        return cpu_replay.run(program, vars_)
 
     @staticmethod
     def matmul(a, b):

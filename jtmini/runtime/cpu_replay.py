@@ -1,0 +1,186 @@
+"""Run the hits of a stored plan (``replay.py``) on the host from records worked out once per plan.
+
+A hit used to rebuild every step of its plan as a ``schedule.Kernel`` (or library call, view) on
+the new Vars and launch it through ``cpu.run_kernel``: per kernel, new objects, its outputs'
+shapes and numpy dtypes looked up, its int arguments fetched, its pointer array type made, and
+every buffer's last reader found by Var id. All of that is the same on every hit of one plan, so
+``prepare`` works it out once, one record per step with Vars as their positions in the plan, and
+``run`` is a loop over the records: buffers sit in a list by position, and each step drops the
+buffers it was the last to read (the same lifetimes as ``executor._run``).
+
+What is still read on each hit: the new buffers, values the kernels take at launch (float
+constants such as a learning rate, runtime ints such as slice starts), ``flags.num_threads`` and
+the thread count chosen per launch site (``thread_choice``). The kernels, their arguments and
+thread counts are those of the plain path, so values are identical.
+
+    >>> program = prepare(template, hit_vars, BACKEND)     # once per stored plan
+    >>> kernels, library_calls = run(program, hit_vars)     # every later hit
+"""
+import ctypes
+from typing import NamedTuple
+
+import numpy as np
+
+from .. import codegen, dtypes, numpy_views, schedule
+from ..ops.registry import OPS
+from .pointers import address
+from .thread_choice import _thread_trials, thread_count, threads_for, values_free_of_threads
+
+
+class Output(NamedTuple):
+    """A buffer a step writes: its position, shape, numpy dtype, and whether it is a target."""
+    at: int
+    shape: tuple
+    dtype: np.dtype
+    target: bool
+
+
+class Launch(NamedTuple):
+    """A generated kernel of the plan, ready to launch."""
+    fn: object              # the loaded kernel function
+    inputs: tuple           # positions of the buffers it reads
+    outputs: tuple          # an ``Output`` per buffer it writes, its root last
+    ints: object            # its int arguments (int64 array) when the same on every hit, else None
+    floats: tuple           # positions of the nodes whose values are its float arguments
+    kind: str
+    size: int               # elements of its root (the thread choice's key)
+    pointers: type          # the ctypes array type of its buffer pointers
+    drops: tuple            # positions of the buffers it reads for the last time
+    rebuild: object         # with ``ints`` None: (code, row), to fetch the arguments on each hit
+
+
+class Call(NamedTuple):
+    """A library call (``run`` the op's), or a view (``run`` None: its value is the source's view)."""
+    run: object
+    root: int
+    sources: tuple          # positions of the buffers it reads
+    views: tuple            # per source, the positions of its chain of view ops (may be empty)
+    output: Output
+    drops: tuple
+
+
+class Program(NamedTuple):
+    steps: tuple            # a ``Launch`` or ``Call`` per step of the plan
+    n_order: int            # positions below this are computed; the rest are realized leaves
+    backend: object         # what a library op's ``run`` is handed
+
+
+def prepare(template, vars_, backend):
+    """The ``Program`` of ``template`` (a ``replay._Template``) given ``vars_``, the Vars of one
+    of its hits; None when a step is a collective (those run through ``executor._run``)."""
+    targets, last = set(template.targets), {}
+    for n, (row, compiled) in enumerate(zip(template.rows, template.compiled)):
+        for k in (row.inputs if compiled is not None else row.sources):    # only kernels are built
+            last[k] = n
+    drops = [[] for _ in template.rows]
+    for k, n in last.items():
+        if k < template.n_order and k not in targets:
+            drops[n].append(k)
+    steps = []
+    for n, (row, compiled) in enumerate(zip(template.rows, template.compiled)):
+        if compiled is not None:
+            steps.append(_launch(row, compiled, vars_, targets, tuple(drops[n])))
+        elif row.cls in (schedule.LibraryCall, schedule.View):
+            root = vars_[row.root]
+            run_op = OPS[root.op].run if row.cls is schedule.LibraryCall else None
+            steps.append(Call(run_op, row.root, row.sources, row.views, _output(row.root, vars_, targets),
+                              tuple(drops[n])))
+        else:
+            return None
+    return Program(tuple(steps), template.n_order, backend)
+
+
+def _output(k, vars_, targets):
+    v = vars_[k]
+    return Output(k, v.shape, np.dtype(dtypes.NUMPY[v.dtype]), k in targets)
+
+
+def _launch(row, compiled, vars_, targets, drops):
+    code, fn = compiled
+    if hasattr(fn, "result"):           # still a cpu._Pending: the miss that stored it loaded it
+        fn = fn.result()
+    kernel = _kernel(row, vars_)
+    fixed = type(code) in _KNOWN_CODES and not getattr(code, "int_consts", ()) and not getattr(code, "arg_nodes", ())
+    ints = np.ascontiguousarray(code.arguments(kernel)[0], np.int64) if fixed else None
+    floats = tuple(row.nodes[k] for k in code.float_consts) if fixed and type(code) is codegen.KernelCode else ()
+    outputs = tuple(_output(k, vars_, targets) for k in row.outputs + (row.root,))
+    pointers = ctypes.c_void_p * (len(row.inputs) + len(outputs))
+    return Launch(fn, row.inputs, outputs, ints, floats, row.kind, int(np.prod(outputs[-1].shape)), pointers,
+                  drops, None if fixed else (code, row))
+
+
+_KNOWN_CODES = (codegen.KernelCode, codegen.CopyCode, codegen.WindowsCode)
+
+
+def _kernel(row, vars_):
+    """The ``schedule.Kernel`` of a stored row on ``vars_``."""
+    return schedule.Kernel(row.kind, vars_[row.root], [vars_[k] for k in row.nodes],
+                           [vars_[k] for k in row.inputs], [vars_[k] for k in row.outputs], row.dims)
+
+
+def run(program, vars_):
+    """Run ``program`` on ``vars_`` (a hit's Vars in the plan's positions): the targets get their
+    values. Returns ``(kernels, library calls)`` run."""
+    n_order = program.n_order
+    buffers = [None] * n_order + [v._data for v in vars_[n_order:]]
+    threads, kernels, calls = thread_count(), 0, 0
+    for step in program.steps:
+        if type(step) is Launch:
+            outs = _run_launch(step, buffers, vars_, threads)
+            kernels += 1
+            for output, out in zip(step.outputs, outs):
+                _store(output, out, buffers, vars_)
+        else:
+            arrays = [numpy_views.chain_view(buffers[k], [vars_[c] for c in chain]) if chain else buffers[k]
+                      for k, chain in zip(step.sources, step.views)]
+            if step.run is None:
+                out = arrays[0]
+            else:
+                out = _library_result(step.run(arrays, vars_[step.root].attrs, program.backend), step.output)
+                calls += 1
+            _store(step.output, out, buffers, vars_)
+        for k in step.drops:
+            buffers[k] = None
+    return kernels, calls
+
+
+def _store(output, out, buffers, vars_):
+    if output.target:
+        v = vars_[output.at]
+        v._set_value(out)
+        out = v._data
+    buffers[output.at] = out
+
+
+def _library_result(out, output):
+    """A library op's result as a C-contiguous array of its Var's shape and dtype (as
+    ``cpu.run_library`` makes it)."""
+    if out.dtype != output.dtype or out.shape != output.shape or not out.flags.c_contiguous:
+        out = np.ascontiguousarray(out, dtype=output.dtype).reshape(output.shape)
+    return out
+
+
+def _run_launch(step, buffers, vars_, threads):
+    """Launch one kernel (as ``cpu.run_kernel`` would); returns its output buffers."""
+    fn, inputs, outputs, ints, floats, kind, size, pointers, _, rebuild = step
+    outs = [np.empty(o.shape, o.dtype) for o in outputs]
+    ptrs = pointers(*[address(buffers[k]) for k in inputs], *[address(o) for o in outs])
+    if ints is None:
+        code, row = rebuild
+        ints, fp = code.arguments(_kernel(row, vars_))
+        ints = np.asarray(ints, dtype=np.int64)
+    else:
+        fp = [float(vars_[k].attrs["value"]) for k in floats]
+    # no float constants (most kernels): a null pointer the kernel never reads
+    fp = np.asarray(fp, dtype=np.float64) if len(fp) else None
+    ip, fp_at = address(ints), None if fp is None else address(fp)
+    if threads > 1 and values_free_of_threads(kind, size, threads):
+        key = (id(fn), size, threads)
+        chosen = _thread_trials.get(key)
+        if chosen.__class__ is int:
+            fn(ptrs, ip, fp_at, chosen)
+        else:
+            threads_for(key, lambda n: fn(ptrs, ip, fp_at, n))
+    else:
+        fn(ptrs, ip, fp_at, threads)
+    return outs
