@@ -126,61 +126,59 @@ def run(program, vars_):
     threads, kernels, calls = thread_count(), 0, 0
     for step in program.steps:
         if type(step) is Launch:
-            outs = _run_launch(step, buffers, vars_, threads)
+            outs = [np.empty(o.shape, o.dtype) for o in step.outputs]
+            _launch_kernel(step, [buffers[k] for k in step.inputs] + outs, vars_, threads)
             kernels += 1
             for output, out in zip(step.outputs, outs):
-                _store(output, out, buffers, vars_)
+                if output.target:
+                    out = _set_value(vars_[output.at], out)
+                buffers[output.at] = out
         else:
-            arrays = [numpy_views.chain_view(buffers[k], [vars_[c] for c in chain]) if chain else buffers[k]
-                      for k, chain in zip(step.sources, step.views)]
-            if step.run is None:
-                out = arrays[0]
-            else:
-                out = _library_result(step.run(arrays, vars_[step.root].attrs, program.backend), step.output)
-                calls += 1
-            _store(step.output, out, buffers, vars_)
+            out = _run_call(step, buffers, vars_, program.backend)
+            calls += step.run is not None
+            buffers[step.output.at] = _set_value(vars_[step.root], out) if step.output.target else out
         for k in step.drops:
             buffers[k] = None
     return kernels, calls
 
 
-def _store(output, out, buffers, vars_):
-    if output.target:
-        v = vars_[output.at]
-        v._set_value(out)
-        out = v._data
-    buffers[output.at] = out
+def _set_value(v, out):
+    """Give target ``v`` its value; returns the buffer it holds (``_set_value`` may copy)."""
+    v._set_value(out)
+    return v._data
 
 
-def _library_result(out, output):
-    """A library op's result as a C-contiguous array of its Var's shape and dtype (as
-    ``cpu.run_library`` makes it)."""
+def _run_call(step, buffers, vars_, backend):
+    """A library call's or a view's value (as ``cpu.run_library`` and ``cpu.source_arrays`` make it)."""
+    arrays = [numpy_views.chain_view(buffers[k], [vars_[c] for c in chain]) if chain else buffers[k]
+              for k, chain in zip(step.sources, step.views)]
+    if step.run is None:
+        return arrays[0]
+    out, output = step.run(arrays, vars_[step.root].attrs, backend), step.output
     if out.dtype != output.dtype or out.shape != output.shape or not out.flags.c_contiguous:
         out = np.ascontiguousarray(out, dtype=output.dtype).reshape(output.shape)
     return out
 
 
-def _run_launch(step, buffers, vars_, threads):
-    """Launch one kernel (as ``cpu.run_kernel`` would); returns its output buffers."""
-    fn, inputs, outputs, ints, floats, kind, size, pointers, _, rebuild = step
-    outs = [np.empty(o.shape, o.dtype) for o in outputs]
-    ptrs = pointers(*[address(buffers[k]) for k in inputs], *[address(o) for o in outs])
+def _launch_kernel(step, arrays, vars_, threads):
+    """Launch one kernel on ``arrays`` (inputs, then outputs) as ``cpu.run_kernel`` would."""
+    ptrs = step.pointers(*[address(a) for a in arrays])
+    ints = step.ints
     if ints is None:
-        code, row = rebuild
+        code, row = step.rebuild
         ints, fp = code.arguments(_kernel(row, vars_))
         ints = np.asarray(ints, dtype=np.int64)
     else:
-        fp = [float(vars_[k].attrs["value"]) for k in floats]
+        fp = [float(vars_[k].attrs["value"]) for k in step.floats] if step.floats else ()
     # no float constants (most kernels): a null pointer the kernel never reads
-    fp = np.asarray(fp, dtype=np.float64) if len(fp) else None
-    ip, fp_at = address(ints), None if fp is None else address(fp)
-    if threads > 1 and values_free_of_threads(kind, size, threads):
+    fp = (ctypes.c_double * len(fp))(*fp) if len(fp) else None
+    fn, size, ip = step.fn, step.size, address(ints)
+    if threads > 1 and values_free_of_threads(step.kind, size, threads):
         key = (id(fn), size, threads)
         chosen = _thread_trials.get(key)
         if chosen.__class__ is int:
-            fn(ptrs, ip, fp_at, chosen)
+            fn(ptrs, ip, fp, chosen)
         else:
-            threads_for(key, lambda n: fn(ptrs, ip, fp_at, n))
+            threads_for(key, lambda n: fn(ptrs, ip, fp, n))
     else:
-        fn(ptrs, ip, fp_at, threads)
-    return outs
+        fn(ptrs, ip, fp, threads)
