@@ -13,7 +13,7 @@ import functools
 
 import numpy as np
 
-from . import dtypes
+from . import dtypes, grad_recipe
 from .creation import zeros_like
 from .flags import flags
 from .gc_pause import paused
@@ -100,6 +100,19 @@ def grad(loss, targets, retain_graph=True):
     if not dtypes.is_float(loss.dtype):
         raise TypeError(f"grad: the loss must be a float Var, got dtype {loss.dtype} (shape {loss.shape})")
     order = _graph(loss)
+    key = grad_recipe.key(order, targets)
+    recipe = grad_recipe.find(key)
+    if recipe is not None:              # this forward graph was met before: its nodes, made directly
+        result = recipe.build(order)
+    else:
+        start = grad_recipe.mark()
+        result = _apply_rules(order, loss, targets)
+        grad_recipe.record(key, order, start, result)
+    return result[0] if single else result
+
+
+def _apply_rules(order, loss, targets):
+    """The gradients of ``loss`` for ``targets`` by each op's rule, over ``order`` (``_graph(loss)``)."""
     wanted = {id(t) for t in targets if not t._stop_grad}
     needed = set()                       # nodes with a wanted target among their inputs' ancestry
     for v in order:
@@ -125,8 +138,7 @@ def grad(loss, targets, retain_graph=True):
             if g.dtype != inp.dtype:
                 g = g.cast(inp.dtype)
             grads[id(inp)] = g if id(inp) not in grads else grads[id(inp)] + g
-    result = [grads.get(id(t)) if grads.get(id(t)) is not None else zeros_like(t) for t in targets]
-    return result[0] if single else result
+    return [grads.get(id(t)) if grads.get(id(t)) is not None else zeros_like(t) for t in targets]
 
 
 class no_grad:

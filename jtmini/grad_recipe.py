@@ -1,0 +1,159 @@
+"""Rebuild a backward graph from a recipe when the forward graph repeats (``jt.grad``'s cache).
+
+A training loop's forward graph is the same every step: ops, attrs, shapes and wiring, on new
+Vars. ``jt.grad`` applies each op's gradient rule to it in reverse order, and the rules build the
+same backward nodes every step (~1 ms of Python a GAN step). So the first time a forward graph is
+met, ``record`` writes down the nodes the rules built, each with its inputs as references: a
+forward node (by its place in ``autograd._graph``'s order), an earlier recorded node, or a shared
+constant made before; a later graph with the same ``key`` gets the same nodes made directly by
+``Recipe.build`` (``Var(op, inputs, attrs, shape, dtype)``), with none of the rules' Python.
+
+The key holds, per forward node, all a rule may look at: op, every attr (runtime ones too: a
+rule may turn a constant's value into another node's), shape, dtype, stop_grad, whether it has a
+value, its inputs by place; the targets' places, shapes and dtypes; and the flags that change how
+ops build nodes. Nothing is recorded (grad runs its rules every time) when a forward node has a
+rule of its own (``custom_grad``, hooks, ``Function``: closures that may read anything), when a
+rule computed a value (a graph shaped by data), or when a built node reads a Var that is neither
+in the forward graph, nor built by the rules, nor an input-less constant.
+
+    >>> start = mark()
+    >>> grads = ...                         # the rules, as usual
+    >>> record(key, order, start, grads)    # the next graph of this key: find(key).build(order)
+"""
+import collections
+from typing import NamedTuple
+
+from .flags import flags
+from .state import register_cache
+from .var import Var, _ids, _pending, untrack
+
+CAPACITY = 16                       # forward graphs remembered (the losses of a few optimizers)
+_recipes = collections.OrderedDict()  # _Key -> Recipe
+register_cache("grad recipes", _recipes.clear, f"the backward nodes of the {CAPACITY} forward graphs used last")
+
+FORWARD, BUILT, SHARED = 0, 1, 2    # where a recorded input is: the forward order, the recipe, a constant
+
+
+class Node(NamedTuple):
+    """A node the gradient rules built: what ``Var.node`` made, inputs as ``(where, k)`` references."""
+    op: str
+    attrs: dict
+    shape: object
+    dtype: str
+    stop_grad: bool
+    tracked: bool           # in the pending table (a shared constant is not)
+    inputs: tuple
+
+
+class Recipe(NamedTuple):
+    nodes: tuple            # ``Node`` s, inputs before readers
+    shared: tuple           # the input-less constants the nodes read that the rules did not build
+    results: tuple          # a reference per gradient returned
+
+    def build(self, order):
+        """The gradients, as ``jt.grad`` returned them for the recorded graph, on ``order`` (the
+        forward graph of a new step with the same key)."""
+        built = []
+        sources = (order, built, self.shared)
+        for op, attrs, shape, dtype, stop_grad, tracked, inputs in self.nodes:
+            v = Var(op, [sources[where][k] for where, k in inputs], dict(attrs), shape, dtype)
+            v._stop_grad = stop_grad
+            if not tracked:
+                untrack(v)
+            built.append(v)
+        return [sources[where][k] for where, k in self.results]
+
+
+def key(order, targets):
+    """The recipe key of the forward graph ``order`` (``autograd._graph(loss)``, loss last) and
+    ``targets``; None when its gradient must be built by the rules (see the module doc)."""
+    if not flags.lazy_execution:
+        return None
+    place, rows = {}, []
+    for k, v in enumerate(order):
+        if v._backward is not None:
+            return None
+        place[id(v)] = k
+        try:    # a stop_grad node's inputs are not walked (a node reading them is not kept, see record)
+            inputs = () if v._stop_grad else tuple([place[id(i)] for i in v.inputs])
+        except KeyError:                # not an order _graph makes: no recipe rather than a wrong one
+            return None
+        rows.append((v.op, tuple(v.attrs.items()), v.shape, v.dtype, v._stop_grad, v._data is None, inputs))
+    wanted = tuple((place.get(id(t), -1), t.shape, t.dtype, t._stop_grad) for t in targets)
+    try:
+        return _Key((tuple(rows), wanted, flags.no_grad, flags.amp_reg, flags.auto_convert_64_to_32))
+    except TypeError:                   # an attr that cannot be hashed
+        return None
+
+
+def find(key_):
+    """The ``Recipe`` stored under ``key_`` (a ``key`` result), or None."""
+    if key_ is None:
+        return None
+    recipe = _recipes.get(key_)
+    if recipe is not None:
+        _recipes.move_to_end(key_)
+    return recipe
+
+
+def mark():
+    """A Var id below every Var built from now on: call it before the rules run."""
+    return next(_ids)
+
+
+def record(key_, order, start, results):
+    """Store the recipe of ``results`` (the gradients the rules just built, every node made
+    after ``mark()`` returned ``start``) under ``key_``, unless it is unsafe (see the module doc)."""
+    if key_ is None or any((v._data is None) != row[5] for v, row in zip(order, key_.key[0])):
+        return                          # a rule computed a forward value: the graph may follow data
+    place = {id(v): (FORWARD, k) for k, v in enumerate(order)}
+    nodes, shared = [], []
+    try:
+        refs = tuple(_reference(v, start, place, nodes, shared) for v in results)
+    except _Unsafe:
+        return
+    _recipes[key_] = Recipe(tuple(nodes), tuple(shared), refs)
+    if len(_recipes) > CAPACITY:
+        _recipes.popitem(last=False)
+
+
+class _Unsafe(Exception):
+    """A built node that a recipe could not rebuild faithfully."""
+
+
+def _reference(root, start, place, nodes, shared):
+    """``(where, k)`` of ``root``, recording the built nodes it reads first (iterative DFS)."""
+    stack = [(root, False)]
+    while stack:
+        v, inputs_placed = stack.pop()
+        if id(v) in place:
+            continue
+        if v.id <= start:               # made before the rules ran and not in the forward graph
+            if v.op != "const" or v.inputs:
+                raise _Unsafe
+            place[id(v)] = (SHARED, len(shared))
+            shared.append(v)
+        elif not inputs_placed:
+            if v._data is not None or v._backward is not None or v.op is None:
+                raise _Unsafe           # a computed value or a rule of its own: not rebuilt as is
+            stack.append((v, True))
+            stack.extend((i, False) for i in v.inputs if id(i) not in place)
+        else:
+            place[id(v)] = (BUILT, len(nodes))
+            nodes.append(Node(v.op, dict(v.attrs), v.shape, v.dtype, v._stop_grad, id(v) in _pending,
+                              tuple(place[id(i)] for i in v.inputs)))
+    return place[id(root)]
+
+
+class _Key:
+    """A key that hashes once (the lookup, then moving the entry to the end)."""
+    __slots__ = ("key", "hash")
+
+    def __init__(self, key_):
+        self.key, self.hash = key_, hash(key_)
+
+    def __hash__(self):
+        return self.hash
+
+    def __eq__(self, other):
+        return isinstance(other, _Key) and self.hash == other.hash and self.key == other.key

@@ -1,0 +1,187 @@
+"""``jt.grad`` rebuilds the backward graph of a forward graph met before from its recipe
+(``jtmini/grad_recipe.py``): the same nodes and values as the gradient rules give, a recipe per
+forward graph (shapes, dtypes, wiring, constants, targets, flags), and none where a rule of a
+node's own, a computed value or an outside Var could make a recipe wrong."""
+import numpy as np
+import pytest
+
+import jtmini as jt
+from jtmini import autograd, grad_recipe, nn
+
+rng = np.random.default_rng(3)
+
+
+@pytest.fixture
+def recipes_used(monkeypatch):
+    """A list of the recipes ``grad`` built from."""
+    used, find = [], grad_recipe.find
+
+    def spied(key):
+        recipe = find(key)
+        if recipe is not None:
+            used.append(recipe)
+        return recipe
+    monkeypatch.setattr(grad_recipe, "find", spied)
+    grad_recipe._recipes.clear()
+    return used
+
+
+def _train(steps=5, seed=2):
+    jt.sync_all()
+    jt.seed(seed)
+    model = nn.Sequential(nn.Linear(6, 12), nn.LeakyReLU(0.2), nn.Linear(12, 12), nn.Tanh(), nn.Linear(12, 3))
+    opt = nn.Adam(model.parameters(), lr=1e-2)
+    data, losses = np.random.default_rng(seed), []
+    for step in range(steps):
+        x = jt.array(data.standard_normal((10, 6)).astype("float32"))
+        y = jt.array(data.integers(0, 3, 10).astype("int32"))
+        loss = nn.cross_entropy_loss(model(x), y) + (model(x) ** 2).mean() * 0.01
+        opt.step(loss)
+        losses.append(loss.item())
+    return losses, [p.numpy() for p in model.parameters()]
+
+
+def test_training_with_recipes_matches_the_rules_bit_for_bit(recipes_used, monkeypatch):
+    losses, params = _train()
+    assert len(recipes_used) >= 3
+    monkeypatch.setattr(grad_recipe, "find", lambda key: None)
+    rule_losses, rule_params = _train()
+    assert losses == rule_losses
+    for p, q in zip(params, rule_params):
+        np.testing.assert_array_equal(p, q)
+
+
+def _grad_nodes(loss, targets):
+    """The gradients' graphs as (op, attrs, shape, dtype, inputs by place) rows."""
+    rows, place = [], {}
+    for g in targets:
+        stack = [g]
+        while stack:
+            v = stack.pop()
+            if id(v) not in place:
+                place[id(v)] = len(place)
+                rows.append((v.op, tuple(sorted(v.attrs.items())), tuple(v.shape), v.dtype))
+                stack.extend(v.inputs)
+    return rows
+
+
+def test_a_recipe_builds_the_nodes_the_rules_build(recipes_used):
+    def loss_of(a_np, w_np):
+        a, w = jt.array(a_np), jt.array(w_np)
+        h = (a @ w).relu()
+        return (h * h + (a @ w).exp()).sum(), [a, w]
+
+    a_np, w_np = rng.standard_normal((4, 5)).astype("float32"), rng.standard_normal((5, 3)).astype("float32")
+    loss, targets = loss_of(a_np, w_np)
+    by_rules = jt.grad(loss, targets)
+    loss, targets = loss_of(a_np, w_np)
+    by_recipe = jt.grad(loss, targets)
+    assert len(recipes_used) == 1
+    assert _grad_nodes(None, by_rules) == _grad_nodes(None, by_recipe)
+    for g, h in zip(by_rules, by_recipe):
+        np.testing.assert_array_equal(g.numpy(), h.numpy())
+
+
+def test_new_constants_shapes_and_dtypes_get_their_own_recipes(recipes_used):
+    for c, shape, dtype in [(2.0, (3, 4), "float32"), (-0.5, (3, 4), "float32"), (2.0, (5, 4), "float32"),
+                            (2.0, (3, 4), "float64"), (-0.5, (3, 4), "float32"), (2.0, (3, 4), "float32")]:
+        x_np = rng.standard_normal(shape).astype(dtype)
+        x = jt.array(x_np)
+        g = jt.grad((x * c + x.exp()).sum(), x)
+        assert g.dtype == dtype and g.shape == shape
+        np.testing.assert_allclose(g.numpy(), c + np.exp(x_np), rtol=1e-6)
+    assert len(recipes_used) == 2          # the last two graphs were met before
+
+
+def test_other_targets_and_stop_grad_targets_get_their_own_recipes(recipes_used):
+    x_np, y_np = rng.standard_normal(5).astype("float32"), rng.standard_normal(5).astype("float32")
+    for k in range(2):
+        x, y, z = jt.array(x_np), jt.array(y_np), jt.array(y_np)
+        loss = (x * y).sum()
+        gx, gy, gz = jt.grad(loss, [x, y, z])
+        np.testing.assert_array_equal(gx.numpy(), y_np)
+        np.testing.assert_array_equal(gy.numpy(), x_np)
+        np.testing.assert_array_equal(gz.numpy(), np.zeros(5, "float32"))
+        x, y = jt.array(x_np), jt.array(y_np)
+        y.stop_grad()
+        gx, gy = jt.grad((x * y).sum(), [x, y])
+        np.testing.assert_array_equal(gx.numpy(), y_np)
+        np.testing.assert_array_equal(gy.numpy(), np.zeros(5, "float32"))
+    assert len(recipes_used) == 2
+
+
+def test_shared_inputs_keep_their_wiring(recipes_used):
+    """``x * x`` and ``x * y``: the same ops, wired differently, so different keys."""
+    x_np = rng.standard_normal(4).astype("float32")
+    for k in range(2):
+        x, y = jt.array(x_np), jt.array(x_np)
+        np.testing.assert_allclose(jt.grad((x * x).sum(), x).numpy(), 2 * x_np, rtol=1e-6)
+        np.testing.assert_allclose(jt.grad((x * y).sum(), x).numpy(), x_np, rtol=1e-6)
+    assert len(recipes_used) == 2
+
+
+def test_flags_that_change_node_building_are_part_of_the_key(recipes_used):
+    x_np = rng.standard_normal(4).astype("float32")
+    x = jt.array(x_np)
+    jt.grad((x * 3).sum(), x)
+    with jt.flag_scope(amp_reg=2):
+        x = jt.array(x_np)
+        assert grad_recipe.find(grad_recipe.key(autograd._graph((x * 3).sum()), [x])) is None
+    x = jt.array(x_np)
+    assert grad_recipe.find(grad_recipe.key(autograd._graph((x * 3).sum()), [x])) is not None
+
+
+def test_rules_of_a_nodes_own_are_never_recorded(recipes_used):
+    x_np = rng.standard_normal(4).astype("float32")
+
+    class Cube(jt.Function):
+        def execute(self, x):
+            self.x = x
+            return x * x * x
+
+        def grad(self, dout):
+            return dout * 3 * self.x * self.x
+
+    for k in range(3):
+        x = jt.array(x_np)
+        np.testing.assert_allclose(jt.grad(Cube.apply(x).sum(), x).numpy(), 3 * x_np ** 2, rtol=1e-5)
+        x = jt.array(x_np)
+        y = autograd.custom_grad(x * 2, [x], lambda d: [d * (k + 1)])
+        np.testing.assert_allclose(jt.grad(y.sum(), x).numpy(), np.full(4, k + 1.0), rtol=1e-6)
+    assert not recipes_used and not grad_recipe._recipes
+
+
+def test_a_graph_whose_value_a_rule_computed_is_not_recorded():
+    """A rule that reads a forward value shapes the graph by data: ``record`` refuses it."""
+    grad_recipe._recipes.clear()
+    x = jt.array(rng.standard_normal(3).astype("float32"))
+    y = x.exp()
+    loss = y.sum()
+    order = autograd._graph(loss)
+    key = grad_recipe.key(order, [x])
+    start = grad_recipe.mark()
+    y.sync()                                    # as a rule calling .item() would
+    grad_recipe.record(key, order, start, [loss.ones_like() * y])
+    assert not grad_recipe._recipes
+
+
+def test_a_built_node_reading_an_outside_var_is_not_recorded():
+    grad_recipe._recipes.clear()
+    outside = jt.array(np.ones(3, "float32")) * 2       # neither forward, nor built, nor a constant
+    x = jt.array(rng.standard_normal(3).astype("float32"))
+    loss = x.exp().sum()
+    order = autograd._graph(loss)
+    key = grad_recipe.key(order, [x])
+    start = grad_recipe.mark()
+    grad_recipe.record(key, order, start, [x.exp() * outside])
+    assert not grad_recipe._recipes
+    grad_recipe.record(key, order, start, [x.exp() * 2])    # a constant made now: recorded
+    assert len(grad_recipe._recipes) == 1
+
+
+def test_clear_caches_forgets_recipes():
+    x = jt.array(np.ones(3, "float32"))
+    jt.grad((x * 5).sum(), x)
+    assert grad_recipe._recipes
+    jt.clear_caches()
+    assert not grad_recipe._recipes
