@@ -14,7 +14,8 @@ value, its inputs by place; the targets' places, shapes and dtypes; and the flag
 ops build nodes. Nothing is recorded (grad runs its rules every time) when a forward node has a
 rule of its own (``custom_grad``, hooks, ``Function``: closures that may read anything), when a
 rule computed a value (a graph shaped by data), or when a built node reads a Var that is neither
-in the forward graph, nor built by the rules, nor an input-less constant.
+in the forward graph, nor built by the rules, nor an input-less constant (one read by a stop_grad
+forward node does not count: the key leaves those inputs out).
 
     >>> start = mark()
     >>> grads = ...                         # the rules, as usual
@@ -92,7 +93,10 @@ def find(key_):
         return None
     recipe = _recipes.get(key_)
     if recipe is not None:
-        _recipes.move_to_end(key_)
+        try:
+            _recipes.move_to_end(key_)
+        except KeyError:                # dropped by another thread in between: still a valid recipe
+            pass
     return recipe
 
 
@@ -107,9 +111,11 @@ def record(key_, order, start, results):
     if key_ is None or any((v._data is None) != row[5] for v, row in zip(order, key_.key[0])):
         return                          # a rule computed a forward value: the graph may follow data
     place = {id(v): (FORWARD, k) for k, v in enumerate(order)}
+    # a stop_grad node's inputs are not in the key: a constant among them may differ next time
+    fenced = {id(i) for v in order if v._stop_grad for i in v.inputs}
     nodes, shared = [], []
     try:
-        refs = tuple(_reference(v, start, place, nodes, shared) for v in results)
+        refs = tuple(_reference(v, start, place, fenced, nodes, shared) for v in results)
     except _Unsafe:
         return
     _recipes[key_] = Recipe(tuple(nodes), tuple(shared), refs)
@@ -121,7 +127,7 @@ class _Unsafe(Exception):
     """A built node that a recipe could not rebuild faithfully."""
 
 
-def _reference(root, start, place, nodes, shared):
+def _reference(root, start, place, fenced, nodes, shared):
     """``(where, k)`` of ``root``, recording the built nodes it reads first (iterative DFS)."""
     stack = [(root, False)]
     while stack:
@@ -129,7 +135,7 @@ def _reference(root, start, place, nodes, shared):
         if id(v) in place:
             continue
         if v.id <= start:               # made before the rules ran and not in the forward graph
-            if v.op != "const" or v.inputs:
+            if v.op != "const" or v.inputs or id(v) in fenced:
                 raise _Unsafe
             place[id(v)] = (SHARED, len(shared))
             shared.append(v)

@@ -185,3 +185,17 @@ def test_clear_caches_forgets_recipes():
     assert grad_recipe._recipes
     jt.clear_caches()
     assert not grad_recipe._recipes
+
+
+def test_a_constant_behind_a_stop_grad_node_is_not_taken_as_shared():
+    """The inputs of a stop_grad forward node are not in the key, so a built node may not read
+    one of them as a shared constant: next time it may be another value."""
+    grad_recipe._recipes.clear()
+    x = jt.array(rng.standard_normal(3).astype("float32"))
+    scale = jt.full((3,), 0.5, "float32")
+    held = (scale * 1).stop_grad()
+    loss = (x * held).sum()
+    order = autograd._graph(loss)
+    key = grad_recipe.key(order, [x])
+    grad_recipe.record(key, order, grad_recipe.mark(), [loss.ones_like() * scale])
+    assert not grad_recipe._recipes
