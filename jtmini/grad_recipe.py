@@ -11,7 +11,7 @@ constant made before; a later graph with the same ``key`` gets the same nodes ma
 The key holds, per forward node, all a rule may look at: op, every attr (runtime ones too: a
 rule may turn a constant's value into another node's), shape, dtype, stop_grad, whether it has a
 value, its inputs by place; the targets' places, shapes and dtypes; and the flags that change how
-ops build nodes. Nothing is recorded (grad runs its rules every time) when a forward node has a
+ops build nodes (the backend among them: some rules build host-only kernels). Nothing is recorded (grad runs its rules every time) when a forward node has a
 rule of its own (``custom_grad``, hooks, ``Function``: closures that may read anything), when a
 rule computed a value (a graph shaped by data), or when a built node reads a Var that is neither
 in the forward graph, nor built by the rules, nor an input-less constant (one read by a stop_grad
@@ -82,9 +82,15 @@ def key(order, targets):
         rows.append((v.op, tuple(v.attrs.items()), v.shape, v.dtype, v._stop_grad, v._data is None, inputs))
     wanted = tuple((place.get(id(t), -1), t.shape, t.dtype, t._stop_grad) for t in targets)
     try:
-        return _Key((tuple(rows), wanted, flags.no_grad, flags.amp_reg, flags.auto_convert_64_to_32))
+        return _Key((tuple(rows), wanted, flags.no_grad, flags.amp_reg, flags.auto_convert_64_to_32,
+                     flags.backend, flags.use_cuda))
     except TypeError:                   # an attr that cannot be hashed
         return None
+
+
+def clear():
+    """Forget every recipe (a test that swaps a rule's helper builds the same graph anew)."""
+    _recipes.clear()
 
 
 def find(key_):

@@ -13,12 +13,18 @@ from jtmini.runtime import base
 OPS_DIR = pathlib.Path(jt.__file__).parent / "ops"
 
 
+# entry points with a default that works (a faster path a backend may offer): who offers them
+OPTIONAL = {"prepare": ("cpu",), "run_prepared": ("cpu",)}
+
+
 @pytest.mark.parametrize("name", ["cpu", "cuda"])
 def test_each_runtime_implements_every_entry_point(name):
     backend = base.get(name)                     # importing runtime/cuda.py does not need cupy
     assert backend.name == backend.dialect == name
     for method, _ in inspect.getmembers(base.Backend, inspect.isfunction):
         if method in ("kernel",):                # built on kernels()
+            continue
+        if method in OPTIONAL and name not in OPTIONAL[method]:
             continue
         assert getattr(type(backend), method) is not getattr(base.Backend, method), f"{name} lacks {method}"
 
@@ -42,3 +48,10 @@ def test_ops_import_no_runtime_compiler_or_codegen():
                 names = [node.module or ""] + [a.name for a in node.names]
                 assert not {"runtime", "compiler", "codegen", "executor"} & {n.split(".")[0] for n in names}, \
                     f"{path.name} imports {names}"
+
+
+def test_a_backend_without_prepare_runs_stored_plans_by_their_steps():
+    """The default ``prepare`` offers nothing, and hits then run the plan's steps."""
+    class Plain(type(base.get("cpu"))):
+        prepare = base.Backend.prepare
+    assert Plain().prepare(None, []) is None

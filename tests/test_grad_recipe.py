@@ -199,3 +199,12 @@ def test_a_constant_behind_a_stop_grad_node_is_not_taken_as_shared():
     key = grad_recipe.key(order, [x])
     grad_recipe.record(key, order, grad_recipe.mark(), [loss.ones_like() * scale])
     assert not grad_recipe._recipes
+
+
+def test_the_backend_is_part_of_the_key():
+    """Some rules build host-only kernels (``ops.softmax.runs_fused``): another backend, another recipe."""
+    x = jt.array(np.ones(3, "float32"))
+    order = autograd._graph((x * 3).sum())
+    with jt.flag_scope(backend="cuda"):
+        other = grad_recipe.key(order, [x])
+    assert grad_recipe.key(order, [x]) != other
