@@ -208,3 +208,14 @@ def test_the_backend_is_part_of_the_key():
     with jt.flag_scope(backend="cuda"):
         other = grad_recipe.key(order, [x])
     assert grad_recipe.key(order, [x]) != other
+
+
+def test_second_derivatives_from_recipes(recipes_used):
+    x_np = rng.standard_normal(5).astype("float32")
+    for k in range(3):
+        x = jt.array(x_np)
+        (dx,) = jt.grad((x * x * x).sum(), [x])
+        (ddx,) = jt.grad(dx.sum(), [x])
+        np.testing.assert_allclose(dx.numpy(), 3 * x_np ** 2, rtol=1e-5)
+        np.testing.assert_allclose(ddx.numpy(), 6 * x_np, rtol=1e-5)
+    assert len(recipes_used) == 4
