@@ -57,19 +57,24 @@ def _grad_inputs(v):
 
 
 def _graph(loss):
-    """Nodes on which the loss depends (inputs before consumers), not crossing stop_grad."""
-    order, seen, stack = [], set(), [(loss, False)]
+    """Nodes on which the loss depends (inputs before consumers), not crossing stop_grad.
+
+    A node stays on the stack while its inputs go first and is placed when it is back on top
+    (the order of a DFS pushing (node, expanded) pairs, without a tuple per push)."""
+    order, seen, placed, stack = [], set(), set(), [loss]
     while stack:
-        v, expanded = stack.pop()
-        if expanded:
+        v = stack[-1]
+        vid = id(v)
+        if vid not in seen:
+            seen.add(vid)
+            if not v._stop_grad:
+                stack.extend([inp for inp in (v._backward[0] if v._backward is not None else v.inputs)
+                              if id(inp) not in seen])
+            continue
+        stack.pop()
+        if vid not in placed:
+            placed.add(vid)
             order.append(v)
-            continue
-        if id(v) in seen:
-            continue
-        seen.add(id(v))
-        stack.append((v, True))
-        if not v._stop_grad:
-            stack.extend((inp, False) for inp in _grad_inputs(v) if id(inp) not in seen)
     return order
 
 
