@@ -57,8 +57,9 @@ def _runtime():
 
 def _replay(hit, target_ids, runtime, recorder):
     """Run a graph on its stored plan: on what the backend prepared from it when it has that and
-    no profiler wants each step timed, else on the plan's steps."""
-    program = None if recorder is not None else hit.template.program(runtime, hit.vars)
+    no profiler wants each step timed (nor memory profiling each buffer), else on the plan's steps."""
+    watched = recorder is not None or flags.profile_memory_enable
+    program = None if watched else hit.template.program(runtime, hit.vars)
     if program is None:
         _run(hit.template.steps(hit.vars), hit.template.compiled, target_ids, runtime, recorder)
         return

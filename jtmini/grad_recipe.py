@@ -15,7 +15,8 @@ ops build nodes (the backend among them: some rules build host-only kernels). No
 rule of its own (``custom_grad``, hooks, ``Function``: closures that may read anything), when a
 rule computed a value (a graph shaped by data), or when a built node reads a Var that is neither
 in the forward graph, nor built by the rules, nor an input-less constant (one read by a stop_grad
-forward node does not count: the key leaves those inputs out).
+forward node does not count: the key leaves those inputs out). Eager mode and memory profiling
+(which records the frames building each node) always run the rules.
 
     >>> start = mark()
     >>> grads = ...                         # the rules, as usual
@@ -68,7 +69,7 @@ class Recipe(NamedTuple):
 def key(order, targets):
     """The recipe key of the forward graph ``order`` (``autograd._graph(loss)``, loss last) and
     ``targets``; None when its gradient must be built by the rules (see the module doc)."""
-    if not flags.lazy_execution:
+    if not flags.lazy_execution or flags.profile_memory_enable:   # eager, or each node's frames wanted
         return None
     place, rows = {}, []
     for k, v in enumerate(order):

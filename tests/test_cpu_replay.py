@@ -153,3 +153,12 @@ def test_a_plan_with_a_collective_has_no_program():
         rows = [replay.StepRow(schedule.Collective, 0, (1,), ((),))]
         compiled, targets, n_order = [None], (0,), 1
     assert cpu_replay.prepare(Template, [None, None], cpu.BACKEND) is None
+
+
+def test_memory_profiling_runs_the_plan_steps(prepared_runs):
+    a_np = rng.standard_normal((8, 8)).astype("float32")
+    (jt.array(a_np) * 2).exp().sum().sync()
+    with jt.flag_scope(profile_memory_enable=True):
+        value = (jt.array(a_np) * 2).exp().sum().item()
+    assert np.isclose(value, np.exp(a_np * 2).sum(), rtol=1e-5)
+    assert not prepared_runs

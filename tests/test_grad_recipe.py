@@ -219,3 +219,12 @@ def test_second_derivatives_from_recipes(recipes_used):
         np.testing.assert_allclose(dx.numpy(), 3 * x_np ** 2, rtol=1e-5)
         np.testing.assert_allclose(ddx.numpy(), 6 * x_np, rtol=1e-5)
     assert len(recipes_used) == 4
+
+
+def test_memory_profiling_and_eager_mode_run_the_rules():
+    x = jt.array(np.ones(3, "float32"))
+    order = autograd._graph((x * 3).sum())
+    assert grad_recipe.key(order, [x]) is not None
+    for flag in ({"profile_memory_enable": True}, {"lazy_execution": False}):
+        with jt.flag_scope(**flag):
+            assert grad_recipe.key(order, [x]) is None
