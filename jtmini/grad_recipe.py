@@ -15,7 +15,8 @@ ops build nodes (the backend among them: some rules build host-only kernels). No
 rule of its own (``custom_grad``, hooks, ``Function``: closures that may read anything), when a
 rule computed a value (a graph shaped by data), or when a built node reads a Var that is neither
 in the forward graph, nor built by the rules, nor an input-less constant (one read by a stop_grad
-forward node does not count: the key leaves those inputs out). Eager mode and memory profiling
+forward node does not count: the key leaves those inputs out), or when a rule built a collective
+(making one queues it for MPI, ``ops/collective.py``; a recipe's plain ``Var`` would not). Eager mode and memory profiling
 (which records the frames building each node) always run the rules.
 
     >>> start = mark()
@@ -26,6 +27,7 @@ import collections
 from typing import NamedTuple
 
 from .flags import flags
+from .ops.registry import OPS
 from .state import register_cache
 from .var import Var, _ids, _pending, untrack
 
@@ -147,8 +149,9 @@ def _reference(root, start, place, fenced, nodes, shared):
             place[id(v)] = (SHARED, len(shared))
             shared.append(v)
         elif not inputs_placed:
-            if v._data is not None or v._backward is not None or v.op is None:
-                raise _Unsafe           # a computed value or a rule of its own: not rebuilt as is
+            if v._data is not None or v._backward is not None or v.op is None or OPS[v.op].kind == "collective":
+                # a computed value, a rule of its own, or a collective (queued for MPI as it is made)
+                raise _Unsafe
             stack.append((v, True))
             stack.extend((i, False) for i in v.inputs if id(i) not in place)
         else:

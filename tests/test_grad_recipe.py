@@ -228,3 +228,16 @@ def test_memory_profiling_and_eager_mode_run_the_rules():
     for flag in ({"profile_memory_enable": True}, {"lazy_execution": False}):
         with jt.flag_scope(**flag):
             assert grad_recipe.key(order, [x]) is None
+
+
+def test_a_backward_with_a_collective_is_not_recorded():
+    """Making a collective node queues it for MPI (``ops/collective.py``): a recipe would not."""
+    grad_recipe._recipes.clear()
+    x = jt.array(rng.standard_normal(3).astype("float32"))
+    loss = x.exp().sum()
+    order = autograd._graph(loss)
+    key = grad_recipe.key(order, [x])
+    start = grad_recipe.mark()
+    collective = jt.Var.node("mpi_all_reduce", [x.exp()], op="add")     # as a rule under mpirun builds
+    grad_recipe.record(key, order, start, [collective])
+    assert not grad_recipe._recipes
