@@ -7,6 +7,9 @@ met, ``record`` writes down the nodes the rules built, each with its inputs as r
 forward node (by its place in ``autograd._graph``'s order), an earlier recorded node, or a shared
 constant made before; a later graph with the same ``key`` gets the same nodes made directly by
 ``Recipe.build`` (``Var(op, inputs, attrs, shape, dtype)``), with none of the rules' Python.
+Nodes the rules built that no gradient reads are not rebuilt (30 of the GAN step's 259 Vars).
+``grad`` took 565 us of CPU a GAN step against 1110 (``tools/step_phases.py``, loaded 2-core VM;
+MLP: 136 against 281), with ``autograd._graph``'s walk made cheaper at the same time.
 
 The key holds, per forward node, all a rule may look at: op, every attr (runtime ones too: a
 rule may turn a constant's value into another node's), shape, dtype, stop_grad, whether it has a

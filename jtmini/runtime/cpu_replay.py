@@ -11,7 +11,10 @@ buffers it was the last to read (the same lifetimes as ``executor._run``).
 What is still read on each hit: the new buffers, values the kernels take at launch (float
 constants such as a learning rate, runtime ints such as slice starts), ``flags.num_threads`` and
 the thread count chosen per launch site (``thread_choice``). The kernels, their arguments and
-thread counts are those of the plain path, so values are identical.
+thread counts are those of the plain path, so values are identical. On the GAN example's step
+(two realizes: 55 kernels, 33 products, ~24 views) the launch phases of ``tools/step_phases.py``
+took 1843 us of CPU against 2620 us (launches, kernel calls and plan lookup; MLP: 774 against
+1114), measured on a loaded 2-core VM.
 
     >>> program = prepare(template, hit_vars, BACKEND)     # once per stored plan
     >>> kernels, library_calls = run(program, hit_vars)     # every later hit
