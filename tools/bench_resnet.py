@@ -102,32 +102,17 @@ def run_jtmini(threads, iters, warmup, profile, device):
 
 
 def _profile_step(jt, model, opt, batches, device):
-    """Seconds per kernel group over the last of ``batches`` (wrapping the runtime's calls; on the
-    GPU a launch returns before its kernel ends, so there this is host time per launch)."""
+    """Seconds per kernel group over the last of ``batches``, from ``jt.profile_scope`` (on the GPU
+    a launch returns before its kernel ends, so there this is host time per launch)."""
     from jtmini import nn
-    from jtmini.runtime import cpu
-    if device == "cuda":
-        from jtmini.runtime import cuda as cpu
-    totals, run_kernel, run_library = {}, cpu.run_kernel, cpu.run_library
-
-    def timed(key, fn, *args):
+    for x, y in batches:
         start = time.perf_counter()
-        out = fn(*args)
-        totals[key] = totals.get(key, 0.0) + time.perf_counter() - start
-        return out
-
-    cpu.run_kernel = lambda k, *a: timed(f"{k.kind}: {' '.join(v.op for v in k.nodes)[-60:]}", run_kernel, k, *a)
-    cpu.run_library = lambda c, *a: timed(f"library: {c.root.op}", run_library, c, *a)
-    try:
-        for x, y in batches:
-            totals.clear()
-            start = time.perf_counter()
+        with jt.profile_scope(show=False) as report:
             loss = nn.cross_entropy_loss(model(jt.array(x)), jt.array(y))
             built = time.perf_counter()
             opt.step(loss)
-            total = time.perf_counter() - start
-    finally:
-        cpu.run_kernel, cpu.run_library = run_kernel, run_library
+        total = time.perf_counter() - start
+    totals = {f"{kind}: {name}": seconds for name, kind, _, seconds in report.rows}
     totals["(forward graph building)"] = built - start
     totals["(step outside kernels: grad, schedule, bookkeeping)"] = total - sum(totals.values())
     return {"total_s": total, "groups": sorted(totals.items(), key=lambda kv: -kv[1])[:25]}
