@@ -85,7 +85,10 @@ def key(order, targets):
             inputs = () if v._stop_grad else tuple([place[id(i)] for i in v.inputs])
         except KeyError:                # not an order _graph makes: no recipe rather than a wrong one
             return None
-        rows.append((v.op, tuple(v.attrs.items()), v.shape, v.dtype, v._stop_grad, v._data is None, inputs))
+        attrs = v.attrs
+        if "seq" in attrs and OPS[v.op].stateful:   # a draw's order, new every step and read by no rule
+            attrs = {n: a for n, a in attrs.items() if n != "seq"}
+        rows.append((v.op, tuple(attrs.items()), v.shape, v.dtype, v._stop_grad, v._data is None, inputs))
     wanted = tuple((place.get(id(t), -1), t.shape, t.dtype, t._stop_grad) for t in targets)
     try:
         return _Key((tuple(rows), wanted, flags.no_grad, flags.amp_reg, flags.auto_convert_64_to_32,

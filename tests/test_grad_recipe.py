@@ -241,3 +241,23 @@ def test_a_backward_with_a_collective_is_not_recorded():
     collective = jt.Var.node("mpi_all_reduce", [x.exp()], op="add")     # as a rule under mpirun builds
     grad_recipe.record(key, order, start, [collective])
     assert not grad_recipe._recipes
+
+
+def test_dropout_masks_drawn_each_step_still_hit_and_match_the_rules(recipes_used, monkeypatch):
+    # a random node's seq (its draw order) is new every step: left out of the key, as no rule reads it
+    def train():
+        jt.sync_all()
+        jt.seed(5)
+        model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Dropout(0.3), nn.Linear(16, 2))
+        opt = nn.SGD(model.parameters(), 0.1)
+        data, losses = np.random.default_rng(1), []
+        for _ in range(4):
+            x = jt.array(data.standard_normal((6, 8)).astype("float32"))
+            loss = (model(x) ** 2).mean()
+            opt.step(loss)
+            losses.append(loss.item())
+        return losses
+    losses = train()
+    assert len(recipes_used) >= 2
+    monkeypatch.setattr(grad_recipe, "find", lambda key: None)
+    assert train() == losses
