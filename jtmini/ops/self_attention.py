@@ -86,7 +86,7 @@ def _launch(backend, mode, arrays, out, a):
 
 
 def _check_qkv(who, qkv, heads, seq):
-    if qkv.ndim != 3 or not dtypes.is_float(qkv.dtype) or qkv.dtype == "float16" or qkv.shape[2] % (3 * heads):
+    if qkv.ndim != 3 or qkv.dtype not in ("float32", "float64") or qkv.shape[2] % (3 * heads):
         raise ValueError(f"{who}: qkv must be a 3-D float32 or float64 Var whose last dim is 3 * heads * head_dim "
                          f"(heads={heads}), got {qkv.shape} {qkv.dtype}")
     if seq not in (0, 1):
@@ -177,10 +177,9 @@ register(OpSpec("attention_grad", "library", infer=_grad_infer, run=_grad_run, g
 
 # --- front end ---------------------------------------------------------------------------------
 def fused_attention_fits(qkv, bias):
-    """Whether ``packed_self_attention`` runs the kernels for these inputs: on the CPU, float32
-    or float64, with a bias (or None) of qkv's dtype."""
-    return (runs_fused() and qkv.dtype in ("float32", "float64") and qkv.ndim == 3 and qkv.shape[0] * qkv.shape[1] > 0
-            and (bias is None or bias.dtype == qkv.dtype))
+    """Whether ``packed_self_attention`` runs the kernels for these inputs: on the CPU, with a
+    bias (or None) of qkv's dtype."""
+    return runs_fused() and qkv.shape[0] * qkv.shape[1] > 0 and (bias is None or bias.dtype == qkv.dtype)
 
 
 def packed_self_attention(qkv, heads, seq, scale=None, bias=None):
