@@ -32,7 +32,7 @@ from .dataset.dataset import shard_of
 from .executor import sync
 from .gc_pause import paused
 from .ops.collective import broadcast_in_place, mpi_all_reduce_many
-from .ops.elementwise import adam_update, axpby
+from .ops.elementwise import adam_update, axpby, axpby_square
 from .ops.reindex import stack
 from .ops.sum_squares import sum_squares_many
 from .var import Var, pending_roots
@@ -204,13 +204,23 @@ class Optimizer:
             >>> opt.step()
         """
         p = _check_clip_args(max_norm, norm_type)
-        grads = self._summed_grads("clip_grad_norm()", own=True)
+        # no handle handed out yet: the clipped gradients become the handles, with no detached
+        # copy to scale in place (two graph nodes a parameter fewer)
+        fresh = self._summed is None and self._grads is not None
+        if fresh:
+            grads, self._grads = self._sync_gradients(self._grads), None
+        else:
+            grads = self._summed_grads("clip_grad_norm()", own=True)
         if not grads:
             return array(np.zeros((), "float32"))
         total = _total_norm(grads, p)
         coef = (max_norm / (total + 1e-6)).minimum(1.0)
-        for g in grads:
-            g *= coef if coef.dtype == g.dtype else coef.cast(g.dtype)
+        factors = _spread(coef, grads)
+        if fresh:
+            self._summed = [g * f for g, f in zip(grads, factors)]
+        else:
+            for g, f in zip(grads, factors):
+                g *= f
         return total
 
     def opt_grad(self, v):
@@ -320,6 +330,17 @@ def _check_clip_args(max_norm, norm_type):
     if not norm_type > 0:
         raise ValueError(f"clip_grad_norm: norm_type={norm_type!r} must be > 0 (1, 2, float('inf'), ...)")
     return float(norm_type)
+
+
+def _spread(coef, grads):
+    """The 0-d ``coef`` in the shape and dtype of each of ``grads``: one broadcast per shape and
+    dtype, shared by the gradients of that shape (a view; one node each, not one a gradient)."""
+    spread = {}
+    for g in grads:
+        key = (g.shape, g.dtype)
+        if key not in spread:
+            spread[key] = (coef if coef.dtype == g.dtype else coef.cast(g.dtype)).broadcast_to(g.shape)
+    return [spread[(g.shape, g.dtype)] for g in grads]
 
 
 def _total_norm(grads, p):
@@ -497,12 +518,11 @@ class Adam(Optimizer):
         for p, g, m, v, steps in params:
             t = steps + 1           # this parameter's own step: bias correction as in PyTorch
             step_size, root_c2 = lr / (1 - b1 ** t), (1 - b2 ** t) ** 0.5
-            if decay and self.decoupled:
-                p_start = p * (1 - lr * decay)
-            else:
-                p_start, g = p, (axpby(1, g, decay, p) if decay else g)
-            m_new, v_new = axpby(b1, m, 1 - b1, g), axpby(b2, v, 1 - b2, g * g)
-            out += [(m, m_new), (v, v_new), (p, adam_update(p_start, m_new, v_new, step_size, root_c2, eps))]
+            shrink = 1 - lr * decay if decay and self.decoupled else None     # AdamW: inside the update
+            if decay and not self.decoupled:
+                g = axpby(1, g, decay, p)
+            m_new, v_new = axpby(b1, m, 1 - b1, g), axpby_square(b2, v, 1 - b2, g)
+            out += [(m, m_new), (v, v_new), (p, adam_update(p, m_new, v_new, step_size, root_c2, eps, shrink))]
         return out
 
 

@@ -165,5 +165,5 @@ def test_adamw_with_clipping_runs_one_kernel_per_parameter(rng):
     updates = [s for steps in plan for s in steps if isinstance(s, schedule.Kernel) and s.root.op == "adam_update"]
     assert len(updates) == 2, updates
     # m' and v' stored beside p' (and the clipped gradient where something still holds it)
-    assert all([o.op for o in s.outputs][-2:] == ["axpby", "axpby"] for s in updates), \
+    assert all([o.op for o in s.outputs][-2:] == ["axpby", "axpby_square"] for s in updates), \
         [[o.op for o in s.outputs] for s in updates]
