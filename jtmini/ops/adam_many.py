@@ -80,8 +80,10 @@ register(OpSpec("adam_many", "library", infer=_infer, run=_run, grad=_no_grad, r
 def adam_many(grads, ms, vs, ps, coef, hyper, decay=False):
     """The flat (3 * total,) Var of every parameter's new m, v and value (module doc)."""
     inputs = list(grads) + list(ms) + list(vs) + list(ps) + ([] if coef is None else [coef])
+    # stop_grad: once computed it forgets its inputs, so rebinding each of them to its new value
+    # does not rewrite this node's input tuple every time (4K inputs, 3K rebinds a step)
     return Var.node("adam_many", inputs, count=len(ps), clip=coef is not None, decay=bool(decay),
-                    hyper=tuple(tuple(float(h) for h in row) for row in hyper))
+                    hyper=tuple(tuple(float(h) for h in row) for row in hyper)).stop_grad()
 
 
 def unpack(flat, shapes):
