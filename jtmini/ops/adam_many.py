@@ -46,10 +46,13 @@ def _infer(inputs, a):
                          f"parameter, got {len(inputs)} inputs for count={k}, clip={clip}")
     params, dtype = inputs[3 * k:4 * k], inputs[0].dtype
     for j, p in enumerate(params):
-        group = [inputs[j], inputs[k + j], inputs[2 * k + j], p]
-        if any(x.shape != p.shape or x.dtype != dtype for x in group) or dtype not in ("float32", "float64"):
-            raise ValueError(f"adam_many: gradient, moments and parameter {j} must share one shape and a float32 or "
-                             f"float64 dtype, got {[(x.shape, x.dtype) for x in group]}")
+        shape = p.shape
+        for x in (inputs[j], inputs[k + j], inputs[2 * k + j], p):
+            # shapes are mostly one shared object (var._shape_of): identity first, ~100 Vars a call
+            if (x.shape is not shape and x.shape != shape) or x.dtype != dtype or dtype not in ("float32", "float64"):
+                group = [inputs[j], inputs[k + j], inputs[2 * k + j], p]
+                raise ValueError(f"adam_many: gradient, moments and parameter {j} must share one shape and a float32 "
+                                 f"or float64 dtype, got {[(x.shape, x.dtype) for x in group]}")
     if clip and (inputs[-1].shape != () or inputs[-1].dtype != dtype):
         raise ValueError(f"adam_many: the clipping coefficient must be 0-d {dtype}, got {inputs[-1].shape} "
                          f"{inputs[-1].dtype}")
