@@ -2,7 +2,9 @@
 ``linear``, ``bmm`` and ``softmax``: its state_dict loads from ``torch.nn.MultiheadAttention``'s
 by name (``in_proj_weight``, ``in_proj_bias``, ``out_proj.weight``, ``out_proj.bias``; with
 kdim/vdim, ``q_proj_weight``, ``k_proj_weight``, ``v_proj_weight``; with add_bias_kv, ``bias_k``
-and ``bias_v``).
+and ``bias_v``). Self-attention (one Var as query, key and value) without weights returned,
+dropout, padding or extra keys runs the packed projection through the fused kernels of
+``ops/self_attention.py`` (the same values, 3 graph nodes in place of ~40).
 
     >>> import jtmini as jt
     >>> from jtmini.nn.attention import MultiheadAttention
