@@ -22,6 +22,7 @@ every rank (see ``backward`` for what it assumes of the loss).
 import math
 import numbers
 from collections.abc import Iterable
+from typing import NamedTuple
 
 import numpy as np
 
@@ -31,9 +32,11 @@ from .creation import array
 from .dataset.dataset import shard_of
 from .executor import sync
 from .gc_pause import paused
+from .ops.adam_many import adam_many, unpack
 from .ops.collective import broadcast_in_place, mpi_all_reduce_many
-from .ops.elementwise import adam_update, axpby
+from .ops.elementwise import adam_update, axpby, axpby_square
 from .ops.reindex import stack
+from .ops.softmax import runs_fused
 from .ops.sum_squares import sum_squares_many
 from .var import Var, pending_roots
 
@@ -61,6 +64,7 @@ class Optimizer:
         self.n_step = 0
         self._grads = None      # accumulated gradients, one Var per trainable parameter, or None
         self._summed = None     # the same summed over ranks, each a handle of the optimizer's own
+        self._clipped = None    # (gradients summed over ranks, clipping coefficient) not yet scaled
         broadcast_in_place([p for group in self.param_groups for p in group["params"]], root=0)
         for group in self.param_groups:
             _check_hyper(self, group)
@@ -106,7 +110,7 @@ class Optimizer:
 
     def zero_grad(self):
         """Forget gradients accumulated by ``backward`` (and clipped or changed since)."""
-        self._grads = self._summed = None
+        self._grads = self._summed = self._clipped = None
 
     @staticmethod
     def trainable(group):
@@ -141,11 +145,29 @@ class Optimizer:
         if loss is not None:
             _check_scalar_loss(loss, f"{type(self).__name__}.step")
             self.backward(loss)
-        grads, pairs = self._summed_grads("step() without a loss", own=False), []
+        if self._clipped is not None and self._grads is None and self._summed is None:
+            grads, coef = self._clipped          # clipped by step's update itself where it can
+        else:
+            grads, coef = self._summed_grads("step() without a loss", own=False), None
         # Zeroed before the schedule, not after: a gradient sent to MPI without its zeros (see
         # _sync_gradients) is read by no node, so while held it would be a pending root and
         # computed for nothing (6 ms of a ResNet-18 step at np 2).
         self.zero_grad()
+        packed = self._packed_update(grads, coef)
+        if packed is not None:
+            self._realize(loss, [packed.flat])
+            for var, new in packed.assignments():
+                var._rebind(None, new)
+        else:
+            self._assign_updates(loss, grads if coef is None else _scaled(grads, coef))
+        for group in self.param_groups:
+            group["steps"] = [n + (not p.is_stop_grad()) for n, p in zip(group["steps"], group["params"])]
+        self.n_step += 1
+
+    def _assign_updates(self, loss, grads):
+        """Build each group's ``updates`` from ``grads`` (one per trainable parameter, in order),
+        compute them in one schedule with ``loss`` and assign them."""
+        pairs = []
         for group in self.param_groups:
             count = len(self.trainable(group))
             pairs += self.updates(group, grads[:count])
@@ -153,9 +175,11 @@ class Optimizer:
         self._realize(loss, [new for _, new in pairs])
         for var, new in pairs:
             var.assign(new)
-        for group in self.param_groups:
-            group["steps"] = [n + (not p.is_stop_grad()) for n, p in zip(group["steps"], group["params"])]
-        self.n_step += 1
+
+    def _packed_update(self, grads, coef):
+        """A ``PackedUpdate`` of every parameter and state at once, multiplying ``grads`` by the
+        0-d ``coef`` first unless it is None; None where the optimizer has none (the default)."""
+        return None
 
     @staticmethod
     def _sync_gradients(grads):
@@ -177,6 +201,9 @@ class Optimizer:
         ``backward`` summed over ranks (once: later calls reuse them, and gradients accumulated
         since are summed and added in place). With ``own`` each is a handle only the optimizer
         holds, so ``clip_grad_norm`` and the caller of ``opt_grad`` may rebind it in place."""
+        if self._clipped is not None:          # the clipped gradients become the handles now
+            grads, coef = self._clipped
+            self._clipped, self._summed = None, _scaled(grads, coef)
         if self._grads is None and self._summed is None:
             raise RuntimeError(f"{caller} needs backward(loss) first")
         if self._grads is not None:
@@ -204,13 +231,23 @@ class Optimizer:
             >>> opt.step()
         """
         p = _check_clip_args(max_norm, norm_type)
-        grads = self._summed_grads("clip_grad_norm()", own=True)
+        # no handle handed out yet: the scale is kept aside, for step's update to apply (Adam's
+        # packed update) or to become the handles when asked for, with no detached copy to scale
+        # in place (two graph nodes a parameter fewer)
+        fresh = self._summed is None and self._clipped is None and self._grads is not None
+        if fresh:
+            grads, self._grads = self._sync_gradients(self._grads), None
+        else:
+            grads = self._summed_grads("clip_grad_norm()", own=True)
         if not grads:
             return array(np.zeros((), "float32"))
         total = _total_norm(grads, p)
         coef = (max_norm / (total + 1e-6)).minimum(1.0)
-        for g in grads:
-            g *= coef if coef.dtype == g.dtype else coef.cast(g.dtype)
+        if fresh:
+            self._clipped = (grads, coef)
+        else:
+            for g, f in zip(grads, _spread(coef, grads)):
+                g *= f
         return total
 
     def opt_grad(self, v):
@@ -232,7 +269,7 @@ class Optimizer:
         """Jittor's ``group["grads"]``: per param of ``group``, in order, the gradient ``step`` will
         use (see ``opt_grad``), zeros for a stop_grad param and for all before any ``backward``."""
         zeros = [creation.zeros(p.shape, p.dtype) for p in group["params"]]
-        if self._grads is None and self._summed is None:
+        if self._grads is None and self._summed is None and self._clipped is None:
             return zeros
         start = sum(len(self.trainable(g)) for g in self.param_groups[:self.param_groups.index(group)])
         grads = iter(self._summed_grads("grads", own=True)[start:])
@@ -320,6 +357,22 @@ def _check_clip_args(max_norm, norm_type):
     if not norm_type > 0:
         raise ValueError(f"clip_grad_norm: norm_type={norm_type!r} must be > 0 (1, 2, float('inf'), ...)")
     return float(norm_type)
+
+
+def _scaled(grads, coef):
+    """Each of ``grads`` times the 0-d ``coef`` (new nodes, one per gradient)."""
+    return [g * f for g, f in zip(grads, _spread(coef, grads))]
+
+
+def _spread(coef, grads):
+    """The 0-d ``coef`` in the shape and dtype of each of ``grads``: one broadcast per shape and
+    dtype, shared by the gradients of that shape (a view; one node each, not one a gradient)."""
+    spread = {}
+    for g in grads:
+        key = (g.shape, g.dtype)
+        if key not in spread:
+            spread[key] = (coef if coef.dtype == g.dtype else coef.cast(g.dtype)).broadcast_to(g.shape)
+    return [spread[(g.shape, g.dtype)] for g in grads]
 
 
 def _total_norm(grads, p):
@@ -497,13 +550,56 @@ class Adam(Optimizer):
         for p, g, m, v, steps in params:
             t = steps + 1           # this parameter's own step: bias correction as in PyTorch
             step_size, root_c2 = lr / (1 - b1 ** t), (1 - b2 ** t) ** 0.5
-            if decay and self.decoupled:
-                p_start = p * (1 - lr * decay)
-            else:
-                p_start, g = p, (axpby(1, g, decay, p) if decay else g)
-            m_new, v_new = axpby(b1, m, 1 - b1, g), axpby(b2, v, 1 - b2, g * g)
-            out += [(m, m_new), (v, v_new), (p, adam_update(p_start, m_new, v_new, step_size, root_c2, eps))]
+            shrink = 1 - lr * decay if decay and self.decoupled else None     # AdamW: inside the update
+            if decay and not self.decoupled:
+                g = axpby(1, g, decay, p)
+            m_new, v_new = axpby(b1, m, 1 - b1, g), axpby_square(b2, v, 1 - b2, g)
+            out += [(m, m_new), (v, v_new), (p, adam_update(p, m_new, v_new, step_size, root_c2, eps, shrink))]
         return out
+
+    def _packed_update(self, grads, coef):
+        return _packed_adam(self, grads, coef)
+
+
+class PackedUpdate(NamedTuple):
+    """An optimizer's whole update as one computed Var: ``flat`` holds, per parameter in turn,
+    its new m, v and value (``ops/adam_many.py``); ``assignments`` gives each Var its new array."""
+    flat: Var
+    params: list
+    ms: list
+    vs: list
+
+    def assignments(self):
+        parts = unpack(self.flat._value(), [p.shape for p in self.params])
+        for p, m, v, (m_new, v_new, p_new) in zip(self.params, self.ms, self.vs, parts):
+            yield from ((m, m_new), (v, v_new), (p, p_new))
+
+
+def _packed_adam(optimizer, grads, coef):
+    """``PackedUpdate`` of an ``Adam``'s own update (not a subclass's), on the CPU, with plain
+    number hyper-parameters, no L2 decay and one float dtype; None otherwise."""
+    if not runs_fused() or type(optimizer).updates is not Adam.updates or not grads:
+        return None
+    params, ms, vs, hyper, decays = [], [], [], [], False
+    for group in optimizer.param_groups:
+        lr, eps, decay = (optimizer.hyper(group, name) for name in ("lr", "eps", "weight_decay"))
+        b1, b2 = optimizer.hyper(group, "betas")
+        if not all(isinstance(h, numbers.Real) for h in (lr, eps, decay, b1, b2)) or (decay and not optimizer.decoupled):
+            return None
+        decays = decays or bool(decay)
+        for p, m, v, steps in zip(optimizer.trainable(group), optimizer.state(group, "m"), optimizer.state(group, "v"),
+                                  optimizer.steps_taken(group)):
+            t = steps + 1
+            hyper.append((lr / (1 - b1 ** t), (1 - b2 ** t) ** 0.5, b1, 1 - b1, b2, 1 - b2, eps,
+                          1 - lr * decay if decay else 1.0))
+            params.append(p), ms.append(m), vs.append(v)
+    dtype = params[0].dtype
+    if dtype not in ("float32", "float64") or any(x.dtype != dtype or x.shape != p.shape
+                                                  for p, g in zip(params, grads) for x in (p, g)):
+        return None
+    if coef is not None and coef.dtype != dtype:
+        coef = coef.cast(dtype)
+    return PackedUpdate(adam_many(grads, ms, vs, params, coef, hyper, decays), params, ms, vs)
 
 
 class AdamW(Adam):

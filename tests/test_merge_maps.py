@@ -149,21 +149,46 @@ def test_an_adam_update_merges_through_a_kernel_that_took_another_in(rng):
     np.testing.assert_allclose(p_new.numpy(), p - want_m / (np.sqrt(want_v) + 1e-8) * 0.1, rtol=1e-5)
 
 
-def test_adamw_with_clipping_runs_one_kernel_per_parameter(rng):
+class _ComposedAdamW(jt.nn.AdamW):
+    """AdamW through its per-parameter ``updates`` (a subclass's own: no packed update)."""
+
+    def updates(self, group, grads):
+        return super().updates(group, grads)
+
+
+def _clipped_step_plan(optimizer_class, rng):
+    """(step, its root's op as planned) of one clipped AdamW step, planned anew: a computed
+    packed update forgets its op, so the op is read when the step is planned."""
     model = jt.nn.Linear(5, 3)
-    opt = jt.nn.AdamW(model.parameters(), lr=1e-2, weight_decay=0.1)
+    opt = optimizer_class(model.parameters(), lr=1e-2, weight_decay=0.1)
     x = jt.array(rng.standard_normal((4, 5)).astype(np.float32))
     opt.backward((model(x) ** 2).sum())
     opt.clip_grad_norm(0.5)
     plan, original = [], schedule.plan
-    schedule.plan = lambda targets: plan.append(original(targets)) or plan[-1]
+
+    def planned(targets):
+        steps = original(targets)
+        plan.extend((s, s.root.op) for s in steps)
+        return steps
+    schedule.plan = planned
     try:
         jt.clear_caches()                    # planned here, not replayed
         opt.step()
     finally:
         schedule.plan = original
-    updates = [s for steps in plan for s in steps if isinstance(s, schedule.Kernel) and s.root.op == "adam_update"]
+    return plan
+
+
+def test_adamw_with_clipping_is_one_library_call(rng):
+    ops = [(type(s).__name__, op) for s, op in _clipped_step_plan(jt.nn.AdamW, rng)]
+    assert ops.count(("LibraryCall", "adam_many")) == 1, ops
+    assert ("Kernel", "adam_update") not in ops
+
+
+def test_adamw_with_clipping_runs_one_kernel_per_parameter(rng):
+    steps = [s for s, _ in _clipped_step_plan(_ComposedAdamW, rng)]
+    updates = [s for s in steps if isinstance(s, schedule.Kernel) and s.root.op == "adam_update"]
     assert len(updates) == 2, updates
     # m' and v' stored beside p' (and the clipped gradient where something still holds it)
-    assert all([o.op for o in s.outputs][-2:] == ["axpby", "axpby"] for s in updates), \
+    assert all([o.op for o in s.outputs][-2:] == ["axpby", "axpby_square"] for s in updates), \
         [[o.op for o in s.outputs] for s in updates]

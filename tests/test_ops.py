@@ -447,6 +447,30 @@ def test_axpby_takes_other_operands_through_the_operators():
     assert_var(axpby(np.float32(2), x, 1, x), np.full((2, 3), 3, np.float32))     # a numpy scalar
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_axpby_square(dtype, rng):
+    from jtmini.ops.elementwise import axpby_square
+    x_np, y_np = (rng.standard_normal(SHAPE).astype(dtype) for _ in range(2))
+    x, y = make_input(x_np, "transposed")[0], make_input(y_np, "sliced")[0]
+    got = axpby_square(0.999, x, 0.001, y)
+    assert got.op == "axpby_square" and got.dtype == dtype
+    assert_var(got, 0.999 * x_np.astype(np.float64) + 0.001 * y_np.astype(np.float64) ** 2, dtype=dtype)
+    # Adam's second moment as axpby of y * y built it: the same bits
+    np.testing.assert_array_equal(got.numpy(), (0.999 * x + 0.001 * (y * y)).numpy())
+    check_grad(lambda x, y: axpby_square(0.9, x, -0.25, y), lambda x, y: 0.9 * x - 0.25 * y * y, [x_np, y_np],
+               ["transposed", "sliced"], dtype=dtype, rng=rng)
+
+
+def test_axpby_square_takes_other_operands_through_the_operators(rng):
+    from jtmini.ops.elementwise import axpby_square
+    x, i = jt.array(np.ones((2, 3), np.float32)), jt.array(np.full((3,), 2, np.int32))
+    assert_var(axpby_square(2, x, 3, i), np.full((2, 3), 14, np.float32))          # broadcast, promotion
+    row = rng.standard_normal((1, 3))
+    check_grad(lambda x, y: axpby_square(0.5, x, 2.0, y.broadcast_to((4, 3))),
+               lambda x, y: 0.5 * x + 2.0 * y.expand(4, 3) ** 2, [rng.standard_normal((4, 3)), row],
+               dtype="float64", rng=rng)
+
+
 # --- relu's gradient ------------------------------------------------------------------------------
 def test_relu_gradient_is_a_mask_as_in_pytorch():
     """0 where x <= 0 whatever d is (inf included), d elsewhere (a NaN x passes d on, as PyTorch's

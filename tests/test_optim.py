@@ -266,6 +266,9 @@ def test_adam_update_is_the_operators_bit_for_bit():
     assert fused.op == "adam_update"
     plain = p - m / (v.sqrt() / args[1] + args[2]) * args[0]
     np.testing.assert_array_equal(fused.numpy(), plain.numpy())
+    decayed = adam_update(p, m, v, *args, decay=1 - 0.01 * 0.1)     # AdamW's decoupled decay, inside
+    assert decayed.op == "adam_update"
+    np.testing.assert_array_equal(decayed.numpy(), adam_update(p * (1 - 0.01 * 0.1), m, v, *args).numpy())
     lr = jt.array(np.float32(0.01))                   # a Var step size: the operators, same value
     np.testing.assert_allclose(adam_update(p, m, v, lr, *args[1:]).numpy(),
                                (p - m / (v.sqrt() / args[1] + args[2]) * lr).numpy(), rtol=1e-6)

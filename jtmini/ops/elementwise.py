@@ -522,6 +522,26 @@ def axpby(alpha, x, beta, y):
                               _shared_const(x.shape, x.dtype, float(beta)), y])
 
 
+register(OpSpec("axpby_square", "elementwise", infer=lambda inputs, a: (inputs[1].shape, inputs[1].dtype),
+                c_expr="({0} * {1} + {2} * ({3} * {3}))",
+                grad=lambda d, out, x, a: [None, d * x[0], None, d * x[2] * 2 * x[3]]))
+
+
+def axpby_square(alpha, x, beta, y):
+    """``alpha * x + beta * y * y`` for numbers ``alpha``, ``beta`` and float Vars ``x``, ``y`` of
+    one shape and dtype: Adam's second moment as one node (``axpby`` of ``y * y`` was two), the
+    same operations in the same order. Other operands go through the operators.
+
+    >>> axpby_square(0.999, v, 0.001, g)
+    """
+    plain = all(type(c) in (int, float) for c in (alpha, beta))
+    if not (plain and isinstance(x, Var) and isinstance(y, Var) and x.shape == y.shape
+            and x.dtype == y.dtype and dtypes.is_float(x.dtype)):
+        return alpha * x + beta * (y * y)
+    return Var.node("axpby_square", [_shared_const(x.shape, x.dtype, float(alpha)), x,
+                                     _shared_const(x.shape, x.dtype, float(beta)), y])
+
+
 # --- leaky relu, as one node (the operators built three, and four for the gradient) ---------------
 # Inputs (x, slope): the slope is a shared const. x > 0 picks x, anything else (NaN too) x * slope.
 register(OpSpec("leaky_relu_grad", "elementwise", infer=lambda inputs, a: (inputs[0].shape, inputs[0].dtype),
@@ -576,21 +596,31 @@ def bce_logits(x, t):
 # The operations and their order are those the operators built before (sqrt, /, +, /, *, -), so the
 # update is bit for bit the same; one node where they built six (and no gradient: an update is
 # never differentiated).
+# With a seventh input, AdamW's decoupled weight decay: p * decay first, as ``p * (1 - lr * wd)``.
+def _adam_update_expr(in_dtypes, dtype, a):
+    start = "{0} * {6}" if len(in_dtypes) == 7 else "{0}"
+    return f"({start} - {{1}} / (std::sqrt({{2}}) / {{3}} + {{4}}) * {{5}})"
+
+
 register(OpSpec("adam_update", "elementwise", infer=lambda inputs, a: (inputs[0].shape, inputs[0].dtype),
-                c_expr="({0} - {1} / (std::sqrt({2}) / {3} + {4}) * {5})"))
+                c_expr=_adam_update_expr))
 
 
-def adam_update(p, m, v, step_size, root_c2, eps):
+def adam_update(p, m, v, step_size, root_c2, eps, decay=None):
     """Adam's step ``p - m / (sqrt(v) / root_c2 + eps) * step_size`` for float Vars ``p``, ``m``,
     ``v`` of one shape and dtype and numbers ``step_size``, ``root_c2`` (the square root of the
-    second moment's bias correction) and ``eps``.
+    second moment's bias correction) and ``eps``; with a number ``decay``, ``p * decay`` in place
+    of ``p`` (AdamW's decoupled weight decay, one node where ``p * decay`` made two more).
 
     >>> p_new = adam_update(p, m_new, v_new, lr / (1 - 0.9 ** t), (1 - 0.999 ** t) ** 0.5, 1e-8)
     """
     plain = all(isinstance(c, numbers.Real) for c in (step_size, root_c2, eps))    # not a Var lr
-    if not (plain and p.shape == m.shape == v.shape and p.dtype == m.dtype == v.dtype and dtypes.is_float(p.dtype)):
-        return p - m / (v.sqrt() / root_c2 + eps) * step_size
+    if not (plain and p.shape == m.shape == v.shape and p.dtype == m.dtype == v.dtype and dtypes.is_float(p.dtype)
+            and (decay is None or isinstance(decay, numbers.Real))):
+        return (p if decay is None else p * decay) - m / (v.sqrt() / root_c2 + eps) * step_size
     consts = [_shared_const(p.shape, p.dtype, float(c)) for c in (root_c2, eps, step_size)]
+    if decay is not None:
+        consts.append(_shared_const(p.shape, p.dtype, float(decay)))
     return Var.node("adam_update", [p, m, v, *consts])
 
 

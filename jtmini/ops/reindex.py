@@ -292,6 +292,13 @@ def reshape(x, *shape):
     """``x`` with a new shape of the same size; one dim may be -1."""
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
         shape = shape[0]
+    if all(type(s) is int and s > 0 for s in shape):     # a layer's reshape: no -1 to solve
+        shape = tuple(shape)
+        if tuple.__eq__(shape, x.shape):               # tuple's own compare: Shape's is Python
+            return x
+        if math.prod(shape) != math.prod(x.shape):
+            raise ValueError(f"cannot reshape {x.shape} (size {x.numel()}) to {shape}")
+        return _reshaped(x, shape)
     shape = dtypes.int_dims(shape, f"reshape of {x.shape}")
     known = math.prod(s for s in shape if s != -1)
     if shape.count(-1) > 1 or any(s < -1 for s in shape):
@@ -305,6 +312,11 @@ def reshape(x, *shape):
     shape = tuple(shape)
     if math.prod(shape) != x.numel():
         raise ValueError(f"cannot reshape {x.shape} (size {x.numel()}) to {shape}")
+    return _reshaped(x, shape)
+
+
+def _reshaped(x, shape):
+    """The reshape node of ``x`` to the checked tuple ``shape`` (or ``x`` itself, or a folded one)."""
     if shape == x.shape:
         return x
     if x.op == "const" and x._data is None:
