@@ -185,14 +185,28 @@ def issue(v, arrays):
     args = _arguments(v, arrays, out)
     mpi_guard.check_same(comm(), lambda: describe(v))
     index = next_collective()
+    kernels = _kernels()
+    if flags.mpi_spin_us != _wait[0]:
+        _set_wait(kernels, flags.mpi_spin_us)
     with mpi_guard.watch(lambda: f"{describe(v)} on rank {world.rank}", collective=index):
-        err = _kernels()[v.op](*args)
+        err = kernels[v.op](*args)
     if err != 0:
         raise RuntimeError(mpi_guard.error_message(err, f"{describe(v)} (collective {index + 1} of this rank)"))
     counters.bump("mpi_calls")
     if v.op == "mpi_all_reduce_packed":
         counters.bump("mpi_values_summed", int(_summed[0]))
     return out
+
+
+_wait = [None]          # the flags.mpi_spin_us the kernel library waits with
+_SLEEP_NS = 50_000      # between polls once the spin is over: a core's time slice is much longer
+
+
+def _set_wait(kernels, spin_us):
+    """Tell the kernel library how a rank waits for the others (see ``jt_gate`` in the template)."""
+    spin_ns = (1 << 62) if math.isinf(spin_us) else int(spin_us * 1000)
+    kernels["set_wait"](spin_ns, _SLEEP_NS)
+    _wait[0] = spin_us
 
 
 def next_collective():
@@ -274,7 +288,8 @@ def _kernels():
     with_layout = packed + [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p]
     entries = [(op, entry, single) for op, (entry, _) in _ENTRIES.items()]
     entries += [(op, entry, with_layout if op == "mpi_all_reduce_packed" else packed) for op, entry in _PACKED.items()]
-    kernels = {}
+    kernels = {"set_wait": lib.jt_set_wait}
+    lib.jt_set_wait.argtypes, lib.jt_set_wait.restype = [ctypes.c_int64, ctypes.c_int64], None
     for op, entry, argtypes in entries:
         fn = getattr(lib, entry)
         fn.argtypes, fn.restype = argtypes, ctypes.c_int
