@@ -160,7 +160,7 @@ _SPECS = {
     "mpi_heartbeat_timeout": (15.0, float, _check_seconds,
                               "seconds without a heartbeat from another rank before a rank waiting in an MPI "
                               "call aborts the job naming it (stopped, or frozen holding the GIL)"),
-    "mpi_spin_us": (100.0, float, _check_microseconds,
+    "mpi_spin_us": (500.0, float, _check_microseconds,
                     "microseconds a rank waiting for the others to reach a collective polls, yielding its core, "
                     "before it sleeps between polls (so it leaves the core to the ranks it waits for)"),
     "lazy_execution": (True, _parse_bool, _check_bool,
