@@ -103,6 +103,16 @@ def test_a_rank_gone_before_a_gradient_sum_through_shared_memory_ends_the_job(ho
         f"{why}" in done.stderr, done.stderr
 
 
+@needs_mpirun
+def test_ranks_packing_different_sizes_into_shared_memory_are_stopped():
+    """Rank 1's bucket holds 100 values more: the headers of the shared segments differ, and the
+    call fails as MPI's own would (MPI_ERR_TRUNCATE), unless the fingerprints tell first."""
+    done, seconds = launch(2, "faults.py", "bucket", "sizes", timeout=90)
+    assert done.returncode != 0 and seconds < 30, (seconds, done.stderr)
+    assert ("MPI_ERR_TRUNCATE" in done.stderr and "ranks probably issued different collectives" in done.stderr) \
+        or "ranks issued different collectives: collective 3 was mpi_all_reduce_packed" in done.stderr, done.stderr
+
+
 # --- ranks whose collectives differ ----------------------------------------------------------------
 DIFFER = {
     # the ranks run through, and exit: the fingerprints in their exit notices differ

@@ -20,6 +20,16 @@ kept, and an eager call pays no scheduling.
 MPI itself starts on the first collective (``import mpi4py.MPI``), never at ``import jtmini``. The
 kernel library (``templates/cpu/collective.cc.j2``) is compiled with mpicc and shares
 MPI_COMM_WORLD with mpi4py.
+
+Waiting. A collective every rank waits in (all-reduce, all-gather, reduce-scatter, all-to-all,
+packed all-reduce) first passes a gate, an ``MPI_Ibarrier`` the kernel polls, yielding its core
+for ``flags.mpi_spin_us`` and then sleeping between polls: a blocking MPI call busy-polls, and on
+a node whose cores are all busy (two ranks on two cores) the rank that arrived first held the
+core its peer needed. Packed all-reduces of 64 KB and more, when every rank is on one node, sum
+through shared memory (each rank adds every rank's packed values in rank order) instead of MPI's
+pipelined all-reduce, whose every fragment needs both ranks on a core at once. At np 2 every
+value is MPI's to the bit (``a0 + a1``); at np 3 and more a big bucket's sums are
+``((a0 + a1) + a2) + ...``, the same on every rank, where MPI's order was its algorithm's.
 """
 import collections
 import ctypes

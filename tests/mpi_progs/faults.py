@@ -14,6 +14,7 @@ the call, or, for a rank that is merely busy, that the job completes.
     mpirun -np 2 python tests/mpi_progs/faults.py recv_sizes       # receives of the wrong size
     mpirun -np 2 python tests/mpi_progs/faults.py bucket freeze    # rank 1 stops before a 4 MB gradient sum
     mpirun -np 2 python tests/mpi_progs/faults.py bucket exit      # rank 1 exits before it
+    mpirun -np 2 python tests/mpi_progs/faults.py bucket sizes     # rank 1 packs more values than rank 0
 """
 import ctypes
 import json
@@ -126,12 +127,15 @@ def recv_sizes():
 
 def bucket(how):
     """A packed all-reduce of 4 MB (summed through shared memory on one node) goes through once;
-    then rank 1 stops itself, or exits, while the others wait in the next one."""
+    then rank 1 stops itself, or exits, while the others wait in the next one; or (``sizes``) the
+    next one holds 100 values more on rank 1."""
     from jtmini.ops.collective import mpi_all_reduce_many
     started()
     grads = [jt.ones((1000, 1000)), jt.ones(10)]
     report(first=[g.numpy().ravel()[:2].tolist() for g in mpi_all_reduce_many(grads, "add")])
-    if jt.rank == 1:
+    if how == "sizes":
+        grads[1] = jt.ones(10 + 100 * jt.rank)
+    elif jt.rank == 1:
         report(frozen=os.getpid(), at=time.time())
         if how == "freeze":
             os.kill(os.getpid(), signal.SIGSTOP)
