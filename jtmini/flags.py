@@ -161,8 +161,8 @@ _SPECS = {
                               "seconds without a heartbeat from another rank before a rank waiting in an MPI "
                               "call aborts the job naming it (stopped, or frozen holding the GIL)"),
     "mpi_spin_us": (500.0, float, _check_microseconds,
-                    "microseconds a rank waiting for the others to reach a collective polls, yielding its core, "
-                    "before it sleeps between polls (so it leaves the core to the ranks it waits for)"),
+                    "microseconds a rank waiting for the others to reach a collective yields its core between "
+                    "looks before it sleeps until they arrive (leaving the core to the ranks it waits for)"),
     "lazy_execution": (True, _parse_bool, _check_bool,
                        "build ops into a graph run when a value is needed (off: each op runs as it is built)"),
     "amp_reg": (0, int, _check_amp_reg,

@@ -22,14 +22,16 @@ kernel library (``templates/cpu/collective.cc.j2``) is compiled with mpicc and s
 MPI_COMM_WORLD with mpi4py.
 
 Waiting. A collective every rank waits in (all-reduce, all-gather, reduce-scatter, all-to-all,
-packed all-reduce) first passes a gate, an ``MPI_Ibarrier`` the kernel polls, yielding its core
-for ``flags.mpi_spin_us`` and then sleeping between polls: a blocking MPI call busy-polls, and on
-a node whose cores are all busy (two ranks on two cores) the rank that arrived first held the
-core its peer needed. Packed all-reduces of 64 KB and more, when every rank is on one node, sum
-through shared memory (each rank adds every rank's packed values in rank order) instead of MPI's
-pipelined all-reduce, whose every fragment needs both ranks on a core at once. At np 2 every
-value is MPI's to the bit (``a0 + a1``); at np 3 and more a big bucket's sums are
-``((a0 + a1) + a2) + ...``, the same on every rank, where MPI's order was its algorithm's.
+packed all-reduce) first passes a gate where a rank that arrived early yields its core for
+``flags.mpi_spin_us`` and then sleeps (on one node, a barrier in shared memory whose last rank
+wakes the others; across nodes, an ``MPI_Ibarrier`` polled with growing naps): a blocking MPI call
+busy-polls, and on a node whose cores are all busy (two ranks on two cores) the rank that arrived
+first held the core its peer needed. Sums (add, mean) of ranks all on one node then need no more
+meeting: each rank packs its values into its own segment of an MPI-3 shared window before the
+gate and adds every rank's segment in rank order after it, where MPI's all-reduce needed both
+ranks on a core again (for every fragment of a big bucket). At np 2 every value is MPI's to the
+bit (``a0 + a1``); at np 3 and more sums are ``((a0 + a1) + a2) + ...``, the same on every rank,
+where MPI's order was its algorithm's.
 """
 import collections
 import ctypes
