@@ -38,6 +38,7 @@ import ctypes
 import functools
 import math
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -202,12 +203,28 @@ def issue(v, arrays):
         _set_wait(kernels, flags.mpi_spin_us)
     with mpi_guard.watch(lambda: f"{describe(v)} on rank {world.rank}", collective=index):
         err = kernels[v.op](*args)
+    if err == _ABSENT:
+        _raise_absent(v, index)
     if err != 0:
         raise RuntimeError(mpi_guard.error_message(err, f"{describe(v)} (collective {index + 1} of this rank)"))
     counters.bump("mpi_calls")
     if v.op == "mpi_all_reduce_packed":
         counters.bump("mpi_values_summed", int(_summed[0]))
     return out
+
+
+_ABSENT = 1 << 20       # jt_absent_code(): a rank's shared segment does not hold this sum
+
+
+def _raise_absent(v, index):
+    """A rank met this one at the gate of a sum through shared memory without packing into it:
+    it is in another collective. The fingerprints of the next heartbeats name both calls and end
+    the job (``mpi_guard.peers``); if they have not within a few heartbeats, raise."""
+    time.sleep(3 * mpi_guard.peers.HEARTBEAT_S + 1)
+    raise mpi_guard.MPIMismatchError(
+        f"{describe(v)} (collective {index + 1} of this rank) on rank {world.rank}: another rank met this "
+        "sum without taking part in it, so the ranks issued different collectives here. Every rank must "
+        "issue the same collectives in the same order (JTMINI_MPI_DEBUG=1 checks each call before it is made)")
 
 
 _wait = [None]          # the flags.mpi_spin_us the kernel library waits with
