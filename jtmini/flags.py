@@ -75,6 +75,15 @@ def _check_seconds(name, value):
     return float(value)
 
 
+def _check_microseconds(name, value):
+    """A number of microseconds >= 0 (inf: always)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"flag {name} must be a number of microseconds >= 0, got {value!r} ({type(value).__name__})")
+    if not value >= 0:
+        raise ValueError(f"flag {name} must be a number of microseconds >= 0, got {value}")
+    return float(value)
+
+
 def _check_backend(name, value):
     """The name of a runtime module (``runtime/<name>.py``), or "" for the default."""
     if not isinstance(value, str):
@@ -162,6 +171,9 @@ _SPECS = {
     "mpi_heartbeat_timeout": (15.0, float, _check_seconds,
                               "seconds without a heartbeat from another rank before a rank waiting in an MPI "
                               "call aborts the job naming it (stopped, or frozen holding the GIL)"),
+    "mpi_spin_us": (500.0, float, _check_microseconds,
+                    "microseconds a rank waiting for the others to reach a collective yields its core between "
+                    "looks before it sleeps until they arrive (leaving the core to the ranks it waits for)"),
     "lazy_execution": (True, _parse_bool, _check_bool,
                        "build ops into a graph run when a value is needed (off: each op runs as it is built)"),
     "gopt_disable": (False, _parse_bool, _check_bool,

@@ -97,20 +97,39 @@ WORKLOADS = {"resnet18": Workload("test_resnet model (ResNet-18, MNIST, SGD mome
                                      32, 40, "seq")}
 
 
-def _time_mpi_calls():
-    """Wrap runtime.mpi.issue (every collective goes through it) to add up the seconds spent in
-    it; returns a function reading the total."""
-    from jtmini.runtime import mpi as runtime
-    spent, issue = [0.0], runtime.issue
+class _MPICalls:
+    """Wraps runtime.mpi.issue (every collective goes through it) to note when this rank entered
+    and left each call (``time.perf_counter``: CLOCK_MONOTONIC, one clock for every rank of one
+    machine), so the time in MPI splits into waiting for the last rank to arrive and the call
+    once all are there (moving and adding the data, the ranks' wake-ups)."""
 
-    def timed(v, arrays):
-        start = time.perf_counter()
-        try:
-            return issue(v, arrays)
-        finally:
-            spent[0] += time.perf_counter() - start
-    runtime.issue = timed
-    return lambda: spent[0]
+    def __init__(self):
+        from jtmini.runtime import mpi as runtime
+        self.spans, issue = [], runtime.issue
+
+        def timed(v, arrays):
+            start = time.perf_counter()
+            try:
+                return issue(v, arrays)
+            finally:
+                self.spans.append((start, time.perf_counter()))
+        runtime.issue = timed
+
+    def seconds(self):
+        return sum(end - start for start, end in self.spans)
+
+    def split(self, first):
+        """(waiting, with all there) seconds of this rank in the calls from number ``first`` on:
+        every rank must call it (it gathers every rank's spans)."""
+        from mpi4py import MPI
+        every = MPI.COMM_WORLD.allgather(self.spans[first:])
+        waiting = with_all = 0.0
+        for calls in zip(*every):
+            last = max(start for start, _ in calls)
+            start, end = calls[MPI.COMM_WORLD.Get_rank()]
+            waiting += last - start
+            with_all += end - last
+        return waiting, with_all
 
 
 def _time_checks():
@@ -178,16 +197,18 @@ def measure_training(batch, name):
     """On each rank (or the one process): train workload ``name`` on batches of ``batch`` (the
     global batch under mpirun); rank 0 prints one JSON line."""
     import jtmini as jt
-    mpi_seconds, check_seconds = _time_mpi_calls(), _time_checks()
+    calls, check_seconds = _MPICalls(), _time_checks()
     step, steps = {"resnet18": _resnet_steps, "transformer": _transformer_steps}[name](batch), WORKLOADS[name].steps
     for i in range(TRAIN_WARMUP + steps):
         if i == TRAIN_WARMUP:          # compiled, caches and buffers warm: start the clock
             jt.mpi and jt.mpi.barrier()
-            start, cpu, in_mpi, before = time.perf_counter(), time.process_time(), mpi_seconds(), jt.stats()
+            start, cpu, in_mpi, before = time.perf_counter(), time.process_time(), calls.seconds(), jt.stats()
+            first_call = len(calls.spans)
             checking = check_seconds()
         step()
     jt.sync_all()
     seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu
+    waiting, with_all = calls.split(first_call) if jt.mpi else (0.0, 0.0)
     if jt.rank == 0:
         per_step_ms, after = 1e3 / steps, jt.stats()
 
@@ -196,7 +217,8 @@ def measure_training(batch, name):
         print(json.dumps({"ranks": jt.world_size, "img_s": steps * batch / seconds,
                           "calls_per_step": per_step("mpi_calls"),
                           "mb_summed_per_step": per_step("mpi_values_summed") * 4 / 1e6,
-                          "mpi_ms_per_step": (mpi_seconds() - in_mpi) * per_step_ms,
+                          "mpi_ms_per_step": (calls.seconds() - in_mpi) * per_step_ms,
+                          "mpi_wait_ms_per_step": waiting * per_step_ms, "mpi_all_there_ms_per_step": with_all * per_step_ms,
                           "check_ms_per_step": (check_seconds() - checking) * per_step_ms,
                           "cpu_ms_per_step": cpu_seconds * per_step_ms}), flush=True)
 
@@ -329,6 +351,10 @@ def _jtmini_table(work, best, rounds):
               f"({100 * row['check_ms_per_step'] / step_ms:.2f}%)")
     print(f"np 2 reaches {100 * best['mpirun -np 2']['img_s'] / best['2 x half, no MPI']['img_s']:.0f}% "
           "of the two-halves ceiling")
+    np2 = best["mpirun -np 2"]
+    if "mpi_wait_ms_per_step" in np2:
+        print(f"np 2, rank 0's ms in MPI/step: {np2['mpi_wait_ms_per_step']:.1f} waiting for the last rank to arrive, "
+              f"{np2['mpi_all_there_ms_per_step']:.1f} in the calls once all were there")
     print("(MB summed: float32 values all-reduced, gradients sent without the zeros around a window;\n"
           " ms in MPI: wall time inside collectives, waiting for the slower rank included; CPU ms: rank 0's\n"
           " process time, which other programs on the machine do not inflate; check ms: rank 0's CPU time\n"

@@ -20,12 +20,25 @@ kept, and an eager call pays no scheduling.
 MPI itself starts on the first collective (``import mpi4py.MPI``), never at ``import jtmini``. The
 kernel library (``templates/cpu/collective.cc.j2``) is compiled with mpicc and shares
 MPI_COMM_WORLD with mpi4py.
+
+Waiting. A collective every rank waits in (all-reduce, all-gather, reduce-scatter, all-to-all,
+packed all-reduce) first passes a gate where a rank that arrived early yields its core for
+``flags.mpi_spin_us`` and then sleeps (on one node, a barrier in shared memory whose last rank
+wakes the others; across nodes, an ``MPI_Ibarrier`` polled with growing naps): a blocking MPI call
+busy-polls, and on a node whose cores are all busy (two ranks on two cores) the rank that arrived
+first held the core its peer needed. Sums (add, mean) of ranks all on one node then need no more
+meeting: each rank packs its values into its own segment of an MPI-3 shared window before the
+gate and adds every rank's segment in rank order after it, where MPI's all-reduce needed both
+ranks on a core again (for every fragment of a big bucket). At np 2 every value is MPI's to the
+bit (``a0 + a1``); at np 3 and more sums are ``((a0 + a1) + a2) + ...``, the same on every rank,
+where MPI's order was its algorithm's.
 """
 import collections
 import ctypes
 import functools
 import math
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -185,14 +198,44 @@ def issue(v, arrays):
     args = _arguments(v, arrays, out)
     mpi_guard.check_same(comm(), lambda: describe(v))
     index = next_collective()
+    kernels = _kernels()
+    if flags.mpi_spin_us != _wait[0]:
+        _set_wait(kernels, flags.mpi_spin_us)
     with mpi_guard.watch(lambda: f"{describe(v)} on rank {world.rank}", collective=index):
-        err = _kernels()[v.op](*args)
+        err = kernels[v.op](*args)
+    if err == _ABSENT:
+        _raise_absent(v, index)
     if err != 0:
         raise RuntimeError(mpi_guard.error_message(err, f"{describe(v)} (collective {index + 1} of this rank)"))
     counters.bump("mpi_calls")
     if v.op == "mpi_all_reduce_packed":
         counters.bump("mpi_values_summed", int(_summed[0]))
     return out
+
+
+_ABSENT = 1 << 20       # jt_absent_code(): a rank's shared segment does not hold this sum
+
+
+def _raise_absent(v, index):
+    """A rank met this one at the gate of a sum through shared memory without packing into it:
+    it is in another collective. The fingerprints of the next heartbeats name both calls and end
+    the job (``mpi_guard.peers``); if they have not within a few heartbeats, raise."""
+    time.sleep(3 * mpi_guard.peers.HEARTBEAT_S + 1)
+    raise mpi_guard.MPIMismatchError(
+        f"{describe(v)} (collective {index + 1} of this rank) on rank {world.rank}: another rank met this "
+        "sum without taking part in it, so the ranks issued different collectives here. Every rank must "
+        "issue the same collectives in the same order (JTMINI_MPI_DEBUG=1 checks each call before it is made)")
+
+
+_wait = [None]          # the flags.mpi_spin_us the kernel library waits with
+_SLEEP_NS = 50_000      # between polls once the spin is over: a core's time slice is much longer
+
+
+def _set_wait(kernels, spin_us):
+    """Tell the kernel library how a rank waits for the others (see ``jt_gate`` in the template)."""
+    spin_ns = (1 << 62) if math.isinf(spin_us) else int(spin_us * 1000)
+    kernels["set_wait"](spin_ns, _SLEEP_NS)
+    _wait[0] = spin_us
 
 
 def next_collective():
@@ -274,7 +317,8 @@ def _kernels():
     with_layout = packed + [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p]
     entries = [(op, entry, single) for op, (entry, _) in _ENTRIES.items()]
     entries += [(op, entry, with_layout if op == "mpi_all_reduce_packed" else packed) for op, entry in _PACKED.items()]
-    kernels = {}
+    kernels = {"set_wait": lib.jt_set_wait}
+    lib.jt_set_wait.argtypes, lib.jt_set_wait.restype = [ctypes.c_int64, ctypes.c_int64], None
     for op, entry, argtypes in entries:
         fn = getattr(lib, entry)
         fn.argtypes, fn.restype = argtypes, ctypes.c_int

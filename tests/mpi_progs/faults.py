@@ -12,6 +12,9 @@ the call, or, for a rank that is merely busy, that the job completes.
     mpirun -np 2 python tests/mpi_progs/faults.py sizes_differ     # all-reduce of 3 values on rank 0, 1000 elsewhere
     mpirun -np 2 python tests/mpi_progs/faults.py extra            # rank 0 makes one all-reduce more
     mpirun -np 2 python tests/mpi_progs/faults.py recv_sizes       # receives of the wrong size
+    mpirun -np 2 python tests/mpi_progs/faults.py bucket freeze    # rank 1 stops before a 4 MB gradient sum
+    mpirun -np 2 python tests/mpi_progs/faults.py bucket exit      # rank 1 exits before it
+    mpirun -np 2 python tests/mpi_progs/faults.py bucket sizes     # rank 1 packs more values than rank 0
 """
 import ctypes
 import json
@@ -58,13 +61,14 @@ def busy(in_c, in_subprocess):
     """Rank 1 is silent in its main thread, as in a long C kernel and a long compile, while the
     others wait in a collective: the GIL is free, so its heartbeat thread still answers."""
     started()
-    start = time.monotonic()
+    start, cpu = time.monotonic(), time.thread_time()
     if jt.rank == 1:
         ctypes.CDLL(None).sleep(int(in_c))            # libc sleep(3): a C call that releases the GIL
         if in_subprocess:
             subprocess.run(["sleep", str(in_subprocess)], check=True)
     total = jt.ones(3).mpi_all_reduce().numpy()
-    report(waited=time.monotonic() - start, total=total.tolist())
+    # the CPU time of the waiting thread: it sleeps between polls rather than spin on its core
+    report(waited=time.monotonic() - start, waited_cpu=time.thread_time() - cpu, total=total.tolist())
 
 
 def roots_differ():
@@ -121,10 +125,28 @@ def recv_sizes():
     jt.mpi.barrier()
 
 
+def bucket(how):
+    """A packed all-reduce of 4 MB (summed through shared memory on one node) goes through once;
+    then rank 1 stops itself, or exits, while the others wait in the next one; or (``sizes``) the
+    next one holds 100 values more on rank 1."""
+    from jtmini.ops.collective import mpi_all_reduce_many
+    started()
+    grads = [jt.ones((1000, 1000)), jt.ones(10)]
+    report(first=[g.numpy().ravel()[:2].tolist() for g in mpi_all_reduce_many(grads, "add")])
+    if how == "sizes":
+        grads[1] = jt.ones(10 + 100 * jt.rank)
+    elif jt.rank == 1:
+        report(frozen=os.getpid(), at=time.time())
+        if how == "freeze":
+            os.kill(os.getpid(), signal.SIGSTOP)
+        return
+    [g.numpy() for g in mpi_all_reduce_many(grads, "add")]
+
+
 if __name__ == "__main__":
     scenario, args = sys.argv[1], sys.argv[2:]
     {"freeze": lambda: freeze(int(args[0])), "hold_gil": lambda: hold_gil(float(args[0])),
      "busy": lambda: busy(float(args[0]), float(args[-1])),
      "roots_differ": roots_differ, "late_root": late_root, "ops_differ": ops_differ,
      "sizes_differ": lambda: sizes_differ(extra=False), "extra": lambda: sizes_differ(extra=True),
-     "recv_sizes": recv_sizes}[scenario]()
+     "recv_sizes": recv_sizes, "bucket": lambda: bucket(args[0])}[scenario]()
