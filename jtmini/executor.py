@@ -24,7 +24,7 @@ from .gc_pause import paused
 from .ops.registry import OPS
 from .runtime import base
 from .state import services
-from .var import pending_roots
+from .var import keep_drawn, pending_roots
 
 
 @paused
@@ -100,7 +100,7 @@ def _run(steps, compiled, target_ids, runtime, recorder=None):
             recorder.record(profiler.step_name(step), _KINDS.get(type(step)) or step.kind, began,
                             time.perf_counter())
         if library_calls and isinstance(step, schedule.LibraryCall) and OPS[step.root.op].stateful:
-            _keep(step.root, outs[0])
+            keep_drawn(step.root, outs[0])
         for root, out in zip(roots, outs):
             if id(root) in target_ids:
                 root._set_value(out)
@@ -113,13 +113,6 @@ def _run(steps, compiled, target_ids, runtime, recorder=None):
             memory.after_step(zip(roots, outs), done)
     counters.bump("kernels_run", kernels)         # once a schedule: a counter takes a lock
     counters.bump("library_calls", library_calls)
-
-
-def _keep(v, value):
-    """Give a stateful op's Var (random numbers) its value for good, as a leaf: computed again,
-    say by a gradient realized later, it would draw other numbers."""
-    v._set_value(value)
-    v.op, v.attrs = None, {}
 
 
 _KINDS = {schedule.LibraryCall: "library", schedule.View: "view", schedule.Collective: "collective"}

@@ -527,6 +527,14 @@ def _host(data):
     return services.to_host(data)
 
 
+def keep_drawn(v, value):
+    """Give the Var of a stateful op (random numbers) its value for good, as a leaf: computed
+    again, say by a gradient realized later, it would draw other numbers. Returns its buffer."""
+    v._set_value(value)
+    v.op, v.attrs = None, {}
+    return v._data
+
+
 def pending_roots():
     """Unrealized Vars that no live Var consumes: realizing these computes everything pending.
 

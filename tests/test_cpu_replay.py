@@ -162,3 +162,26 @@ def test_memory_profiling_runs_the_plan_steps(prepared_runs):
         value = (jt.array(a_np) * 2).exp().sum().item()
     assert np.isclose(value, np.exp(a_np * 2).sum(), rtol=1e-5)
     assert not prepared_runs
+
+
+def test_draws_in_a_replayed_step_keep_their_numbers(prepared_runs, monkeypatch):
+    # a second model's first step (its lazy initialisers drawn in it) hits the first model's plan;
+    # the drawn parameters must become leaves holding their numbers, as on the plan steps
+    def two_models():
+        jt.sync_all()
+        replay.clear()
+        losses = []
+        for lr in (1e-2, 3e-3):
+            jt.seed(7)
+            model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1))
+            opt = nn.Adam(model.parameters(), lr=lr)
+            data = np.random.default_rng(0)
+            for _ in range(3):
+                loss = (model(jt.array(data.standard_normal((6, 4)).astype("float32"))) ** 2).mean()
+                opt.step(loss)
+                losses.append(loss.item())
+        return losses
+    programs = two_models()
+    assert prepared_runs and any(any(type(s) is cpu_replay.Call and s.stateful for s in p.steps) for p in prepared_runs)
+    monkeypatch.setattr(type(cpu.BACKEND), "prepare", lambda self, template, vars_: None)
+    assert programs == two_models()

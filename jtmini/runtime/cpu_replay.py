@@ -26,6 +26,7 @@ import numpy as np
 
 from .. import codegen, dtypes, numpy_views, schedule
 from ..ops.registry import OPS
+from ..var import keep_drawn
 from .pointers import address
 from .thread_choice import _thread_trials, thread_count, threads_for, values_free_of_threads
 
@@ -60,6 +61,7 @@ class Call(NamedTuple):
     views: tuple            # per source, the positions of its chain of view ops (may be empty)
     output: Output
     drops: tuple
+    stateful: bool          # a draw: its Var keeps the value as a leaf (``var.keep_drawn``)
 
 
 class Program(NamedTuple):
@@ -85,9 +87,10 @@ def prepare(template, vars_, backend):
             steps.append(_launch(row, compiled, vars_, targets, tuple(drops[n])))
         elif row.cls in (schedule.LibraryCall, schedule.View):
             root = vars_[row.root]
-            run_op = OPS[root.op].run if row.cls is schedule.LibraryCall else None
-            steps.append(Call(run_op, row.root, row.sources, row.views, _output(row.root, vars_, targets),
-                              tuple(drops[n])))
+            library = row.cls is schedule.LibraryCall
+            steps.append(Call(OPS[root.op].run if library else None, row.root, row.sources, row.views,
+                              _output(row.root, vars_, targets), tuple(drops[n]),
+                              library and OPS[root.op].stateful))
         else:
             return None
     return Program(tuple(steps), template.n_order, backend)
@@ -139,7 +142,10 @@ def run(program, vars_):
         else:
             out = _run_call(step, buffers, vars_, program.backend)
             calls += step.run is not None
-            buffers[step.output.at] = _set_value(vars_[step.root], out) if step.output.target else out
+            if step.stateful:
+                buffers[step.output.at] = keep_drawn(vars_[step.root], out)
+            else:
+                buffers[step.output.at] = _set_value(vars_[step.root], out) if step.output.target else out
         for k in step.drops:
             buffers[k] = None
     return kernels, calls
