@@ -106,11 +106,11 @@ def _run(steps, compiled, target_ids, runtime, recorder=None):
                 root._set_value(out)
             else:
                 buffers[id(root)] = out
-        done = [src for src in schedule.reads(step) if last.get(id(src)) == n]
-        for src in done:
-            buffers.pop(id(src), None)
-        if memory is not None:
-            memory.after_step(zip(roots, outs), done)
+        for src in schedule.reads(step):
+            if last.get(id(src)) == n:
+                buffers.pop(id(src), None)
+        if memory is not None:      # the list only while profiling: this loop runs every step
+            memory.after_step(zip(roots, outs), [s for s in schedule.reads(step) if last.get(id(s)) == n])
     counters.bump("kernels_run", kernels)         # once a schedule: a counter takes a lock
     counters.bump("library_calls", library_calls)
 

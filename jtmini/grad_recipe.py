@@ -31,11 +31,11 @@ from typing import NamedTuple
 
 from .flags import flags
 from .ops.registry import OPS
-from .state import register_cache
+from .state import HashedKey, register_cache
 from .var import Var, _ids, _pending, untrack
 
 CAPACITY = 16                       # forward graphs remembered (the losses of a few optimizers)
-_recipes = collections.OrderedDict()  # _Key -> Recipe
+_recipes = collections.OrderedDict()  # HashedKey -> Recipe
 register_cache("grad recipes", _recipes.clear, f"the backward nodes of the {CAPACITY} forward graphs used last")
 
 FORWARD, BUILT, SHARED = 0, 1, 2    # where a recorded input is: the forward order, the recipe, a constant
@@ -91,7 +91,7 @@ def key(order, targets):
         rows.append((v.op, tuple(attrs.items()), v.shape, v.dtype, v._stop_grad, v._data is None, inputs))
     wanted = tuple((place.get(id(t), -1), t.shape, t.dtype, t._stop_grad) for t in targets)
     try:
-        return _Key((tuple(rows), wanted, flags.no_grad, flags.amp_reg, flags.auto_convert_64_to_32,
+        return HashedKey((tuple(rows), wanted, flags.no_grad, flags.amp_reg, flags.auto_convert_64_to_32,
                      flags.backend, flags.use_cuda))
     except TypeError:                   # an attr that cannot be hashed
         return None
@@ -166,16 +166,3 @@ def _reference(root, start, place, fenced, nodes, shared):
                               tuple(place[id(i)] for i in v.inputs)))
     return place[id(root)]
 
-
-class _Key:
-    """A key that hashes once (the lookup, then moving the entry to the end)."""
-    __slots__ = ("key", "hash")
-
-    def __init__(self, key_):
-        self.key, self.hash = key_, hash(key_)
-
-    def __hash__(self):
-        return self.hash
-
-    def __eq__(self, other):
-        return isinstance(other, _Key) and self.hash == other.hash and self.key == other.key

@@ -18,7 +18,7 @@ from typing import NamedTuple
 from . import codegen, counters, schedule
 from .flags import flags
 from .ops.registry import OPS
-from .state import register_cache
+from .state import HashedKey, register_cache
 
 CAPACITY = 32                       # graphs remembered (train and eval steps, a last short batch)
 _cache = collections.OrderedDict()  # signature -> _Template
@@ -108,7 +108,7 @@ def find(targets, runtime):
         return Planned(*_plan_and_build(targets, runtime))
     key, vars_, n_order = _signature(targets, runtime)
     try:
-        key = _Key(key)
+        key = HashedKey(key)
     except TypeError:                                   # an attr that cannot be hashed
         return Planned(*_plan_and_build(targets, runtime))
     template = _cache.get(key)
@@ -174,17 +174,3 @@ def _signature(targets, runtime):
            tuple((leaf.shape, leaf.dtype) for leaf in leaves), tuple(ref[id(t)] for t in targets))
     return key, order + leaves, len(order)
 
-
-class _Key:
-    """A signature that hashes once: a tuple does not keep its hash, and hashing ~1500 rows
-    twice (lookup, then moving the entry to the end) cost ~0.5 ms a step."""
-    __slots__ = ("key", "hash")
-
-    def __init__(self, key):
-        self.key, self.hash = key, hash(key)
-
-    def __hash__(self):
-        return self.hash
-
-    def __eq__(self, other):
-        return isinstance(other, _Key) and self.hash == other.hash and self.key == other.key

@@ -73,6 +73,22 @@ random_engine = RandomEngine()     # seeded from OS entropy by jtmini.creation a
 caches = {}          # name -> (clear function, what bounds it)
 
 
+class HashedKey:
+    """A cache key that hashes once: a tuple does not keep its hash, and hashing a step's graph
+    (~1500 rows) twice, for the lookup and for moving the entry to the end, cost ~0.5 ms. The
+    plans (``replay``) and the backward recipes (``grad_recipe``) are keyed by these."""
+    __slots__ = ("key", "hash")
+
+    def __init__(self, key):
+        self.key, self.hash = key, hash(key)
+
+    def __hash__(self):
+        return self.hash
+
+    def __eq__(self, other):
+        return isinstance(other, HashedKey) and self.hash == other.hash and self.key == other.key
+
+
 def register_cache(name, clear, bound):
     """Record a cache: ``clear()`` empties it, ``bound`` says in words what limits its size."""
     caches[name] = (clear, bound)

@@ -379,8 +379,9 @@ DEVIATIONS = ("sizes are the examples' defaults, not the issue's: MLP 784-256-10
 
 
 # --- one side per subprocess ---------------------------------------------------------------------
-def run_child(side, name, threads, iters, warmup):
-    """Seconds of each step: ``warmup`` untimed-in-the-mean ones, then ``iters`` timed ones."""
+def step_and_pool(side, name, threads):
+    """``(step, pool)``: model ``name``'s training (or eval) step on ``side`` ("jtmini" or
+    "torch") at ``threads``, seeded, and the ``POOL`` batches it cycles through."""
     if side == "jtmini":
         import jtmini as jt
         jt.flags.num_threads = threads
@@ -392,7 +393,12 @@ def run_child(side, name, threads, iters, warmup):
     model = MODELS[name]
     step = getattr(model, side)()
     rng = np.random.default_rng(0)
-    pool = [model.batch(rng) for _ in range(POOL)]
+    return step, [model.batch(rng) for _ in range(POOL)]
+
+
+def run_child(side, name, threads, iters, warmup):
+    """Seconds of each step: ``warmup`` untimed-in-the-mean ones, then ``iters`` timed ones."""
+    step, pool = step_and_pool(side, name, threads)
     times = []
     for k in range(warmup + iters):
         start = time.perf_counter()

@@ -15,7 +15,6 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -63,11 +62,7 @@ def main(argv=None):
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=["fast", "plain"])
     args = parser.parse_args(argv)
-    jt.flags.num_threads = args.threads
-    jt.seed(0)
-    model = bench_models.MODELS[args.model]
-    step, rng = model.jtmini(), np.random.default_rng(0)
-    pool = [model.batch(rng) for _ in range(bench_models.POOL)]
+    step, pool = bench_models.step_and_pool("jtmini", args.model, args.threads)
     best = {name: float("inf") for name in args.variants}
     for _ in range(args.rounds):
         for name in args.variants:

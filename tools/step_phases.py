@@ -19,14 +19,12 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tools"))
 
 import bench_models  # noqa: E402
-import jtmini as jt  # noqa: E402
 from jtmini import executor, optim, replay  # noqa: E402
 from jtmini.runtime import blas, cpu, cpu_replay  # noqa: E402
 
@@ -71,11 +69,7 @@ def main(argv=None):
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args(argv)
-    jt.flags.num_threads = args.threads
-    jt.seed(0)
-    model = bench_models.MODELS[args.model]
-    step, rng = model.jtmini(), np.random.default_rng(0)
-    pool = [model.batch(rng) for _ in range(bench_models.POOL)]
+    step, pool = bench_models.step_and_pool("jtmini", args.model, args.threads)
     for k in range(10):
         step(*pool[k % len(pool)])
     totals, ids = collections.Counter(), sys.modules["jtmini.var"]._ids
