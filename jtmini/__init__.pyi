@@ -69,9 +69,13 @@ class Var:
     def __and__(self, other: Any) -> Var: ...
     def __array__(self, dtype: Any = ..., copy: Any = ...) -> Any: ...
     def __bool__(self) -> Any: ...
+    def __contains__(self, value: Any) -> Any:
+        """``value in x``: whether any element of ``x`` equals ``value``."""
     def __eq__(self, other: Any) -> Var: ...  # type: ignore[override]
     def __float__(self) -> Any: ...
     def __floordiv__(self, other: Any) -> Var: ...
+    def __format__(self, spec: Any) -> Any:
+        '``f"{loss:.4f}"`` on a one-element Var formats its number, as Jittor\'s.'
     def __ge__(self, other: Any) -> Var: ...
     def __getitem__(self, index: Any) -> Var:
         """``x[index]``; a basic index (ints, slices, None, ...) remembers x, the index and x's version:"""
@@ -128,14 +132,20 @@ class Var:
     def __sub__(self, other: Any) -> Var: ...
     def __truediv__(self, other: Any) -> Var: ...
     def __xor__(self, other: Any) -> Var: ...
+    def _to_float(self) -> Var:
+        """``x`` as float32 unless it is float64 (Jittor's helper for float-only layers)."""
     def abs(self) -> Var:
         """Elementwise abs."""
+    def abs_(self, *args: Any, **kwargs: Any) -> Var:
+        """In-place ``abs``: ``x.abs_(...)`` is ``x.assign(x.abs(...))``; returns x."""
     def acos(self) -> Var:
         """Elementwise acos."""
     def acosh(self) -> Var:
         """Elementwise acosh."""
     def add(self, b: Any) -> Var:
         """Elementwise add with numpy broadcasting."""
+    def add_(self, *args: Any, **kwargs: Any) -> Var:
+        """In-place ``add``: ``x.add_(...)`` is ``x.assign(x.add(...))``; returns x."""
     def all(self, dims: Any = ..., keepdims: Any = ..., **kw: Any) -> Var:
         """True where no element over ``dims`` is zero (also over an empty dim, as numpy)."""
     def any(self, dims: Any = ..., keepdims: Any = ..., **kw: Any) -> Var:
@@ -176,6 +186,9 @@ class Var:
         """The angle of the point (x, y) in radians, in [-pi, pi]: ``arctan2(y, x)`` elementwise, with"""
     def atanh(self) -> Var:
         """Elementwise atanh."""
+    def backward(self, *args: Any, **kwargs: Any) -> None: ...
+    def bernoulli(self) -> Var:
+        """1 with probability ``p`` (elementwise), else 0, in ``p``'s dtype."""
     def bitwise_and(self, b: Any) -> Var:
         """Elementwise bitwise_and with numpy broadcasting."""
     def bitwise_not(self) -> Var:
@@ -203,18 +216,26 @@ class Var:
         """``x`` cut along ``dim`` into at most ``chunks`` pieces of ``ceil(size / chunks)`` (the last"""
     def clamp(self, min_v: Any = ..., max_v: Any = ..., *, min: Any = ..., max: Any = ...) -> Var:
         """``x`` limited to ``[min_v, max_v]`` (either may be None: no limit on that side; a bound may"""
+    def clamp_(self, *args: Any, **kwargs: Any) -> Var:
+        """In-place ``clamp``: ``x.clamp_(...)`` is ``x.assign(x.clamp(...))``; returns x."""
     def clone(self) -> Var:
         """A new Var with ``x``'s value; gradients flow back to ``x``. Unlike ``y = x``, a later"""
     def constant_(self, value: Any = ...) -> Var:
         """Fill ``var`` with ``value`` in place; returns ``var``: ``init.constant_(linear.bias, 0.0)``."""
+    def contiguous(self) -> Var:
+        """A copy of ``x`` (every jtmini Var is contiguous already)."""
     def copy(self) -> Var:
         """A new Var with ``x``'s value; gradients flow back to ``x``. Unlike ``y = x``, a later"""
     def cos(self) -> Var:
         """Elementwise cos."""
     def cosh(self) -> Var:
         """Elementwise cosh."""
+    def cpu(self) -> Var:
+        """A copy of ``x``; Vars are computed where ``jt.flags.use_cuda`` says, as in Jittor."""
     def cross(self, y: Any, dim: Any = ...) -> Any:
         """The cross product of 3-vectors along ``dim`` (of size 3 in both), with broadcasting over"""
+    def cuda(self) -> Var:
+        """As Jittor's: turn on ``jt.flags.use_cuda`` (everything runs on the GPU from then on)."""
     def cumprod(self, dim: Any) -> Any:
         """Cumulative product along ``dim``; bool and int32 give int64, as in PyTorch. Its gradient is"""
     def cumsum(self, dim: Any = ...) -> Any:
@@ -226,6 +247,8 @@ class Var:
     def data(self, value: Any) -> None: ...
     def debug_msg(self) -> Any:
         """Jittor's ``Var.debug_msg()``: this Var's line of ``jt.dump_all_graphs()`` (``node_info``)."""
+    def deg2rad(self) -> Var:
+        """Degrees to radians."""
     def detach(self) -> Var:
         """A new Var with the same value and no gradient history."""
     def diag(self, diagonal: Any = ...) -> Var:
@@ -238,16 +261,25 @@ class Var:
         """Elementwise div with numpy broadcasting."""
     def divide(self, b: Any) -> Var:
         """Elementwise div with numpy broadcasting."""
+    def double(self) -> Var: ...
     def equal(self, b: Any) -> Var:
         """Elementwise equal with numpy broadcasting."""
     def erf(self) -> Var:
         """The error function, 2/sqrt(pi) * integral of exp(-t^2) from 0 to x, composed from exp and"""
+    def erf_(self, *args: Any, **kwargs: Any) -> Var:
+        """In-place ``erf``: ``x.erf_(...)`` is ``x.assign(x.erf(...))``; returns x."""
     def erfinv(self) -> Var:
         """The inverse error function, elementwise: +-inf at +-1 and NaN outside [-1, 1]."""
+    def erfinv_(self, *args: Any, **kwargs: Any) -> Var:
+        """In-place ``erfinv``: ``x.erfinv_(...)`` is ``x.assign(x.erfinv(...))``; returns x."""
     def exp(self) -> Var:
         """Elementwise exp."""
     def expand(self, *shape: Any) -> Var:
         """``x`` broadcast to ``shape`` (dims or one tuple); -1 keeps that dim of ``x``, and new dims"""
+    def expand_as(self, other: Any) -> Var:
+        """``x`` broadcast to ``other``'s shape."""
+    def expm1(self) -> Var:
+        """exp(x) - 1, accurate near 0 (Kahan's correction)."""
     def eye_(self) -> Var:
         """The identity in place (``var`` must be 2-d); returns ``var``: ``init.eye_(nn.Linear(4, 4).weight)``."""
     def fetch_sync(self) -> Any:
@@ -294,6 +326,8 @@ class Var:
         """PyTorch's index_add as a new Var: ``out[..., index[i], ...] += alpha * source[..., i, ...]``"""
     def index_add_(self, dim: Any, index: Any, source: Any, alpha: Any = ...) -> Var:
         """``index_add`` in place: the handle ``x`` is rebound to the result; returns ``x``."""
+    def index_fill_(self, dim: Any, index: Any, value: Any) -> Var:
+        """Fill the positions ``index`` of ``x`` along ``dim`` with ``value``, in place; returns x."""
     def index_select(self, dim: Any, index: Any) -> Var:
         """The entries of ``x`` at positions ``index`` (1-D ints; negative counts from the end) along"""
     def index_var(self, dim: Any = ..., dtype: Any = ...) -> Any:
@@ -324,6 +358,8 @@ class Var:
         """He normal in place: N(0, (gain / sqrt(fan))^2); returns ``var``."""
     def kaiming_uniform_(self, a: Any = ..., mode: Any = ..., nonlinearity: Any = ...) -> Var:
         """He uniform in place: U(-b, b) with b = sqrt(3) * gain / sqrt(fan); returns ``var``."""
+    def kthvalue(self, k: Any, dim: Any = ..., keepdim: Any = ..., keepdims: Any = ...) -> Any:
+        """The ``k``-th smallest element over ``dim`` (default the last) and its index: (values, indices)."""
     def left_shift(self, b: Any) -> Var:
         """``a << b`` for integer Vars and ints, with numpy's broadcasting and dtype rules."""
     def less(self, b: Any) -> Var:
@@ -334,6 +370,10 @@ class Var:
         """``log|Gamma(x)|``, elementwise (+inf at 0 and the negative integers); its gradient is digamma."""
     def log(self) -> Var:
         """Elementwise log."""
+    def log2(self) -> Var:
+        """Base-2 logarithm."""
+    def log_sigmoid(self) -> Var:
+        """log(sigmoid(x)), computed as min(x, 0) - log(1 + exp(-|x|)): finite for large |x|."""
     def log_softmax(self, dim: Any = ...) -> Var:
         """``log(softmax(x))`` over ``dim`` (every dim when None), as ``x - max - log(sum(exp(x - max)))``."""
     def logical_and(self, b: Any) -> Var:
@@ -346,6 +386,7 @@ class Var:
         """Elementwise logical_xor with numpy broadcasting."""
     def logsumexp(self, dim: Any, keepdim: Any = ..., *, keepdims: Any = ...) -> Var:
         """``log(sum(exp(x)))`` over ``dim`` (an int or a tuple; every dim when None), computed as"""
+    def long(self) -> Var: ...
     def masked_fill(self, mask: Any, value: Any) -> Var:
         """``x`` with ``value`` (a number or a 0-d Var, cast to x's dtype) where the bool ``mask``,"""
     def matmul(self, y: Any) -> Var:
@@ -355,6 +396,8 @@ class Var:
         """Elementwise maximum with numpy broadcasting."""
     def mean(self, dims: Any = ..., keepdims: Any = ..., **kw: Any) -> Var:
         """Arithmetic mean over ``dims`` (all dims when omitted); ints give float32."""
+    def median(self, dim: Any = ..., keepdim: Any = ..., keepdims: Any = ...) -> Any:
+        """The lower median over ``dim`` (all elements when None), values only as Jittor returns."""
     def min(self, dims: Any = ..., keepdims: Any = ..., *, dim: Any = ..., axis: Any = ..., keepdim: Any = ...) -> Var: ...
     def minimum(self, b: Any) -> Var:
         """Elementwise minimum with numpy broadcasting."""
@@ -382,14 +425,27 @@ class Var:
         """``num_samples`` indices per row of ``weights`` (1-D: one distribution, 2-D: one per row),"""
     def multiply(self, b: Any) -> Var:
         """Elementwise mul with numpy broadcasting."""
+    def multiply_(self, *args: Any, **kwargs: Any) -> Var:
+        """In-place ``multiply``: ``x.multiply_(...)`` is ``x.assign(x.multiply(...))``; returns x."""
     def name(self, new_name: Any = ...) -> Any:
         'This Var\'s name (a label for debugging, "" unless given), or with ``new_name``, set'
     @property
     def ndim(self) -> Any: ...
+    def ne(self, y: Any) -> Var: ...
     def neg(self) -> Var:
         """Elementwise neg."""
     def negative(self) -> Var:
         """Elementwise neg."""
+    def new(self, *args: Any) -> Var:
+        """Jittor's ``x.new(data)`` (a Var of ``data`` with ``x``'s dtype) or ``x.new(2, 3)`` (zeros)."""
+    def new_empty(self, *size: Any) -> Var:
+        """``jt.empty`` of ``size`` with ``x``'s dtype (zero-filled, see ``empty``)."""
+    def new_full(self, size: Any, value: Any) -> Var:
+        """``value`` everywhere, shape ``size``, ``x``'s dtype: ``x.new_full((2, 2), 7)``."""
+    def new_ones(self, *size: Any) -> Var:
+        """Ones of ``size`` with ``x``'s dtype: ``x.new_ones((2, 3))``."""
+    def new_zeros(self, *size: Any) -> Var:
+        """Zeros of ``size`` with ``x``'s dtype: ``x.new_zeros((2, 3))`` or ``x.new_zeros(2, 3)``."""
     @staticmethod
     def node(op_name: Any, inputs: Any, **attrs: Any) -> Var:
         """Build a node of the registered op ``op_name``; shape and dtype are inferred (and"""
@@ -411,6 +467,8 @@ class Var:
         """This parameter's gradient in ``optimizer``'s step, between ``optimizer.backward(loss)``"""
     def out_hint(self) -> Var:
         """Jittor's ``Var.out_hint()``: keep ``x``'s value as a buffer for the backward instead of"""
+    def outer(self, y: Any) -> Any:
+        """The outer product of two vectors (flattened first): shape (len(x), len(y))."""
     def pad(self, padding: Any, mode: Any = ..., value: Any = ...) -> Var:
         """Pad with ``value``. ``padding`` as in PyTorch: (left, right) pairs starting from the LAST"""
     def peek(self) -> Any:
@@ -420,6 +478,8 @@ class Var:
     def pow(self, b: Any) -> Var:
         """Elementwise pow with numpy broadcasting."""
     def prod(self, dims: Any = ..., keepdims: Any = ..., *, dim: Any = ..., axis: Any = ..., keepdim: Any = ...) -> Var: ...
+    def rad2deg(self) -> Var:
+        """Radians to degrees."""
     def random_(self) -> Var:
         """U(0, 1) in place, Jittor's ``jt.rand`` (``var.random_()``); returns ``var``: ``init.random_(linear.bias)``."""
     def reduce_add(self, dims: Any = ..., keepdims: Any = ..., *, keepdim: Any = ...) -> Var:
@@ -456,6 +516,8 @@ class Var:
         '``relu_invariant_gauss`` in place (Jittor\'s ResNet convs use ``mode="fan_out"``); returns'
     def repeat(self, *reps: Any) -> Var:
         """``x`` tiled ``reps[k]`` times along dim k (PyTorch's ``repeat``, numpy's ``tile``); with more"""
+    def repeat_interleave(self, repeats: Any, dim: Any = ...) -> Var:
+        """Repeat each element ``repeats`` times along ``dim`` (the flattened Var when None);"""
     @property
     def requires_grad(self) -> Any: ...
     @requires_grad.setter
@@ -470,8 +532,12 @@ class Var:
         """Elementwise round."""
     def round_int(self) -> Var:
         """The nearest integer to each element, halves away from zero (C's ``round``), as int32."""
+    def rsqrt(self) -> Var:
+        """1 / sqrt(x)."""
     def safe_clip(self, left: Any = ..., right: Any = ...) -> Var:
         """``x`` clipped to ``[left, right]`` in value, keeping ``x``'s dtype, while the gradient passes"""
+    def safe_log(self) -> Var:
+        """log(x) with x clipped to [1e-30, 1e30] first: finite for x <= 0 (Jittor's safe_log)."""
     def scatter(self, dim: Any, index: Any, src: Any, reduce: Any = ...) -> Any:
         """PyTorch's scatter as a new Var: ``src`` written into a copy of ``x`` at ``index`` along ``dim``."""
     def scatter_(self, dim: Any, index: Any, src: Any, reduce: Any = ...) -> Var:
@@ -482,6 +548,8 @@ class Var:
         """``x[index] = value``: ``value`` is cast to x's dtype and broadcast to the shape of"""
     def sigmoid(self) -> Var:
         """Elementwise sigmoid."""
+    def sigmoid_(self, *args: Any, **kwargs: Any) -> Var:
+        """In-place ``sigmoid``: ``x.sigmoid_(...)`` is ``x.assign(x.sigmoid(...))``; returns x."""
     def sign(self) -> Var:
         """Elementwise sign."""
     def sin(self) -> Var:
@@ -500,6 +568,8 @@ class Var:
         """``x * x``, elementwise."""
     def sqrt(self) -> Var:
         """Elementwise sqrt."""
+    def sqrt_(self, *args: Any, **kwargs: Any) -> Var:
+        """In-place ``sqrt``: ``x.sqrt_(...)`` is ``x.assign(x.sqrt(...))``; returns x."""
     def squeeze(self, dim: Any = ...) -> Var:
         """``x`` without its dims of size 1, or without ``dim`` (an int or a tuple) where that dim has"""
     def start_grad(self) -> Var:
@@ -525,6 +595,10 @@ class Var:
         """Elementwise tanh."""
     def ternary(self, x: Any, y: Any) -> Any:
         """Jittor's name for ``where(cond, x, y)``: ``x`` where ``cond`` is true, else ``y``."""
+    def to(self, *args: Any, **kwargs: Any) -> Var:
+        'Jittor\'s torch-style ``x.to(...)``: a dtype casts (``x.to(jt.float64)``, ``x.to("int32")``);'
+    def tolist(self) -> Any:
+        """``x``'s value as nested Python lists."""
     def topk(self, k: Any, dim: Any = ..., largest: Any = ..., sorted: Any = ...) -> Any:
         """``(values, indices)`` of the ``k`` largest (``largest=False``: smallest) entries along"""
     def transpose(self, *dims: Any) -> Any:
@@ -533,12 +607,18 @@ class Var:
         """The derivative of digamma (PyTorch's ``polygamma(1, x)``), elementwise: +inf at the poles."""
     def tril(self, diagonal: Any = ...) -> Var:
         """The lower triangle of (each matrix of) ``x``: entries with ``col - row <= diagonal``."""
+    def tril_(self, *args: Any, **kwargs: Any) -> Var:
+        """In-place ``tril``: ``x.tril_(...)`` is ``x.assign(x.tril(...))``; returns x."""
     def triu(self, diagonal: Any = ...) -> Var:
         """The upper triangle of (each matrix of) ``x``: entries with ``col - row >= diagonal``."""
+    def triu_(self, *args: Any, **kwargs: Any) -> Var:
+        """In-place ``triu``: ``x.triu_(...)`` is ``x.assign(x.triu(...))``; returns x."""
     def true_divide(self, b: Any) -> Var:
         """Elementwise div with numpy broadcasting."""
     def trunc_normal_(self, mean: Any = ..., std: Any = ..., a: Any = ..., b: Any = ...) -> Var:
         """N(mean, std^2) restricted to [a, b], in place; returns ``var``. Sampled by the inverse CDF"""
+    def type_as(self, other: Any) -> Var:
+        """``x`` cast to ``other``'s dtype."""
     def uint16(self) -> Var: ...
     def uint32(self) -> Var: ...
     def uint64(self) -> Var: ...
@@ -560,6 +640,8 @@ class Var:
         """Variance over ``dim`` (an int) or ``dims`` (a sequence); every dim when both are None."""
     def view(self, *shape: Any) -> Var:
         """``x`` with a new shape of the same size; one dim may be -1."""
+    def view_as(self, other: Any) -> Var:
+        """``x`` reshaped to ``other``'s shape."""
     def where(self, x: Any = ..., y: Any = ...) -> Any:
         """Where Operator, as Jittor's: ``x`` where ``condition`` is true, else ``y``, with broadcasting"""
     def xavier_gauss_(self, gain: Any = ...) -> Var:
@@ -574,6 +656,9 @@ class Var:
 def abs(x: Any) -> Var:
     """Elementwise abs."""
 
+def abs_(x: Any, *args: Any, **kwargs: Any) -> Var:
+    """In-place ``abs``: ``x.abs_(...)`` is ``x.assign(x.abs(...))``; returns x."""
+
 def acos(x: Any) -> Var:
     """Elementwise acos."""
 
@@ -582,6 +667,9 @@ def acosh(x: Any) -> Var:
 
 def add(a: Any, b: Any) -> Var:
     """Elementwise add with numpy broadcasting."""
+
+def add_(x: Any, *args: Any, **kwargs: Any) -> Var:
+    """In-place ``add``: ``x.add_(...)`` is ``x.assign(x.add(...))``; returns x."""
 
 def all(x: Any, dims: Any = ..., keepdims: Any = ..., **kw: Any) -> Var:
     """True where no element over ``dims`` is zero (also over an empty dim, as numpy)."""
@@ -652,6 +740,9 @@ def atan2(a: Any, b: Any) -> Var:
 def atanh(x: Any) -> Var:
     """Elementwise atanh."""
 
+def bernoulli(p: Any) -> Var:
+    """1 with probability ``p`` (elementwise), else 0, in ``p``'s dtype."""
+
 def binary(x: Any, y: Any, op: Any) -> Any:
     'The binary op named ``op`` (Jittor\'s or numpy\'s name: "add", "subtract", "maximum", "less",'
 
@@ -697,6 +788,9 @@ def chunk(x: Any, chunks: Any, dim: Any = ...) -> Any:
 def clamp(x: Any, min_v: Any = ..., max_v: Any = ..., *, min: Any = ..., max: Any = ...) -> Var:
     """``x`` limited to ``[min_v, max_v]`` (either may be None: no limit on that side; a bound may"""
 
+def clamp_(x: Any, *args: Any, **kwargs: Any) -> Var:
+    """In-place ``clamp``: ``x.clamp_(...)`` is ``x.assign(x.clamp(...))``; returns x."""
+
 def clean() -> None:
     """Jittor's ``jt.clean()``: free what nothing uses any more, now. A full garbage collection"""
 
@@ -730,6 +824,9 @@ def cumprod(x: Any, dim: Any) -> Any:
 def cumsum(x: Any, dim: Any = ...) -> Any:
     """Cumulative sum along ``dim`` (the last dim when None, as in Jittor); bool and int32 give"""
 
+def deg2rad(x: Any) -> Var:
+    """Degrees to radians."""
+
 def diag(x: Any, diagonal: Any = ...) -> Var:
     """A 1-D ``x`` placed on diagonal ``diagonal`` of a square matrix, or diagonal ``diagonal`` of"""
 
@@ -738,6 +835,9 @@ def diagonal(x: Any, offset: Any = ..., dim1: Any = ..., dim2: Any = ...) -> Var
 
 def dirty_fix_pytorch_runtime_error() -> None:
     """Import PyTorch now, before any kernel library of jtmini is loaded; ModuleNotFoundError"""
+
+def display_memory_info() -> None:
+    """Print how many Vars are alive and held and the bytes their computed buffers take."""
 
 def div(a: Any, b: Any) -> Var:
     """Elementwise div with numpy broadcasting."""
@@ -751,20 +851,32 @@ def dump_all_graphs() -> Any:
 def einsum(equation: Any, *operands: Any) -> Any:
     """Einstein summation over Vars (``'...'`` and repeated letters within a term are refused):"""
 
+def empty(*shape: Any, dtype: Any = ...) -> Var:
+    """Jittor's ``jt.empty(shape, dtype)``. jtmini fills it with zeros: an uninitialised buffer"""
+
 def equal(a: Any, b: Any) -> Var:
     """Elementwise equal with numpy broadcasting."""
 
 def erf(x: Any) -> Var:
     """The error function, 2/sqrt(pi) * integral of exp(-t^2) from 0 to x, composed from exp and"""
 
+def erf_(x: Any, *args: Any, **kwargs: Any) -> Var:
+    """In-place ``erf``: ``x.erf_(...)`` is ``x.assign(x.erf(...))``; returns x."""
+
 def erfinv(x: Any) -> Var:
     """The inverse error function, elementwise: +-inf at +-1 and NaN outside [-1, 1]."""
+
+def erfinv_(x: Any, *args: Any, **kwargs: Any) -> Var:
+    """In-place ``erfinv``: ``x.erfinv_(...)`` is ``x.assign(x.erfinv(...))``; returns x."""
 
 def exp(x: Any) -> Var:
     """Elementwise exp."""
 
 def expand(x: Any, *shape: Any) -> Var:
     """``x`` broadcast to ``shape`` (dims or one tuple); -1 keeps that dim of ``x``, and new dims"""
+
+def expm1(x: Any) -> Var:
+    """exp(x) - 1, accurate near 0 (Kahan's correction)."""
 
 def eye(n: Any, m: Any = ..., dtype: Any = ...) -> Any:
     """An ``n`` x ``m`` (default square) matrix with ones on the diagonal; ``n`` may be a shape"""
@@ -840,6 +952,9 @@ def greater_equal(a: Any, b: Any) -> Var:
 def histc(input: Any, bins: Any = ..., min: Any = ..., max: Any = ...) -> Var:
     """The histogram of ``input``'s values: ``bins`` equal bins over [min, max], as"""
 
+def hypot(a: Any, b: Any) -> Any:
+    """sqrt(a^2 + b^2), elementwise, with broadcasting."""
+
 def iinfo(dtype: Any) -> Any:
     """The limits of an integer dtype (numpy's ``iinfo``: ``bits``, ``min``, ``max``, ``dtype``)."""
 
@@ -852,14 +967,23 @@ def index_add(x: Any, dim: Any, index: Any, source: Any, alpha: Any = ...) -> Va
 def index_add_(x: Any, dim: Any, index: Any, source: Any, alpha: Any = ...) -> Var:
     """``index_add`` in place: the handle ``x`` is rebound to the result; returns ``x``."""
 
+def index_fill_(x: Any, dim: Any, index: Any, value: Any) -> Var:
+    """Fill the positions ``index`` of ``x`` along ``dim`` with ``value``, in place; returns x."""
+
 def index_select(x: Any, dim: Any, index: Any) -> Var:
     """The entries of ``x`` at positions ``index`` (1-D ints; negative counts from the end) along"""
 
 def install_methods() -> None:
     """Attach every exported method and operator to Var (called once, when jtmini is imported)."""
 
+def is_var(v: Any) -> Any:
+    """Whether ``v`` is a Var."""
+
 def isfinite(x: Any) -> Var:
     """True where ``x`` is neither NaN nor infinite (always for integer and bool Vars); bool."""
+
+def isin(elements: Any, test_elements: Any, assume_unique: Any = ..., invert: Any = ...) -> Any:
+    """Whether each element of ``elements`` is in ``test_elements`` (``invert``: is not)."""
 
 def isinf(x: Any) -> Var:
     """True where ``x`` is +inf or -inf (never for integer and bool Vars); bool, no gradient."""
@@ -872,6 +996,9 @@ def isneginf(x: Any) -> Var:
 
 def isposinf(x: Any) -> Var:
     """True where ``x`` is +inf (never for integer and bool Vars); a bool Var."""
+
+def kthvalue(x: Any, k: Any, dim: Any = ..., keepdim: Any = ..., keepdims: Any = ...) -> Any:
+    """The ``k``-th smallest element over ``dim`` (default the last) and its index: (values, indices)."""
 
 def left_shift(a: Any, b: Any) -> Var:
     """``a << b`` for integer Vars and ints, with numpy's broadcasting and dtype rules."""
@@ -897,8 +1024,14 @@ def load(path: Any) -> Any:
 def log(x: Any) -> Var:
     """Elementwise log."""
 
+def log2(x: Any) -> Var:
+    """Base-2 logarithm."""
+
 def log_capture_scope(**flag_changes: Any) -> Any:
     """Collect the messages logged inside the block, instead of printing them, as a list of dicts"""
+
+def log_sigmoid(x: Any) -> Var:
+    """log(sigmoid(x)), computed as min(x, 0) - log(1 + exp(-|x|)): finite for large |x|."""
 
 def log_softmax(x: Any, dim: Any = ...) -> Var:
     """``log(softmax(x))`` over ``dim`` (every dim when None), as ``x - max - log(sum(exp(x - max)))``."""
@@ -937,6 +1070,9 @@ def maximum(a: Any, b: Any) -> Var:
 
 def mean(x: Any, dims: Any = ..., keepdims: Any = ..., **kw: Any) -> Var:
     """Arithmetic mean over ``dims`` (all dims when omitted); ints give float32."""
+
+def median(x: Any, dim: Any = ..., keepdim: Any = ..., keepdims: Any = ...) -> Any:
+    """The lower median over ``dim`` (all elements when None), values only as Jittor returns."""
 
 def meshgrid(*vars_: Any) -> Any:
     """Grids from 1-D Vars with ``indexing='ij'``: output k varies along dim k. A list."""
@@ -982,11 +1118,28 @@ def multinomial(weights: Any, num_samples: Any, replacement: Any = ...) -> Any:
 def multiply(a: Any, b: Any) -> Var:
     """Elementwise mul with numpy broadcasting."""
 
+def multiply_(x: Any, *args: Any, **kwargs: Any) -> Var:
+    """In-place ``multiply``: ``x.multiply_(...)`` is ``x.assign(x.multiply(...))``; returns x."""
+
+def ne(x: Any, y: Any) -> Var: ...
+
 def neg(x: Any) -> Var:
     """Elementwise neg."""
 
 def negative(x: Any) -> Var:
     """Elementwise neg."""
+
+def new_empty(x: Any, *size: Any) -> Var:
+    """``jt.empty`` of ``size`` with ``x``'s dtype (zero-filled, see ``empty``)."""
+
+def new_full(x: Any, size: Any, value: Any) -> Var:
+    """``value`` everywhere, shape ``size``, ``x``'s dtype: ``x.new_full((2, 2), 7)``."""
+
+def new_ones(x: Any, *size: Any) -> Var:
+    """Ones of ``size`` with ``x``'s dtype: ``x.new_ones((2, 3))``."""
+
+def new_zeros(x: Any, *size: Any) -> Var:
+    """Zeros of ``size`` with ``x``'s dtype: ``x.new_zeros((2, 3))`` or ``x.new_zeros(2, 3)``."""
 
 def nonzero(x: Any) -> Var:
     """The indices of ``x``'s nonzero entries as an (n, ndim) int64 Var, in row-major order. Eager:"""
@@ -1017,6 +1170,9 @@ def ones(*shape: Any, dtype: Any = ...) -> Var:
 
 def ones_like(x: Any, dtype: Any = ...) -> Var: ...
 
+def outer(x: Any, y: Any) -> Any:
+    """The outer product of two vectors (flattened first): shape (len(x), len(y))."""
+
 def pad(x: Any, padding: Any, mode: Any = ..., value: Any = ...) -> Var:
     """Pad with ``value``. ``padding`` as in PyTorch: (left, right) pairs starting from the LAST"""
 
@@ -1033,6 +1189,9 @@ def prod(x: Any, dims: Any = ..., keepdims: Any = ..., *, dim: Any = ..., axis: 
 
 def profile_scope(trace: Any = ..., show: Any = ...) -> Any:
     """Profile the steps computed inside the ``with`` block (see the module doc); ``trace``: a"""
+
+def rad2deg(x: Any) -> Var:
+    """Radians to degrees."""
 
 def rand(*size: Any, dtype: Any = ..., requires_grad: Any = ...) -> Var:
     """Uniform numbers on [0, 1) of shape ``size`` (dims or one tuple), as Jittor's ``jt.rand``."""
@@ -1054,6 +1213,9 @@ def randn_like(x: Any, dtype: Any = ...) -> Var:
 
 def random(shape: Any, dtype: Any = ..., type: Any = ...) -> Var:
     """Jittor's ``jt.random``: float32 numbers of ``shape`` drawn from Jittor's engine when the Var"""
+
+def randperm(n: Any, dtype: Any = ...) -> Any:
+    """A random permutation of 0..n-1 from jtmini's random stream (``jt.set_seed`` repeats it)."""
 
 def reduce_add(x: Any, dims: Any = ..., keepdims: Any = ..., *, keepdim: Any = ...) -> Var:
     """Jittor's ``reduce_add(x, dims=None, keepdims=False)``: the sum (bool and int32 give int64, as jt.sum) over ``dims`` (an int or a sequence; None or () is every dim, as in Jittor)."""
@@ -1100,6 +1262,9 @@ def relu(x: Any) -> Var:
 def repeat(x: Any, *reps: Any) -> Var:
     """``x`` tiled ``reps[k]`` times along dim k (PyTorch's ``repeat``, numpy's ``tile``); with more"""
 
+def repeat_interleave(x: Any, repeats: Any, dim: Any = ...) -> Var:
+    """Repeat each element ``repeats`` times along ``dim`` (the flattened Var when None);"""
+
 def reset_stats() -> None: ...
 
 def reshape(x: Any, *shape: Any) -> Var:
@@ -1117,8 +1282,14 @@ def round(x: Any) -> Var:
 def round_int(x: Any) -> Var:
     """The nearest integer to each element, halves away from zero (C's ``round``), as int32."""
 
+def rsqrt(x: Any) -> Var:
+    """1 / sqrt(x)."""
+
 def safe_clip(x: Any, left: Any = ..., right: Any = ...) -> Var:
     """``x`` clipped to ``[left, right]`` in value, keeping ``x``'s dtype, while the gradient passes"""
+
+def safe_log(x: Any) -> Var:
+    """log(x) with x clipped to [1e-30, 1e30] first: finite for x <= 0 (Jittor's safe_log)."""
 
 def save(obj: Any, path: Any) -> None:
     """Pickle ``obj`` to ``path`` atomically; Vars inside (in dicts, lists, tuples) are saved as"""
@@ -1146,6 +1317,9 @@ def set_seed(n: Any) -> None:
 
 def sigmoid(x: Any) -> Var:
     """Elementwise sigmoid."""
+
+def sigmoid_(x: Any, *args: Any, **kwargs: Any) -> Var:
+    """In-place ``sigmoid``: ``x.sigmoid_(...)`` is ``x.assign(x.sigmoid(...))``; returns x."""
 
 def sign(x: Any) -> Var:
     """Elementwise sign."""
@@ -1176,6 +1350,9 @@ def sqr(x: Any) -> Var:
 
 def sqrt(x: Any) -> Var:
     """Elementwise sqrt."""
+
+def sqrt_(x: Any, *args: Any, **kwargs: Any) -> Var:
+    """In-place ``sqrt``: ``x.sqrt_(...)`` is ``x.assign(x.sqrt(...))``; returns x."""
 
 def squeeze(x: Any, dim: Any = ...) -> Var:
     """``x`` without its dims of size 1, or without ``dim`` (an int or a tuple) where that dim has"""
@@ -1233,11 +1410,20 @@ def trigamma(x: Any) -> Var:
 def tril(x: Any, diagonal: Any = ...) -> Var:
     """The lower triangle of (each matrix of) ``x``: entries with ``col - row <= diagonal``."""
 
+def tril_(x: Any, *args: Any, **kwargs: Any) -> Var:
+    """In-place ``tril``: ``x.tril_(...)`` is ``x.assign(x.tril(...))``; returns x."""
+
 def triu(x: Any, diagonal: Any = ...) -> Var:
     """The upper triangle of (each matrix of) ``x``: entries with ``col - row >= diagonal``."""
 
+def triu_(x: Any, *args: Any, **kwargs: Any) -> Var:
+    """In-place ``triu``: ``x.triu_(...)`` is ``x.assign(x.triu(...))``; returns x."""
+
 def true_divide(a: Any, b: Any) -> Var:
     """Elementwise div with numpy broadcasting."""
+
+def type_as(x: Any, other: Any) -> Var:
+    """``x`` cast to ``other``'s dtype."""
 
 def unary(x: Any, op: Any) -> Any:
     'The unary op named ``op`` (Jittor\'s or numpy\'s name: "exp", "negative", "arcsin", ...) on'

@@ -148,6 +148,20 @@ def calculate_gain(nonlinearity, param=None):
     raise ValueError(f"unsupported nonlinearity {nonlinearity!r}")
 
 
+def calculate_std(var, mode, nonlinearity, param=0.01):
+    """Jittor's ``init.calculate_std``: the gain of ``nonlinearity`` over sqrt(fan) of ``var``'s
+    shape (``mode`` 'fan_in' or 'fan_out'), the std of Kaiming's normal initialisation.
+
+        >>> init.calculate_std(jt.zeros(8, 4, 3, 3), "fan_in", "relu")     # sqrt(2) / sqrt(36)
+        0.23570226039551584
+    """
+    mode = str(mode).lower()
+    if mode not in ("fan_in", "fan_out") or len(var.shape) < 2:
+        raise ValueError(f"calculate_std: mode must be 'fan_in' or 'fan_out' and var at least 2-d, "
+                         f"got {mode!r} and shape {tuple(var.shape)}")
+    return calculate_gain(nonlinearity, param) / math.sqrt(_fan(_shape(var.shape), mode))
+
+
 def _kaiming_std(shape, a, mode, nonlinearity):
     return calculate_gain(nonlinearity, a) / math.sqrt(_fan(_shape(shape), mode))
 

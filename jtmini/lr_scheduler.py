@@ -20,7 +20,7 @@ import collections.abc
 import math
 import numbers
 
-from .optim import Optimizer
+from .optim import LambdaLR, LRScheduler, Optimizer  # noqa: F401  (Jittor keeps these two in optim)
 
 
 def _check_optimizer(optimizer, name):
@@ -290,4 +290,4 @@ def _check_plateau_args(mode, factor, patience, threshold, threshold_mode, coold
     _check_number(eps, "eps", name, low=0)
 
 
-__all__ = ["StepLR", "MultiStepLR", "ExponentialLR", "CosineAnnealingLR", "ReduceLROnPlateau"]
+__all__ = ["LRScheduler", "LambdaLR", "StepLR", "MultiStepLR", "ExponentialLR", "CosineAnnealingLR", "ReduceLROnPlateau"]

@@ -684,4 +684,87 @@ class Adagrad(Optimizer):
         return out
 
 
-__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "RMSprop", "Adagrad"]
+def opt_grad(v, optimizer):
+    """Jittor's ``jt.optim.opt_grad(v, optimizer)``: the same as ``v.opt_grad(optimizer)``."""
+    return optimizer.opt_grad(v)
+
+
+# Jittor keeps these two schedulers in optim (jt.lr_scheduler re-exports them)
+class LRScheduler:
+    """Jittor's and PyTorch's scheduler base for schedules written as a formula: a subclass
+    defines ``get_lr()``, the list of each param group's rate at epoch ``last_epoch`` (from
+    ``self.base_lrs``, the groups' rates when the schedule started). The constructor applies
+    epoch 0's rates; ``step()`` moves one epoch on (``step(epoch)`` jumps to one).
+
+    >>> class Halving(jt.optim.LRScheduler):
+    ...     def get_lr(self): return [base * 0.5 ** self.last_epoch for base in self.base_lrs]
+    """
+
+    def __init__(self, optimizer, last_epoch=-1):
+        name = type(self).__name__
+        if not isinstance(optimizer, Optimizer):
+            raise TypeError(f"{name}: optimizer must be a jtmini Optimizer, got {type(optimizer).__name__}")
+        if isinstance(last_epoch, bool) or not isinstance(last_epoch, numbers.Integral) or last_epoch < -1:
+            raise ValueError(f"{name}: last_epoch={last_epoch!r} must be an int >= -1")
+        self.optimizer = optimizer
+        for group in optimizer.param_groups:
+            if last_epoch == -1:
+                group.setdefault("initial_lr", group.get("lr", optimizer.lr))
+            elif "initial_lr" not in group:
+                raise ValueError(f"{name}: resuming at last_epoch={last_epoch} needs 'initial_lr' in every "
+                                 f"param group (set when the schedule started)")
+        self.base_lrs = [group["initial_lr"] for group in optimizer.param_groups]
+        self.last_epoch = int(last_epoch)
+        self.step()
+
+    def get_lr(self):
+        raise NotImplementedError(f"{type(self).__name__} must define get_lr()")
+
+    def get_last_lr(self):
+        """Each param group's rate after the last ``step``."""
+        return list(self._last_lr)
+
+    def step(self, epoch=None):
+        """Advance one epoch (or go to ``epoch``) and set every param group's rate."""
+        self.last_epoch = self.last_epoch + 1 if epoch is None else int(epoch)
+        rates = list(self.get_lr())
+        if len(rates) != len(self.optimizer.param_groups):
+            raise ValueError(f"{type(self).__name__}.get_lr gave {len(rates)} rates for "
+                             f"{len(self.optimizer.param_groups)} param groups")
+        for group, lr in zip(self.optimizer.param_groups, rates):
+            group["lr"] = lr
+        self._last_lr = rates
+
+    def state_dict(self):
+        """The scheduler's state without the optimizer and functions (PyTorch's rule)."""
+        return {key: value for key, value in vars(self).items()
+                if key != "optimizer" and not callable(value) and key != "lr_lambdas"}
+
+    def load_state_dict(self, state):
+        """Continue from ``state`` (from ``state_dict``)."""
+        self.__dict__.update(state)
+
+
+class LambdaLR(LRScheduler):
+    """Each param group's rate is its starting rate times ``lr_lambda(epoch)`` (one function, or
+    one per group).
+
+    >>> scheduler = jt.optim.LambdaLR(opt, lambda epoch: min(1.0, (epoch + 1) / 5))   # warm-up
+    """
+
+    def __init__(self, optimizer, lr_lambda, last_epoch=-1):
+        if not isinstance(optimizer, Optimizer):
+            raise TypeError(f"LambdaLR: optimizer must be a jtmini Optimizer, got {type(optimizer).__name__}")
+        groups = len(optimizer.param_groups)
+        lambdas = list(lr_lambda) if isinstance(lr_lambda, (list, tuple)) else [lr_lambda] * groups
+        if len(lambdas) != groups or not all(callable(f) for f in lambdas):
+            raise ValueError(f"LambdaLR: lr_lambda must be a function or a list of {groups} functions "
+                             f"(one per param group), got {lr_lambda!r}")
+        self.lr_lambdas = lambdas
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self):
+        return [base * f(self.last_epoch) for f, base in zip(self.lr_lambdas, self.base_lrs)]
+
+
+__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "LRScheduler", "LambdaLR", "opt_grad"]

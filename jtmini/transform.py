@@ -263,6 +263,58 @@ def resize(img, size, interpolation=_BILINEAR):
     return img.resize((width, height), interpolation)
 
 
+def center_crop(img, output_size):
+    """The central ``output_size`` (int or (h, w)) box of PIL image ``img``, its corner rounded
+    as Jittor's function does (``round((H - h) / 2)``).
+
+    >>> center_crop(Image.new("RGB", (10, 8)), 4).size
+    (4, 4)
+    """
+    if not _is_pil(img):
+        raise TypeError(f"center_crop: img must be a PIL image, got {type(img).__name__}")
+    h, w = _setup_size(output_size, "center_crop")
+    width, height = img.size
+    return crop(img, int(round((height - h) / 2.0)), int(round((width - w) / 2.0)), h, w)
+
+
+def crop_and_resize(img, top, left, height, width, size, interpolation=_BILINEAR):
+    """``crop`` then ``resize`` of PIL image ``img``.
+
+    >>> crop_and_resize(Image.new("RGB", (50, 50)), 10, 10, 20, 30, (8, 12)).size
+    (12, 8)
+    """
+    return resize(crop(img, top, left, height, width), size, interpolation)
+
+
+def gray(img, num_output_channels=1):
+    """PIL image ``img`` in grayscale (ITU-R 601-2 luma): an "L" image, or with 3 channels an
+    "RGB" one with r = g = b (Jittor's function; the class ``Gray`` gives float arrays).
+
+    >>> gray(Image.new("RGB", (5, 4), (255, 0, 0)), 3).mode
+    'RGB'
+    """
+    if not _is_pil(img):
+        raise TypeError(f"gray: img must be a PIL image, got {type(img).__name__}")
+    if num_output_channels not in (1, 3):
+        raise ValueError(f"gray: num_output_channels must be 1 or 3, got {num_output_channels!r}")
+    luma = img.convert("L")
+    return luma if num_output_channels == 1 else luma.convert("RGB")
+
+
+class Crop:
+    """Crop the box (``top``, ``left``, ``height``, ``width``) (see ``crop``).
+
+    >>> Crop(0, 0, 4, 6)(Image.new("RGB", (10, 8))).size
+    (6, 4)
+    """
+
+    def __init__(self, top, left, height, width):
+        self.top, self.left, self.height, self.width = top, left, height, width
+
+    def __call__(self, img):
+        return crop(_as_pil(img, "Crop"), self.top, self.left, self.height, self.width)
+
+
 def hflip(img):
     """PIL image ``img`` mirrored left to right.
 

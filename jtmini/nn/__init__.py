@@ -10,39 +10,45 @@
 
 The optimizers live in ``jtmini.optim`` and are re-exported here (``nn.SGD``), as in Jittor.
 """
-from .activation import (ELU, GELU, Hardtanh, LogSoftmax, PReLU, ReLU6, SiLU, Softmax, Softplus, elu, gelu,
-                         hardtanh, relu6, silu, softplus)
+from .activation import (ELU, GELU, Hardtanh, LogSoftmax, Mish, PReLU, ReLU6, SiLU, Softmax, Softplus, elu, gelu,
+                         hardtanh, mish, relu6, silu, softplus)
 from .attention import MultiheadAttention
 from .containers import ModuleDict, ModuleList, ParameterDict, ParameterList
 from .conv import Conv, Conv2d, conv2d
 from .ctc import CTCLoss, ctc_loss
 from .grid import affine_grid, grid_sample
 from .conv_more import Conv1d, ConvTranspose, ConvTranspose2d, conv1d, conv_transpose, conv_transpose2d
+from .volumetric import Conv3d, ConvTranspose3d, conv3d, conv_transpose3d
 from .sparse import Embedding, embedding
 from .fold import fold, unfold
 from .functional import (bce_loss, binary_cross_entropy_with_logits, cross_entropy_loss, dropout, flatten,
                          kl_div, l1_loss, leaky_relu, linear, log_softmax, mse_loss, nll_loss, one_hot, relu,
                          sigmoid, smooth_l1_loss, softmax, tanh)
 from .layers import (Bilinear, bilinear, BatchNorm, BatchNorm1d, BatchNorm2d, Dropout, Flatten, Identity, LeakyReLU,
-                     Leaky_relu, Linear, ReLU, Relu, Sigmoid, Tanh)
+                     Leaky_relu, Linear, Parameter, ReLU, Relu, Sigmoid, Tanh, identity, skip_init)
 from .losses import (BCELoss, BCEWithLogitsLoss, CrossEntropyLoss, KLDivLoss, L1Loss, MSELoss, NLLLoss,
                      SmoothL1Loss)
 from .module import Module, Sequential
-from .norm import GroupNorm, InstanceNorm2d, LayerNorm, group_norm, layer_norm
+from .norm import (GroupNorm, InstanceNorm, InstanceNorm1d, InstanceNorm2d, InstanceNorm3d, LayerNorm, batch_norm,
+                   group_norm, instance_norm, layer_norm)
+from .products import baddbmm, bmm_transpose, kron, matmul_transpose, scaled_dot_product_attention
 from ..persist import load, save
 from .pool import (AdaptiveAvgPool2d, AdaptiveMaxPool2d, AvgPool2d, AvgPool3d, MaxPool2d, MaxPool3d, MaxUnpool2d,
                    Pool, Pool3d, adaptive_avg_pool2d, adaptive_max_pool2d, avg_pool2d, avg_pool3d, max_pool2d,
                    max_pool3d, pool, pool3d)
 from .rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNBase, RNNCell
-from .resample import (ConstantPad2d, Dropout2d, PixelShuffle, ReflectionPad2d, ReplicationPad2d, Resize,
-                       Upsample, ZeroPad2d, dropout2d, interpolate, pad, pixel_shuffle)
+from .resample import (ConstantPad2d, DropPath, Dropout2d, PixelShuffle, ReflectionPad2d, ReplicationPad2d, Resize,
+                       Upsample, UpsamplingBilinear2d, UpsamplingNearest2d, ZeroPad2d, droppath, dropout2d,
+                       interpolate, pad, pixel_shuffle, resize)
 
 from ..ops.registry import FUNCTIONS as _FUNCTIONS
 
 # Jittor's nn namespace holds its batched products too (nn.matmul, nn.bmm)
 matmul, bmm = _FUNCTIONS["matmul"], _FUNCTIONS["bmm"]
+# and some of its tensor functions: nn.logsumexp, nn.log_sigmoid, nn.sign, nn.tensordot
+logsumexp, log_sigmoid, sign, tensordot = (_FUNCTIONS[n] for n in ("logsumexp", "log_sigmoid", "sign", "tensordot"))
 
-_OPTIMIZERS = ("Optimizer", "SGD", "Adam", "AdamW", "RMSprop", "Adagrad")
+_OPTIMIZERS = ("Optimizer", "SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "LRScheduler", "LambdaLR", "opt_grad")
 
 
 def __getattr__(name):
@@ -55,5 +61,5 @@ def __getattr__(name):
 
 __all__ = sorted(name for name in dir() if not name.startswith("_")
                  and name not in ("activation", "arguments", "attention", "containers", "conv", "conv_more", "ctc", "functional", "grid",
-                                  "layers", "losses", "module", "norm", "persist", "pool", "resample", "rnn", "sparse"))
+                                  "layers", "losses", "module", "norm", "persist", "pool", "products", "resample", "rnn", "sparse", "volumetric"))
 __all__ += list(_OPTIMIZERS)

@@ -145,6 +145,26 @@ def relu6(x):
     return hardtanh(_numeric_input(x, "relu6"), 0.0, 6.0)
 
 
+def mish(x, inplace=False):
+    """x * tanh(softplus(x)) (Mish); ``inplace`` is accepted and ignored, as in Jittor.
+
+    >>> nn.mish(jt.array([0.0, 1.0])).numpy().round(4)
+    array([0.    , 0.8651], dtype=float32)
+    """
+    x = _float_input(x, "mish")
+    return x * softplus(x).tanh()
+
+
+class Mish(Module):
+    """Layer form of ``mish``."""
+
+    def __init__(self, inplace=False):
+        self.inplace = inplace
+
+    def execute(self, x):
+        return mish(x)
+
+
 class GELU(Module):
     """Layer form of ``gelu``.
 

@@ -242,3 +242,27 @@ class Identity(Module):
 
 
 Relu, Leaky_relu = ReLU, LeakyReLU
+
+
+def identity(input):
+    """``input`` itself (Jittor's ``nn.identity``)."""
+    return input
+
+
+def Parameter(data, requires_grad=True):
+    """A copy of ``data`` that takes gradients (``requires_grad``), for code written for PyTorch:
+    in jtmini, as in Jittor, every Var attribute of a Module is a parameter already (name it
+    with a leading ``_`` to keep it out).
+
+    >>> class Scale(nn.Module):
+    ...     def __init__(self): self.s = nn.Parameter(jt.ones(1))
+    """
+    from ..creation import array
+    value = array(data)            # a leaf of its own: a Var's value, or a copy of an array
+    value.requires_grad = requires_grad
+    return value
+
+
+def skip_init(module_cls, *args, **kwargs):
+    """``module_cls(*args, **kwargs)``: PyTorch's name; jtmini initialises parameters lazily anyway."""
+    return module_cls(*args, **kwargs)

@@ -162,32 +162,109 @@ class GroupNorm(Module):
         return group_norm(x, self.num_groups, self.weight, self.bias, self.eps)
 
 
-class InstanceNorm2d(Module):
-    """Normalise each channel of each sample of (N, C, H, W) input (or unbatched (C, H, W)) over
-    its H x W positions; with ``affine``, then a per-channel ``weight`` (ones) and ``bias``
-    (zeros). No running statistics are kept, as with PyTorch's default. Jittor's ``momentum``,
-    ``is_train`` and ``sync`` are accepted and, as in Jittor, have no effect: with no running
-    statistics the output is the same in training and evaluation.
+_POSITIONS = {1: "L", 2: "H, W", 3: "D, H, W"}
+
+
+class InstanceNorm(Module):
+    """Normalise each channel of each sample of (N, C, ...) input over its positions; with
+    ``affine`` (Jittor's default, True), then a per-channel ``weight`` (ones) and ``bias`` (zeros).
+    No running statistics are kept, as in Jittor and PyTorch's default; Jittor's ``momentum``,
+    ``is_train`` and ``sync`` are accepted and, as in Jittor, have no effect. ``InstanceNorm1d``,
+    ``InstanceNorm2d`` and ``InstanceNorm3d`` take (N, C, L), (N, C, H, W), (N, C, D, H, W) input,
+    or the same without N.
 
     >>> nn.InstanceNorm2d(3)(jt.randn(2, 3, 4, 4)).shape
     (2, 3, 4, 4)
     """
+    spatial = None          # how many position dims the input has; None: any number, batched
 
-    def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=False, is_train=True, sync=True):
-        self.num_features = count("InstanceNorm2d", "num_features", num_features)
+    def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=True, is_train=True, sync=True):
+        who = type(self).__name__
+        self.num_features = count(who, "num_features", num_features)
         self.momentum, self.is_train, self.sync = momentum, bool(is_train), bool(sync)
-        self.eps, self.affine = _eps("InstanceNorm2d", eps), bool(affine)
+        self.eps, self.affine = _eps(who, eps), bool(affine)
         self.weight = init.one((self.num_features,)) if affine else None
         self.bias = init.zero((self.num_features,)) if affine else None
 
     def execute(self, x):
-        x = _float_input(x, "InstanceNorm2d")
-        c = self.num_features
-        if x.ndim not in (3, 4) or x.shape[-3] != c:
-            raise ValueError(f"InstanceNorm2d({c}) needs input of shape (N, {c}, H, W) or "
-                             f"({c}, H, W), got {x.shape}")
-        y = _standardize(x, (x.ndim - 2, x.ndim - 1), self.eps)
-        return _scale_shift(y, self.weight, self.bias, (c, 1, 1))
+        who, c = type(self).__name__, self.num_features
+        x = _float_input(x, who)
+        k = x.ndim - 2 if self.spatial is None else self.spatial
+        batched = x.ndim == k + 2
+        if k < 1 or not (batched or x.ndim == k + 1) or x.shape[-k - 1] != c:
+            dims = _POSITIONS.get(self.spatial)
+            want = f"(N, {c}, ...)" if dims is None else f"(N, {c}, {dims}) or ({c}, {dims})"
+            raise ValueError(f"{who}({c}) needs input of shape {want}, got {x.shape}")
+        y = _standardize(x, tuple(range(x.ndim - k, x.ndim)), self.eps)
+        return _scale_shift(y, self.weight, self.bias, (c,) + (1,) * k)
 
 
-__all__ = ["GroupNorm", "InstanceNorm2d", "LayerNorm", "group_norm", "layer_norm"]
+class InstanceNorm1d(InstanceNorm):
+    spatial = 1
+
+
+class InstanceNorm2d(InstanceNorm):
+    spatial = 2
+
+
+class InstanceNorm3d(InstanceNorm):
+    spatial = 3
+
+
+def instance_norm(x, running_mean=None, running_var=None, weight=1, bias=0, momentum=0.1, eps=1e-5):
+    """Jittor's functional instance norm of (N, C, ...) ``x``: each channel of each sample
+    standardised over its positions, then ``* weight + bias`` (numbers or (C,) Vars); the running
+    statistics arguments are accepted and unused, as in Jittor.
+
+    >>> nn.instance_norm(jt.randn(2, 3, 8)).shape
+    (2, 3, 8)
+    """
+    x = _float_input(x, "instance_norm")
+    if x.ndim < 3:
+        raise ValueError(f"instance_norm needs (N, C, ...) input, got shape {x.shape}")
+    y = _standardize(x, tuple(range(2, x.ndim)), _eps("instance_norm", eps))
+    shape = (x.shape[1],) + (1,) * (x.ndim - 2)
+    weight = weight.reshape(shape) if isinstance(weight, Var) else weight
+    bias = bias.reshape(shape) if isinstance(bias, Var) else bias
+    return y * weight + bias
+
+
+def _per_channel(value, shape):
+    """A number stays a number; a (C,) Var is reshaped to broadcast over (N, C, ...)."""
+    return value.reshape(shape) if isinstance(value, Var) else value
+
+
+def batch_norm(x, running_mean, running_var, weight=None, bias=None, training=False, momentum=0.1,
+               eps=1e-5):
+    """Functional batch norm of (N, C, ...) ``x`` (PyTorch's and Jittor's argument order). In
+    training the batch's mean and biased variance normalise ``x`` and the running statistics
+    (when given) move by ``momentum`` toward the batch's mean and unbiased variance (``assign``);
+    otherwise the running statistics normalise. ``weight`` and ``bias`` are numbers, (C,) Vars or
+    None. Unlike ``nn.BatchNorm`` it does not average statistics over MPI ranks.
+
+    >>> nn.batch_norm(jt.randn(4, 3, 5), jt.zeros(3), jt.ones(3), training=True).shape
+    (4, 3, 5)
+    """
+    x = _float_input(x, "batch_norm")
+    if x.ndim < 2:
+        raise ValueError(f"batch_norm needs (N, C, ...) input, got shape {x.shape}")
+    dims, shape = (0,) + tuple(range(2, x.ndim)), (1, x.shape[1]) + (1,) * (x.ndim - 2)
+    if training:
+        mean = x.mean(dims)
+        var = ((x - mean.reshape(shape)) ** 2).mean(dims)
+        n = x.numel() // x.shape[1]
+        if running_mean is not None:
+            running_mean.assign(running_mean * (1 - momentum) + mean.detach() * momentum)
+        if running_var is not None:
+            running_var.assign(running_var * (1 - momentum) + var.detach() * (momentum * n / max(n - 1, 1)))
+    elif running_mean is None or running_var is None:
+        raise ValueError("batch_norm: running_mean and running_var are needed when training=False")
+    else:
+        mean, var = running_mean, running_var
+    y = (x - mean.reshape(shape)) / (var.reshape(shape) + _eps("batch_norm", eps)).sqrt()
+    y = y if weight is None else y * _per_channel(weight, shape)
+    return y if bias is None else y + _per_channel(bias, shape)
+
+
+__all__ = ["GroupNorm", "InstanceNorm", "InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d", "LayerNorm",
+           "batch_norm", "group_norm", "instance_norm", "layer_norm"]

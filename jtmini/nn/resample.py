@@ -82,6 +82,38 @@ class Dropout2d(Module):
         return dropout2d(x, self.p, self.is_train)
 
 
+def droppath(x, p=0.5, is_train=False):
+    """Stochastic depth: zero each sample (the whole of ``x[i]``) with probability ``p`` and
+    scale the kept ones by 1/(1-p), in training only.
+
+    >>> nn.droppath(jt.ones(4, 3), 0.5, is_train=True).shape
+    (4, 3)
+    """
+    x = _input(x, "droppath", tuple(range(1, 9)), floats=True)
+    p = _probability(p, "droppath")
+    if not is_train or p == 0:
+        return x
+    if p == 1:
+        return x * 0.0
+    keep = random_op.random_node((x.shape[0],) + (1,) * (x.ndim - 1)) > p
+    return x * keep.cast(x.dtype) / (1.0 - p)
+
+
+class DropPath(Module):
+    """Layer form of ``droppath``; as in Jittor ``is_train`` defaults to False and ``train()``
+    turns it on.
+
+    >>> nn.DropPath(0.1)(jt.ones(2, 5)).numpy().tolist()     # identity until train()
+    [[1.0, 1.0, 1.0, 1.0, 1.0], [1.0, 1.0, 1.0, 1.0, 1.0]]
+    """
+
+    def __init__(self, p=0.5, is_train=False):
+        self.p, self.is_train = _probability(p, "DropPath"), is_train
+
+    def execute(self, x):
+        return droppath(x, self.p, self.is_train)
+
+
 # --- padding -------------------------------------------------------------------------------------
 def _pad_widths(x, padding, who):
     """PyTorch's flat ``padding`` (before, after pairs from the last dim back) as one
@@ -438,5 +470,28 @@ class Resize(Module):
         return interpolate(x, self.size, None, self.mode, self.align_corners)
 
 
-__all__ = ["ConstantPad2d", "Dropout2d", "PixelShuffle", "ReflectionPad2d", "ReplicationPad2d",
+class UpsamplingBilinear2d(Upsample):
+    """``Upsample`` in 'bilinear' mode with aligned corners (PyTorch's meaning of this name).
+
+    >>> nn.UpsamplingBilinear2d(scale_factor=2)(jt.randn(1, 1, 3, 3)).shape
+    (1, 1, 6, 6)
+    """
+
+    def __init__(self, size=None, scale_factor=None):
+        super().__init__(scale_factor, "bilinear", size, align_corners=True)
+
+
+class UpsamplingNearest2d(Upsample):
+    """``Upsample`` in 'nearest' mode."""
+
+    def __init__(self, size=None, scale_factor=None):
+        super().__init__(scale_factor, "nearest", size)
+
+
+def resize(img, size, mode="nearest", align_corners=False):
+    """Jittor's ``nn.resize``: (N, C, H, W) ``img`` resized to ``size`` (H, W) by ``interpolate``."""
+    return interpolate(img, size, None, mode, align_corners)
+
+
+__all__ = ["ConstantPad2d", "DropPath", "Dropout2d", "UpsamplingBilinear2d", "UpsamplingNearest2d", "droppath", "resize", "PixelShuffle", "ReflectionPad2d", "ReplicationPad2d",
            "Resize", "Upsample", "ZeroPad2d", "dropout2d", "interpolate", "pad", "pixel_shuffle"]
