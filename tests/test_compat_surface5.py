@@ -247,9 +247,8 @@ def test_mish_matches_torch(rng):
 
 def test_droppath_drops_whole_samples():
     x = jt.ones(400, 3, 2)
-    assert nn.DropPath(0.3)(x) is x                               # is_train False by default, as Jittor
-    layer = nn.DropPath(0.25)
-    layer.train()
+    assert nn.DropPath(0.3, is_train=False)(x) is x and nn.DropPath(0.3).eval()(x) is x
+    layer = nn.DropPath(0.25)                                   # training by default, like Dropout
     out = layer(x).numpy().reshape(400, -1)
     per_sample = out[:, 0]
     assert set(np.unique(out).tolist()) <= {0.0, float(np.float32(1 / 0.75))} and (out == per_sample[:, None]).all()

@@ -82,7 +82,7 @@ class Dropout2d(Module):
         return dropout2d(x, self.p, self.is_train)
 
 
-def droppath(x, p=0.5, is_train=False):
+def droppath(x, p=0.5, is_train=True):
     """Stochastic depth: zero each sample (the whole of ``x[i]``) with probability ``p`` and
     scale the kept ones by 1/(1-p), in training only.
 
@@ -100,14 +100,14 @@ def droppath(x, p=0.5, is_train=False):
 
 
 class DropPath(Module):
-    """Layer form of ``droppath``; as in Jittor ``is_train`` defaults to False and ``train()``
-    turns it on.
+    """Layer form of ``droppath``; ``is_train`` defaults to True like ``Dropout``'s (Jittor's
+    starts False), and ``eval()`` turns it off.
 
-    >>> nn.DropPath(0.1)(jt.ones(2, 5)).numpy().tolist()     # identity until train()
+    >>> nn.DropPath(0.1).eval()(jt.ones(2, 5)).numpy().tolist()     # identity in eval mode
     [[1.0, 1.0, 1.0, 1.0, 1.0], [1.0, 1.0, 1.0, 1.0, 1.0]]
     """
 
-    def __init__(self, p=0.5, is_train=False):
+    def __init__(self, p=0.5, is_train=True):
         self.p, self.is_train = _probability(p, "DropPath"), is_train
 
     def execute(self, x):
