@@ -137,12 +137,36 @@ def scalar_dtype(value, other):
 
 class NanoString(str):
     """Jittor's ``jt.NanoString``: the small string type its dtypes and op names are. Here it is a
-    ``str`` (dtypes are strings in jtmini), so it goes wherever a dtype name does.
+    ``str`` (dtypes are strings in jtmini), so it goes wherever a dtype name does; a Var's
+    ``dtype`` is one, with Jittor's questions ``is_float()``, ``is_int()``, ``is_bool()``.
 
         >>> jt.array([1, 2], dtype=jt.NanoString("float32")).dtype
         'float32'
+        >>> jt.zeros(2).dtype.is_float(), jt.zeros(2, dtype="int8").dtype.is_int()
+        (True, True)
     """
     __slots__ = ()
+
+    def is_float(self):
+        return str(self) in FLOATS
+
+    is_floating_point = is_float
+
+    def is_int(self):
+        return str(self) in INTEGERS
+
+    def is_unsigned(self):
+        return str(self).startswith("uint")
+
+    def is_bool(self):
+        return str(self) == "bool"
+
+    def is_complex(self):
+        return False
+
+
+# one NanoString per dtype name: a Var's dtype is one of these
+NAMED = {name: NanoString(name) for name in C_TYPES}
 
 
 # Jittor's automatic mixed precision bits (``jt.flags.amp_reg``), as its nano_string.h names them

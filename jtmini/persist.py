@@ -52,6 +52,8 @@ def _values(obj):
         return type(obj)((k, _values(v)) for k, v in obj.items())
     if isinstance(obj, (list, tuple)):
         return type(obj)(_values(v) for v in obj)
+    if isinstance(obj, str) and type(obj) is not str:      # a Var's dtype (NanoString) saves as its name
+        return str(obj)
     return obj
 
 

@@ -30,6 +30,8 @@ from .flags import flags
 from .ops.registry import OPS, METHODS
 from .state import services
 
+_NAMED = dtypes.NAMED      # a Var's dtype is the NanoString of its name (Jittor's x.dtype.is_float())
+
 _ids = itertools.count()
 # id -> weak reference to an unrealized node, for pending_roots(). Keyed by id because Var.__eq__
 # builds a node. Plain references with no callback (a WeakValueDictionary costs a third of a Var's
@@ -188,7 +190,7 @@ class Var:
             leaf = services.array(op, inputs if inputs is not None else dtype)
             op, inputs, attrs, shape, dtype, data = None, (), {}, leaf.shape, leaf.dtype, leaf._data
         self.op, self.inputs, self.attrs = op, tuple(inputs), attrs
-        self.shape, self.dtype = _shape_of(shape), dtype
+        self.shape, self.dtype = _shape_of(shape), _NAMED.get(dtype, dtype)
         self._data, self._stop_grad, self._consumers = data, False, []
         self._backward = None        # (inputs, rule) set by autograd.custom_grad
         self.id, self._name = next(_ids), ""

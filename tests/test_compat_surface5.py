@@ -366,3 +366,14 @@ def test_transform_functions():
     np.testing.assert_array_equal(np.asarray(g3)[..., 1], np.asarray(g1))
     with pytest.raises(ValueError, match="gray: num_output_channels must be 1 or 3"):
         transform.gray(img, 2)
+
+
+def test_dtype_answers_jittors_questions_and_saves_as_a_name(tmp_path):
+    x, i, b = jt.zeros(2), jt.zeros(2, dtype="int8"), jt.zeros(2, dtype="bool")
+    assert x.dtype.is_float() and x.dtype.is_floating_point() and not x.dtype.is_int()
+    assert i.dtype.is_int() and not i.dtype.is_float() and b.dtype.is_bool() and not b.dtype.is_int()
+    assert (x + 1).dtype.is_float() and x.dtype == "float32" and repr(x.dtype) == "'float32'"
+    assert jt.zeros(1, dtype="uint8").dtype.is_unsigned() and not x.dtype.is_complex()
+    jt.save({"dtype": x.dtype, "w": x}, str(tmp_path / "c.pkl"))
+    loaded = jt.load(str(tmp_path / "c.pkl"))
+    assert loaded["dtype"] == "float32" and type(loaded["dtype"]) is str
