@@ -57,20 +57,34 @@ class Optimizer:
             raise ValueError("optimizer got an empty parameter list")
         if not isinstance(groups[0], dict):
             groups = [{"params": groups}]
-        self.param_groups = [_ParamGroup(self, group, params=_listed(group["params"], "a param group's params"))
-                             for group in groups]
-        _check_params(self.param_groups)
+        self.param_groups = []
         self.lr = lr
         self.n_step = 0
         self._grads = None      # accumulated gradients, one Var per trainable parameter, or None
         self._summed = None     # the same summed over ranks, each a handle of the optimizer's own
         self._clipped = None    # (gradients summed over ranks, clipping coefficient) not yet scaled
-        broadcast_in_place([p for group in self.param_groups for p in group["params"]], root=0)
-        for group in self.param_groups:
-            _check_hyper(self, group)
-            for key in self.STATE_KEYS:
-                group[key] = [None] * len(group["params"])
-            group["steps"] = [0] * len(group["params"])
+        for group in groups:
+            self.add_param_group(group)
+
+    def add_param_group(self, group):
+        """Train the parameters of ``group`` too (a dict with ``params`` and optional per-group
+        hyper-parameters), as PyTorch's and Jittor's. Under mpirun they are broadcast from rank 0
+        (see the class doc); call it on every rank.
+
+            >>> opt.add_param_group({"params": head.parameters(), "lr": 0.01})
+        """
+        if not isinstance(group, dict) or "params" not in group:
+            raise TypeError(f"add_param_group: expected a dict with 'params', got {type(group).__name__}")
+        if self._grads is not None or self._summed is not None or self._clipped is not None:
+            raise RuntimeError("add_param_group: gradients are pending (backward was called); step() first")
+        group = _ParamGroup(self, group, params=_listed(group["params"], "a param group's params"))
+        _check_params(self.param_groups + [group])
+        broadcast_in_place(group["params"], root=0)
+        _check_hyper(self, group)
+        for key in self.STATE_KEYS:
+            group[key] = [None] * len(group["params"])
+        group["steps"] = [0] * len(group["params"])
+        self.param_groups.append(group)
 
     # --- subclasses ------------------------------------------------------------------------------
     def updates(self, group, grads):
@@ -139,9 +153,10 @@ class Optimizer:
         self._grads = grads
 
     @paused
-    def step(self, loss=None):
+    def step(self, loss=None, retain_graph=False):
         """Update the parameters: with ``loss``, backward first (Jittor's ``step(loss)``);
-        without, use the gradients accumulated by ``backward``. Then zero the gradients."""
+        without, use the gradients accumulated by ``backward``. Then zero the gradients.
+        ``retain_graph`` is Jittor's and has no use here (graphs are never freed under a Var)."""
         if loss is not None:
             _check_scalar_loss(loss, f"{type(self).__name__}.step")
             self.backward(loss)
@@ -160,9 +175,40 @@ class Optimizer:
                 var._rebind(None, new)
         else:
             self._assign_updates(loss, grads if coef is None else _scaled(grads, coef))
+        self._count_step()
+
+    def _count_step(self):
         for group in self.param_groups:
             group["steps"] = [n + (not p.is_stop_grad()) for n, p in zip(group["steps"], group["params"])]
         self.n_step += 1
+
+    def pre_step(self, loss=None, retain_graph=False):
+        """The first call of a custom optimizer's ``step``, as in Jittor: backward of ``loss``
+        (when given), so that ``group["grads"]`` holds the gradients to apply (summed over ranks).
+
+            >>> class PlainSGD(jt.optim.Optimizer):
+            ...     def step(self, loss=None):
+            ...         self.pre_step(loss)
+            ...         for pg in self.param_groups:
+            ...             for p, g in zip(pg["params"], pg["grads"]):
+            ...                 if not p.is_stop_grad():
+            ...                     p.update(p - g * pg.get("lr", self.lr))
+            ...         self.post_step()
+        """
+        if loss is not None:
+            _check_scalar_loss(loss, f"{type(self).__name__}.pre_step")
+            self.backward(loss)
+
+    def post_step(self):
+        """The last call of a custom ``step``: compute the new parameter values (one schedule),
+        forget the gradients and count the step."""
+        self._realize(None, [])
+        self.zero_grad()
+        self._count_step()
+
+    def find_grad(self, v):
+        """Jittor's name of ``opt_grad``."""
+        return self.opt_grad(v)
 
     def _assign_updates(self, loss, grads):
         """Build each group's ``updates`` from ``grads`` (one per trainable parameter, in order),

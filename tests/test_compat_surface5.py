@@ -377,3 +377,81 @@ def test_dtype_answers_jittors_questions_and_saves_as_a_name(tmp_path):
     jt.save({"dtype": x.dtype, "w": x}, str(tmp_path / "c.pkl"))
     loaded = jt.load(str(tmp_path / "c.pkl"))
     assert loaded["dtype"] == "float32" and type(loaded["dtype"]) is str
+
+
+# --- Module and Optimizer methods that Jittor (and PyTorch) code calls ---------------------------
+class _PlainSGD(jt.optim.Optimizer):
+    """A custom optimizer written as Jittor's docs show: pre_step, group["grads"], update, post_step."""
+
+    def step(self, loss=None):
+        self.pre_step(loss)
+        for pg in self.param_groups:
+            for p, g in zip(pg["params"], pg["grads"]):
+                if not p.is_stop_grad():
+                    p.update(p - g * pg.get("lr", self.lr))
+        self.post_step()
+
+
+def test_custom_optimizer_with_pre_and_post_step_matches_torch(rng):
+    x, y = rng.standard_normal((8, 3)).astype("float32"), rng.standard_normal((8, 2)).astype("float32")
+    ours, theirs = nn.Linear(3, 2), torch.nn.Linear(3, 2)
+    theirs.weight.data, theirs.bias.data = torch.tensor(ours.weight.numpy()), torch.tensor(ours.bias.numpy())
+    opt = _PlainSGD(ours.parameters(), 0.1)
+    t_opt = torch.optim.SGD(theirs.parameters(), 0.1)
+    for _ in range(3):
+        opt.step(((ours(jt.array(x)) - jt.array(y)) ** 2).mean())
+        t_opt.zero_grad()
+        ((theirs(torch.tensor(x)) - torch.tensor(y)) ** 2).mean().backward()
+        t_opt.step()
+    np.testing.assert_allclose(ours.weight.numpy(), theirs.weight.detach().numpy(), rtol=1e-5, atol=1e-6)
+    assert opt.n_step == 3 and opt.param_groups[0]["steps"] == [3, 3]
+
+
+def test_add_param_group_and_find_grad():
+    a, b = nn.Linear(2, 1), nn.Linear(2, 1)
+    opt = nn.SGD(a.parameters(), lr=0.1, momentum=0.9)
+    opt.add_param_group({"params": b.parameters(), "lr": 0.0})
+    before = b.weight.numpy().copy()
+    opt.backward((a(jt.ones(1, 2)) + b(jt.ones(1, 2))).sum())
+    np.testing.assert_allclose(opt.find_grad(b.weight).numpy(), [[1.0, 1.0]])
+    with pytest.raises(RuntimeError, match="add_param_group: gradients are pending"):
+        opt.add_param_group({"params": [jt.zeros(1)]})
+    opt.step()
+    np.testing.assert_array_equal(b.weight.numpy(), before)          # its group's lr is 0
+    with pytest.raises(ValueError):
+        opt.add_param_group({"params": a.parameters()})               # already trained by this optimizer
+    with pytest.raises(TypeError, match="add_param_group: expected a dict with 'params'"):
+        opt.add_param_group([jt.zeros(1)])
+
+
+def test_module_add_module_buffers_and_training():
+    class Net(nn.Module):
+        def __init__(self):
+            self.add_module("fc", nn.Linear(2, 2))
+            self.register_buffer("mask", jt.ones(2, 2).tril(), persistent=False)
+            self.register_buffer("steps", np.zeros(1, "int32"))
+
+        def execute(self, x):
+            return self.fc(x) * self.mask[0]
+    net = Net()
+    assert sorted(net.state_dict()) == ["fc.bias", "fc.weight", "steps"]
+    assert [n for n, _ in net.named_buffers()] == ["mask", "steps"] and len(net.buffers()) == 2
+    opt = nn.SGD(net.parameters(), lr=0.5)
+    opt.step(net(jt.ones(1, 2)).sum())
+    np.testing.assert_array_equal(net.mask.numpy(), np.tril(np.ones((2, 2))))     # buffers are not trained
+    net.load_state_dict(net.state_dict())
+    assert net.training and net.is_training()
+    net.training = False
+    assert not net.is_train and net.fc.is_train          # the module's own flag, as PyTorch's attribute
+    with pytest.raises(ValueError, match="add_module: the name must be a non-empty string without '.'"):
+        net.add_module("a.b", nn.Linear(1, 1))
+
+
+def test_cuda_without_a_gpu_is_a_clear_error():
+    if jt.has_cuda:
+        pytest.skip("a GPU is present: cuda() turns it on")
+    with pytest.raises(RuntimeError, match=r"Linear.cuda: no CUDA device can be used here"):
+        nn.Linear(1, 1).cuda()
+    with pytest.raises(RuntimeError, match=r"Var.to\('cuda:0'\): no CUDA device"):
+        jt.ones(1).to("cuda:0")
+    assert not jt.flags.use_cuda

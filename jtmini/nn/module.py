@@ -22,6 +22,7 @@ import collections
 import numpy as np
 
 from .. import dtypes, persist
+from ..creation import array
 from ..gc_pause import paused
 from ..ops.collective import broadcast_in_place
 from ..var import Var
@@ -144,6 +145,56 @@ class Module:
         """Every Var of the module tree (see ``named_parameters``), in a stable order."""
         return [var for _, var in self.named_parameters()]
 
+    def add_module(self, name, module):
+        """Hold ``module`` as attribute ``name`` (PyTorch's and Jittor's); returns self."""
+        if not isinstance(name, str) or not name or "." in name:
+            raise ValueError(f"add_module: the name must be a non-empty string without '.', got {name!r}")
+        if module is not None and not isinstance(module, Module):
+            raise TypeError(f"add_module: {name!r} must be a Module or None, got {type(module).__name__}")
+        setattr(self, name, module)
+        return self
+
+    def register_buffer(self, name, value, persistent=True):
+        """Hold ``value`` (a Var or array) as attribute ``name``, not trained (``stop_grad``, as
+        BatchNorm's statistics); ``persistent=False`` keeps it out of ``state_dict``. Returns it.
+
+            >>> self.register_buffer("mask", jt.ones(8, 8).tril(), persistent=False)
+        """
+        if not isinstance(name, str) or not name or "." in name:
+            raise ValueError(f"register_buffer: the name must be a non-empty string without '.', got {name!r}")
+        if value is not None:
+            value = value if isinstance(value, Var) else array(value)
+            value.stop_grad()
+            value.persistent = bool(persistent)
+        setattr(self, name, value)
+        return value
+
+    def named_buffers(self):
+        """(dotted name, Var) for every Var of the tree that is not trained (``stop_grad``):
+        registered buffers and BatchNorm statistics."""
+        return [(name, v) for name, v in self.named_parameters() if v.is_stop_grad()]
+
+    def buffers(self):
+        return [v for _, v in self.named_buffers()]
+
+    @property
+    def training(self):
+        """PyTorch's name of ``is_train``."""
+        return self.is_train
+
+    @training.setter
+    def training(self, value):
+        self.is_train = bool(value)
+
+    def is_training(self):
+        return self.is_train
+
+    def cuda(self, device=None):
+        """As Jittor's: turn on ``jt.flags.use_cuda``; a RuntimeError where no GPU can be used."""
+        from ..ops.compat import use_gpu
+        use_gpu(f"{type(self).__name__}.cuda")
+        return self
+
     def apply(self, fn):
         """Call ``fn(module)`` on every module of the tree; returns self."""
         for module in self.modules():
@@ -231,7 +282,11 @@ class Module:
     # --- state ---------------------------------------------------------------------------------
     def state_dict(self):
         """An ordered dict of dotted name -> numpy array (a copy) for every Var of the tree."""
-        return collections.OrderedDict((name, var.numpy()) for name, var in self.named_parameters())
+        return collections.OrderedDict((name, var.numpy()) for name, var in self._persistent())
+
+    def _persistent(self):
+        """named_parameters without the buffers registered with ``persistent=False``."""
+        return [(n, v) for n, v in self.named_parameters() if getattr(v, "persistent", True)]
 
     def load_state_dict(self, state, strict=True):
         """Give each Var the value stored under its name. Shapes must match; a value of another
@@ -242,7 +297,7 @@ class Module:
 
             >>> net.load_state_dict({k: v * 0 for k, v in net.state_dict().items()})
         """
-        own = dict(self.named_parameters())
+        own = dict(self._persistent())
         missing, unexpected = sorted(set(own) - set(state)), sorted(set(state) - set(own))
         if strict and (missing or unexpected):
             raise KeyError(f"load_state_dict: missing {missing}, unexpected {unexpected}")

@@ -168,10 +168,20 @@ def cpu(x):
     return x.clone()
 
 
+def use_gpu(who):
+    """Turn on ``jt.flags.use_cuda`` as Jittor's ``cuda()`` does; a RuntimeError naming ``who``
+    where no GPU can be used (Jittor's "No CUDA found"), instead of a failure at the next compute."""
+    from ..runtime.cuda import has_cuda
+    if not has_cuda():
+        raise RuntimeError(f"{who}: no CUDA device can be used here (jtmini runs CUDA through cupy: "
+                           f"pip install -e .[cuda] on a machine with an NVIDIA GPU); stay on the CPU")
+    flags.use_cuda = 1
+
+
 @export("cuda", function=False)
 def cuda(x):
     """As Jittor's: turn on ``jt.flags.use_cuda`` (everything runs on the GPU from then on)."""
-    flags.use_cuda = 1
+    use_gpu("Var.cuda")
     return x
 
 
@@ -195,7 +205,7 @@ def to(x, *args, **kwargs):
         return cast(x, target)
     device = str(target)
     if "cuda" in device:
-        flags.use_cuda = 1
+        use_gpu(f"Var.to({target!r})")
     elif "cpu" in device:
         flags.use_cuda = 0
     else:
