@@ -455,3 +455,15 @@ def test_cuda_without_a_gpu_is_a_clear_error():
     with pytest.raises(RuntimeError, match=r"Var.to\('cuda:0'\): no CUDA device"):
         jt.ones(1).to("cuda:0")
     assert not jt.flags.use_cuda
+
+
+@pytest.mark.parametrize("size", [1, (2, 3, 2), (None, 2, 4), (3, 1, 3)])
+def test_adaptive_pool3d_matches_torch(rng, size):
+    x = rng.standard_normal((2, 3, 5, 7, 6))
+    check_grad(lambda a: nn.AdaptiveAvgPool3d(size)(a), lambda t: F.adaptive_avg_pool3d(t, size), [x], ["sliced"])
+    check_grad(lambda a: nn.adaptive_max_pool3d(a, size), lambda t: F.adaptive_max_pool3d(t, size), [x])
+    assert nn.AdaptiveMaxPool3d(size)(jt.array(x[0])).shape == tuple(F.adaptive_max_pool3d(torch.tensor(x[0]), size).shape)
+    with pytest.raises(NotImplementedError, match="return_indices"):
+        nn.AdaptiveMaxPool3d(size, return_indices=True)
+    with pytest.raises(ValueError, match=r"adaptive_avg_pool3d: input must be a \(N, C, D, H, W\)"):
+        nn.adaptive_avg_pool3d(jt.zeros(2, 3, 4), 1)

@@ -33,8 +33,8 @@ from .norm import (GroupNorm, InstanceNorm, InstanceNorm1d, InstanceNorm2d, Inst
                    group_norm, instance_norm, layer_norm)
 from .products import baddbmm, bmm_transpose, kron, matmul_transpose, scaled_dot_product_attention
 from ..persist import load, save
-from .pool import (AdaptiveAvgPool2d, AdaptiveMaxPool2d, AvgPool2d, AvgPool3d, MaxPool2d, MaxPool3d, MaxUnpool2d,
-                   Pool, Pool3d, adaptive_avg_pool2d, adaptive_max_pool2d, avg_pool2d, avg_pool3d, max_pool2d,
+from .pool import (AdaptiveAvgPool2d, AdaptiveAvgPool3d, AdaptiveMaxPool2d, AdaptiveMaxPool3d, AvgPool2d, AvgPool3d, MaxPool2d, MaxPool3d, MaxUnpool2d,
+                   Pool, Pool3d, adaptive_avg_pool2d, adaptive_avg_pool3d, adaptive_max_pool2d, adaptive_max_pool3d, avg_pool2d, avg_pool3d, max_pool2d,
                    max_pool3d, pool, pool3d)
 from .rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNBase, RNNCell
 from .resample import (ConstantPad2d, DropPath, Dropout2d, PixelShuffle, ReflectionPad2d, ReplicationPad2d, Resize,

@@ -505,3 +505,65 @@ def max_pool3d(x, kernel_size, stride=None, padding=0, dilation=None, return_ind
 def avg_pool3d(x, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True):
     """Functional ``AvgPool3d``: ``nn.avg_pool3d(x, 3, 1, 1)``."""
     return AvgPool3d(kernel_size, stride, padding, ceil_mode, count_include_pad)(x)
+
+
+# --- adaptive 3-d pooling ------------------------------------------------------------------------
+def _adaptive3d(who, x, output_size, pool2d):
+    """Adaptive pooling of (N, C, D, H, W) (or (C, D, H, W)) ``x`` to ``output_size`` (an int or
+    (d, h, w), None keeping a dim) with PyTorch's windows. A window is a box, so the mean (or max)
+    over it is that over depth of that over (H, W): two 2-D adaptive pools, H x W first with depth
+    folded into channels, then depth with H x W flattened into one axis."""
+    if not isinstance(x, Var) or x.ndim not in (4, 5):
+        raise ValueError(f"{who}: input must be a (N, C, D, H, W) or (C, D, H, W) Var, got "
+                         f"{getattr(x, 'shape', type(x).__name__)}")
+    if x.ndim == 4:
+        return _adaptive3d(who, x.unsqueeze(0), output_size, pool2d).squeeze(0)
+    size = (output_size,) * 3 if output_size is None or is_count(output_size) else items(output_size)
+    if len(size) != 3 or any(s is not None and not (is_count(s) and s >= 1) for s in size):
+        raise ValueError(f"{who}: output_size must be an int >= 1 or a (d, h, w) triple of them "
+                         f"(None keeps a dim), got {output_size!r}")
+    n, c, d, h, w = x.shape
+    od, oh, ow = (int(s) if s is not None else full for s, full in zip(size, (d, h, w)))
+    planes = pool2d(x.reshape(n, c * d, h, w), (oh, ow))                       # (N, C*D, oh, ow)
+    depth = pool2d(planes.reshape(n, c, d, oh * ow), (od, oh * ow))            # (N, C, od, oh*ow)
+    return depth.reshape(n, c, od, oh, ow)
+
+
+def adaptive_avg_pool3d(x, output_size):
+    """Mean over PyTorch's adaptive 3-D windows: ``nn.adaptive_avg_pool3d(x, (2, 3, 3))``."""
+    return _adaptive3d("adaptive_avg_pool3d", x, output_size, adaptive_avg_pool2d)
+
+
+def adaptive_max_pool3d(x, output_size):
+    """Max over PyTorch's adaptive 3-D windows (no indices): ``nn.adaptive_max_pool3d(x, 1)``."""
+    if isinstance(x, Var) and not dtypes.is_float(x.dtype):
+        raise TypeError(f"adaptive_max_pool3d: input must be float32 or float64, got {x.dtype}")
+    return _adaptive3d("adaptive_max_pool3d", x, output_size, adaptive_max_pool2d)
+
+
+class AdaptiveAvgPool3d(Module):
+    """Adaptive 3-D average pooling; see ``adaptive_avg_pool3d``.
+
+    >>> nn.AdaptiveAvgPool3d((1, 2, 2))(jt.randn(2, 4, 5, 6, 7)).shape
+    (2, 4, 1, 2, 2)
+    """
+
+    def __init__(self, output_size):
+        self.output_size = output_size
+
+    def execute(self, x):
+        return adaptive_avg_pool3d(x, self.output_size)
+
+
+class AdaptiveMaxPool3d(Module):
+    """Adaptive 3-D max pooling; see ``adaptive_max_pool3d``. ``return_indices`` is refused:
+    jtmini gives max indices for 2-D pooling only."""
+
+    def __init__(self, output_size, return_indices=False):
+        if return_indices:
+            raise NotImplementedError("AdaptiveMaxPool3d: return_indices is not supported (only 2-D pooling "
+                                      "gives indices); use return_indices=False")
+        self.output_size = output_size
+
+    def execute(self, x):
+        return adaptive_max_pool3d(x, self.output_size)
