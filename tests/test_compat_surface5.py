@@ -467,3 +467,24 @@ def test_adaptive_pool3d_matches_torch(rng, size):
         nn.AdaptiveMaxPool3d(size, return_indices=True)
     with pytest.raises(ValueError, match=r"adaptive_avg_pool3d: input must be a \(N, C, D, H, W\)"):
         nn.adaptive_avg_pool3d(jt.zeros(2, 3, 4), 1)
+
+
+@pytest.mark.parametrize("equation, shapes", [
+    ("...ij,...jk->...ik", [(2, 3, 4, 5), (3, 5, 2)]), ("...i,...i->...", [(2, 3, 4), (4,)]),
+    ("b...,b...->b", [(2, 3, 4), (2, 1, 4)]), ("bi,bj->bij", [(1, 3), (4, 2)]),
+    ("bij,bjk->bik", [(1, 3, 4), (5, 4, 2)]), ("i...->...", [(3, 2, 4)]),
+    ("...ij,...jk", [(2, 3, 4), (4, 5)]), ("ii->i", [(4, 4)]), ("ii", [(3, 3)]), ("iji->j", [(3, 2, 3)]),
+    ("iii->i", [(3, 3, 3)]), ("bii,bi->b", [(2, 3, 3), (2, 3)])])
+def test_einsum_ellipsis_and_broadcast_match_torch(rng, equation, shapes):
+    values = [rng.standard_normal(s) for s in shapes]
+    check_grad(lambda *xs: jt.einsum(equation, *xs), lambda *ts: torch.einsum(equation, *ts), values,
+               ["transposed"] + ["contig"] * (len(values) - 1))
+
+
+def test_einsum_refuses_bad_ellipses():
+    with pytest.raises(ValueError, match=r"'\.\.\.' may appear once"):
+        jt.einsum("...i...->i", jt.zeros(2, 3))
+    with pytest.raises(ValueError, match="a repeated letter \\(a diagonal\\) needs equal dims"):
+        jt.einsum("ii->i", jt.zeros(2, 3))
+    with pytest.raises(ValueError, match="letter 'b' has sizes 2 and 3"):
+        jt.einsum("bi,bj->bij", jt.zeros(2, 3), jt.zeros(3, 2))

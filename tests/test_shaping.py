@@ -205,8 +205,8 @@ ERRORS = [
     (TypeError, ["where", "only one of x and y"], lambda x: F["where"](x > 0, x)),
 ]
 EINSUM_ERRORS = [
-    ("...ij->ij", [(3, 4)], "no '...'"),
-    ("ii->i", [(3, 3)], "'ii'"),
+    ("i.j->ij", [(3, 4)], "'.' only as part of it"),
+    ("ii->i", [(3, 4)], "needs equal dims"),
     ("ij,jk,kl->il", [(3, 4), (4, 3)], "3 terms for 2 operands"),
     ("ij,jk->iz", [(3, 4), (4, 3)], "'iz'"),
     ("ij,jk->ik", [(3, 4), (5, 3)], "sizes 4 and 5"),

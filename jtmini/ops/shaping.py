@@ -654,30 +654,78 @@ def bmm(a, b):
     return matmul(a, b)
 
 
+def _expand_ellipsis(equation, operands, refuse):
+    """``equation`` with each ``...`` replaced by letters of its own (numpy's rule: the ellipsis
+    dims of all operands broadcast right-aligned, and lead an implicit output)."""
+    lhs, arrow, out = equation.partition("->")
+    terms = lhs.split(",")
+    if len(terms) != len(operands) or not operands:
+        raise refuse(f"{len(terms)} terms for {len(operands)} operands")
+    free = [c for c in "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz" if c not in equation]
+    spans = []
+    for term, x in zip(terms, operands):
+        if term.count("...") > 1 or term.replace("...", "").count(".") or term.count("...") == 0 and "." in term:
+            raise refuse(f"term {term!r}: '...' may appear once, and '.' only as part of it")
+        spans.append(x.ndim - len(term.replace("...", "")) if "..." in term else 0)
+    if min(spans) < 0:
+        raise refuse("an operand has fewer dims than its term names")
+    letters = "".join(free[:max(spans)])
+    terms = [t.replace("...", letters[len(letters) - n:] if n else "") for t, n in zip(terms, spans)]
+    if arrow:
+        out = out.replace("...", letters)
+    else:       # implicit output: the ellipsis dims, then the letters seen once, alphabetically
+        named = "".join(t for t in terms)
+        out = letters + "".join(sorted(c for c in set(named) - set(letters) if named.count(c) == 1))
+    return ",".join(terms) + "->" + out
+
+
 def _einsum_terms(equation, operands):
-    """(input terms, output term, size of each letter), or a ValueError quoting ``equation``."""
+    """(input terms, output term, size of each letter), or a ValueError quoting ``equation``;
+    a dim of size 1 broadcasts against its letter's size elsewhere, as in numpy and PyTorch."""
     def refuse(why):
         return ValueError(f"einsum {equation!r}: {why}")
     if not isinstance(equation, str):
         raise TypeError(f"einsum: the equation must be a str, got {type(equation).__name__}")
-    lhs, arrow, out = equation.replace(" ", "").partition("->")
+    compact = equation.replace(" ", "")
+    if "." in compact:
+        compact = _expand_ellipsis(compact, operands, refuse)
+    lhs, arrow, out = compact.partition("->")
     terms = lhs.split(",")
-    if "." in equation or not all(c.isalpha() for c in "".join(terms) + out):
-        raise refuse("only letters, ',' and '->' are supported (no '...')")
+    if not all(c.isalpha() for c in "".join(terms) + out):
+        raise refuse("only letters, '...', ',' and '->' are supported")
     if len(terms) != len(operands) or not operands:
         raise refuse(f"{len(terms)} terms for {len(operands)} operands")
     if not arrow:        # implicit output: the letters seen once, in alphabetical order
         out = "".join(sorted(c for c in set(lhs) - {","} if lhs.count(c) == 1))
     sizes = {}
     for term, x in zip(terms, operands):
-        if len(term) != x.ndim or len(set(term)) != len(term):
-            raise refuse(f"term {term!r} does not name the {x.ndim} dims of shape {x.shape} once each")
+        if len(term) != x.ndim:
+            raise refuse(f"term {term!r} does not name the {x.ndim} dims of shape {x.shape}")
+        if any(len({n for c2, n in zip(term, x.shape) if c2 == c}) > 1 for c in set(term)):
+            raise refuse(f"term {term!r}: a repeated letter (a diagonal) needs equal dims, got shape {x.shape}")
         for c, n in zip(term, x.shape):
-            if sizes.setdefault(c, n) != n:
+            if sizes.setdefault(c, n) != n and 1 not in (n, sizes[c]):
                 raise refuse(f"letter {c!r} has sizes {sizes[c]} and {n}")
+            sizes[c] = max(sizes[c], n)
     if len(set(out)) != len(out) or any(c not in sizes for c in out):
         raise refuse(f"the output {out!r} must name input letters once each")
     return terms, out, sizes
+
+
+def _diagonals(x, term):
+    """``x`` with the dims of each letter repeated in ``term`` reduced to their diagonal (which
+    goes last, as ``diagonal`` puts it), and the new term."""
+    for c in term:
+        if term.count(c) > 1:
+            p, q = term.index(c), term.index(c, term.index(c) + 1)
+            return _diagonals(diagonal(x, 0, p, q), term[:p] + term[p + 1:q] + term[q + 1:] + c)
+    return x, term
+
+
+def _broadcast_letters(operands, terms, sizes):
+    """Each operand with its size-1 dims broadcast to their letters' sizes."""
+    return [x if all(sizes[c] == n for c, n in zip(t, x.shape)) else broadcast_to(x, [sizes[c] for c in t])
+            for x, t in zip(operands, terms)]
 
 
 def _sum_letters(x, term, keep):
@@ -688,7 +736,8 @@ def _sum_letters(x, term, keep):
 
 @export("einsum", method=False)
 def einsum(equation, *operands):
-    """Einstein summation over Vars (``'...'`` and repeated letters within a term are refused):
+    """Einstein summation over Vars (``'...'`` as numpy's; size-1 dims broadcast; a letter
+    repeated within one term takes the diagonal):
     the operands are summed over their private letters, then contracted by one batched matrix
     product; three or more operands are contracted pairwise, left to right.
 
@@ -699,6 +748,8 @@ def einsum(equation, *operands):
         operands = tuple(operands[0])
     operands = [creation.as_var(x) for x in operands]
     terms, out, sizes = _einsum_terms(equation, operands)
+    operands = _broadcast_letters(operands, terms, sizes)
+    operands, terms = map(list, zip(*(_diagonals(x, t) for x, t in zip(operands, terms))))
     if len(operands) > 2:      # the first two, keeping the letters that the rest or the output use
         later = "".join(terms[2:]) + out
         mid = "".join(dict.fromkeys(c for c in terms[0] + terms[1] if c in later))
