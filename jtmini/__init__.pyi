@@ -849,7 +849,7 @@ def dump_all_graphs() -> Any:
     """Every lived Var and op as text, with the edges between them (see ``DumpGraphs``)."""
 
 def einsum(equation: Any, *operands: Any) -> Any:
-    """Einstein summation over Vars (``'...'`` and repeated letters within a term are refused):"""
+    """Einstein summation over Vars (``'...'`` as numpy's; size-1 dims broadcast; a letter"""
 
 def empty(*shape: Any, dtype: Any = ...) -> Var:
     """Jittor's ``jt.empty(shape, dtype)``. jtmini fills it with zeros: an uninitialised buffer"""

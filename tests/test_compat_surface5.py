@@ -488,3 +488,17 @@ def test_einsum_refuses_bad_ellipses():
         jt.einsum("ii->i", jt.zeros(2, 3))
     with pytest.raises(ValueError, match="letter 'b' has sizes 2 and 3"):
         jt.einsum("bi,bj->bij", jt.zeros(2, 3), jt.zeros(3, 2))
+
+
+def test_sequential_is_a_dict_of_layers_too():
+    import collections
+    seq = nn.Sequential(collections.OrderedDict([("fc", nn.Linear(2, 3)), ("act", nn.ReLU())]))
+    assert list(seq.keys()) == ["fc", "act"] and seq.fc is seq["fc"] is seq[0]
+    assert [k for k, _ in seq.items()] == ["fc", "act"] and len(list(seq.values())) == 2
+    seq.add_module("out", nn.Linear(3, 1))
+    assert seq(jt.ones(4, 2)).shape == (4, 1)
+    assert [n for n, _ in seq.named_parameters()] == ["fc.weight", "fc.bias", "out.weight", "out.bias"]
+    with pytest.raises(KeyError, match="Sequential has no layer 'zz'"):
+        seq["zz"]
+    with pytest.raises(AttributeError):
+        seq.zz

@@ -412,8 +412,32 @@ class Sequential(Module):
         self._add(str(len(self._layers)), layer)
         return self
 
+    def add_module(self, name, layer):
+        """Add ``layer`` under ``name`` (replacing a layer of that name in place); returns self."""
+        self._add(str(name), layer)
+        return self
+
     def __getitem__(self, index):
+        if isinstance(index, str):           # a dict-built Sequential's layer by its key
+            if index not in self._layers:
+                raise KeyError(f"Sequential has no layer {index!r}; its layers: {list(self._layers)}")
+            return self._layers[index]
         return list(self._layers.values())[index]
+
+    def __getattr__(self, name):
+        layers = self.__dict__.get("_layers", {})
+        if name in layers:                  # seq.conv1 for a layer added under "conv1"
+            return layers[name]
+        return object.__getattribute__(self, name)
+
+    def keys(self):
+        return self._layers.keys()
+
+    def values(self):
+        return self._layers.values()
+
+    def items(self):
+        return self._layers.items()
 
     def __len__(self):
         return len(self._layers)
