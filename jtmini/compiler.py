@@ -55,7 +55,7 @@ import typing
 from jtmini import counters
 from jtmini.log import logger as jtmini_logger
 from jtmini.files import write_atomically
-from jtmini.flags import flags
+from jtmini.flags import cuda_available, flags  # noqa: F401  (cuda_available: jt.compiler.has_cuda, runtime.cuda)
 from jtmini.state import register_cache
 
 VERSION = "0.1.0"  # part of every cache key: a new jtmini never loads an old one's kernels
@@ -69,14 +69,6 @@ def __getattr__(name):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def cuda_available():
-    """Whether cupy (jtmini's CUDA compiler and runtime) imports and sees a GPU. Never raises: a
-    missing cupy, a missing or too old driver, or no device all mean False."""
-    try:
-        import cupy
-        return cupy.cuda.runtime.getDeviceCount() > 0
-    except Exception:            # cupy reports driver/library problems with many exception types
-        return False
 
 
 _MPI_DEFINES = ["-DOMPI_SKIP_MPICXX", "-DMPICH_SKIP_MPICXX"]  # keep mpi.h's slow C++ bindings out

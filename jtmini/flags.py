@@ -128,6 +128,26 @@ def _check_vprefix(name, value):
     return value
 
 
+def cuda_available():
+    """Whether cupy (jtmini's CUDA compiler and runtime) imports and sees a GPU. Never raises: a
+    missing cupy, a missing or too old driver, or no device all mean False."""
+    try:
+        import cupy
+        return cupy.cuda.runtime.getDeviceCount() > 0
+    except Exception:            # cupy reports driver/library problems with many exception types
+        return False
+
+
+def _check_use_cuda(name, value):
+    """Turning the GPU on where none can be used fails here, naming why (Jittor's "No CUDA found"),
+    rather than at the next compute."""
+    value = _check_bool(name, value)
+    if value and not flags.__dict__.get(name, False) and not cuda_available():
+        raise ValueError(f"flag {name}: no CUDA device can be used here (jtmini runs CUDA through cupy: "
+                         f"pip install -e .[cuda] on a machine with an NVIDIA GPU); stay on the CPU")
+    return value
+
+
 on_memory_profiling = []     # called when profile_memory_enable is turned on (memory_profile starts a new peak)
 
 
@@ -153,7 +173,7 @@ _SPECS = {
     "compile_jobs": (_cores, int, _check_count, "compiler processes run at once for missing kernels"),
     "compile_timeout": (600.0, float, _check_seconds,
                         "seconds one compiler run may take before its process group is killed and the build fails"),
-    "use_cuda": (False, _parse_bool, _check_bool, "run on the GPU (CUDA backend)"),
+    "use_cuda": (False, _parse_bool, _check_use_cuda, "run on the GPU (CUDA backend)"),
     "backend": ("", str, _check_backend,
                 "the runtime that computes Vars, by name (runtime/<name>.py); '' is 'cuda' with use_cuda, else 'cpu'"),
     "auto_convert_64_to_32": (True, _parse_bool, _check_bool,

@@ -452,7 +452,7 @@ def test_cuda_without_a_gpu_is_a_clear_error():
         pytest.skip("a GPU is present: cuda() turns it on")
     with pytest.raises(RuntimeError, match=r"Linear.cuda: no CUDA device can be used here"):
         nn.Linear(1, 1).cuda()
-    with pytest.raises(RuntimeError, match=r"Var.to\('cuda:0'\): no CUDA device"):
+    with pytest.raises(RuntimeError, match=r"Var.to\(.cuda:0.\): no CUDA device"):
         jt.ones(1).to("cuda:0")
     assert not jt.flags.use_cuda
 
@@ -502,3 +502,12 @@ def test_sequential_is_a_dict_of_layers_too():
         seq["zz"]
     with pytest.raises(AttributeError):
         seq.zz
+
+
+def test_use_cuda_flag_without_a_gpu_fails_when_set():
+    if jt.has_cuda:
+        pytest.skip("a GPU is present")
+    with pytest.raises(ValueError, match="flag use_cuda: no CUDA device can be used here"):
+        jt.flags.use_cuda = 1
+    assert not jt.flags.use_cuda
+    jt.flags.use_cuda = 0                      # turning it off is always fine

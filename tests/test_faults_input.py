@@ -13,7 +13,7 @@ import jtmini as jt
 from jtmini import nn
 from jtmini.dataset import Dataset
 from jtmini.flags import (_SPECS, Flags, _check_amp_reg, _check_backend, _check_bool, _check_count, _check_level,
-                          _check_memory_profiling, _check_microseconds, _check_path, _check_seconds,
+                          _check_memory_profiling, _check_use_cuda, _check_microseconds, _check_path, _check_seconds,
                           _check_vprefix)
 from jtmini.nn import functional as F
 from jtmini.persist import CheckpointError
@@ -196,7 +196,7 @@ def test_optimizer_takes_one_element_losses_and_refuses_non_vars():
 # --- 6. flags ---------------------------------------------------------------------------------------
 # per kind of flag (its checker): a value of the wrong type, and one of the right type out of range
 # (for a bool flag, 2 is no bool: a TypeError too)
-BAD_FLAG_VALUES = {_check_bool: ("yes", 2), _check_memory_profiling: ("yes", 2), _check_count: ("x", 0), _check_seconds: ("10", -1.0),
+BAD_FLAG_VALUES = {_check_bool: ("yes", 2), _check_memory_profiling: ("yes", 2), _check_use_cuda: ("yes", 2), _check_count: ("x", 0), _check_seconds: ("10", -1.0),
                    _check_microseconds: ("10", -1.0),
                    _check_path: (3, ""), _check_backend: (3, "../cpu"), _check_amp_reg: ("x", 32),
                    _check_level: ("1", -1), _check_vprefix: (3, "var.py")}

@@ -18,7 +18,7 @@ import numbers
 import numpy as np
 
 from .. import creation, dtypes
-from ..flags import flags
+from ..flags import cuda_available, flags
 from ..var import Var
 from .elementwise import cast, where
 from .mathfns import _as_var, _floats, _one_dim, safe_clip
@@ -171,8 +171,7 @@ def cpu(x):
 def use_gpu(who):
     """Turn on ``jt.flags.use_cuda`` as Jittor's ``cuda()`` does; a RuntimeError naming ``who``
     where no GPU can be used (Jittor's "No CUDA found"), instead of a failure at the next compute."""
-    from ..runtime.cuda import has_cuda
-    if not has_cuda():
+    if not flags.use_cuda and not cuda_available():
         raise RuntimeError(f"{who}: no CUDA device can be used here (jtmini runs CUDA through cupy: "
                            f"pip install -e .[cuda] on a machine with an NVIDIA GPU); stay on the CPU")
     flags.use_cuda = 1
