@@ -144,6 +144,9 @@ def test_format_contains_copy_and_backward():
     assert copy.deepcopy(x).numpy().tolist() == [1, 2, 3]
     with pytest.raises(RuntimeError, match=r"optimizer.step\(loss\)"):
         loss.backward()
+    with pytest.raises(AttributeError, match=r"p.opt_grad\(optimizer\)"):
+        loss.grad
+    assert not hasattr(loss, "grad")
 
 
 def test_display_memory_info_counts_live_vars(capsys):

@@ -238,7 +238,13 @@ def _backward(x, *args, **kwargs):
                        "for gradients alone, jt.grad(loss, params)")
 
 
-Var.__format__, Var.__contains__, Var.backward = _format, _contains, _backward
+def _grad(x):
+    raise AttributeError("Var.grad: a jtmini (and Jittor) Var holds no gradient; after "
+                         "optimizer.backward(loss), read it with p.opt_grad(optimizer), or compute "
+                         "gradients with jt.grad(loss, [p])")
+
+
+Var.__format__, Var.__contains__, Var.backward, Var.grad = _format, _contains, _backward, property(_grad)
 
 
 # --- math composed of other functions -----------------------------------------------------------
