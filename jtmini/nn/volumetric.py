@@ -22,7 +22,7 @@ from .. import init
 from ..ops.reindex import stack
 from .arguments import count, is_count, items
 from .conv import conv2d
-from .conv_more import _check_bias, _float_var, conv_transpose2d
+from .conv_more import _channels, _check_bias, _float_var, conv_transpose2d
 from .module import Module
 
 _LEAST = {"kernel_size": 1, "stride": 1, "padding": 0, "dilation": 1, "output_padding": 0}
@@ -127,14 +127,6 @@ def _frame_depth(x, stride, before, size):
         x = x.pad((0, 0, 0, 0, left, right))
     first = max(-before, 0)
     return x[:, :, first:first + size]
-
-
-def _channels(who, in_channels, out_channels, groups):
-    in_channels, out_channels = count(who, "in_channels", in_channels), count(who, "out_channels", out_channels)
-    groups = count(who, "groups", groups)
-    if in_channels % groups or out_channels % groups:
-        raise ValueError(f"{who}: channels {in_channels} -> {out_channels} not divisible by groups={groups}")
-    return in_channels, out_channels, groups
 
 
 class Conv3d(Module):
