@@ -3,7 +3,7 @@
 - Training a model with BatchNorm under ``mpirun -np 2`` and ``-np 4`` gives the losses, final
   parameters, BatchNorm statistics and eval outputs of one process on the whole global batch
   (even and uneven shards, empty shards of a tiny last batch, SGD and Adam, ranks initialised
-  differently).
+  differently; a Jittor-style custom optimizer too).
 - Code from Jittor's MPI guide runs unchanged (in debug mode, so a collective made on rank 0 only
   would be an error rather than a hang).
 - ``python -m jtmini.test.test_resnet`` runs data-parallel, and only rank 0 reports.
@@ -27,7 +27,7 @@ CALLS_PER_STEP = 5
 def test_training_matches_one_process_on_the_whole_batch(ranks):
     by_rank = reports(launch(ranks, "train_equivalence.py", timeout=300)[0], ranks)
     for rank, report in by_rank.items():
-        assert set(report["configs"]) == {"sgd_even", "adam_uneven", "sgd_empty_shards"}
+        assert set(report["configs"]) == {"sgd_even", "custom_uneven", "adam_uneven", "sgd_empty_shards"}
         for name, errors in report["configs"].items():
             assert errors["ranks_agree"] <= 1e-6, (rank, name, errors)
             assert errors["mpi_calls_per_step"] == CALLS_PER_STEP, (rank, name, errors)

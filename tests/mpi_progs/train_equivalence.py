@@ -28,8 +28,21 @@ STEPS = 20
 SAMPLES = 100          # 20 steps cross epoch ends, so short last batches are trained on too
 # name: (global batch, optimizer); 15 does not divide into 2 or 4 equal shards, 16 does; with 33
 # every epoch ends on a batch of 1 sample, so all ranks but rank 0 get an empty shard of it
+class PlainSGD(jt.optim.Optimizer):
+    """A custom optimizer as Jittor's docs write one: pre_step, the groups' grads, update, post_step."""
+
+    def step(self, loss=None):
+        self.pre_step(loss)
+        for pg in self.param_groups:
+            for p, g in zip(pg["params"], pg["grads"]):
+                if not p.is_stop_grad():
+                    p.update(p - g * pg.get("lr", self.lr))
+        self.post_step()
+
+
 CONFIGS = {
     "sgd_even": (16, lambda params: nn.SGD(params, 0.1, momentum=0.9, weight_decay=1e-3)),
+    "custom_uneven": (15, lambda params: PlainSGD(params, 0.1)),
     "adam_uneven": (15, lambda params: nn.Adam(params, 0.01)),
     "sgd_empty_shards": (33, lambda params: nn.SGD(params, 0.05, momentum=0.9)),
 }
