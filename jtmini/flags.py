@@ -202,6 +202,9 @@ _SPECS = {
     "profile_memory_enable": (False, _parse_bool, _check_memory_profiling,
                               "record the frames that build each Var and the peak of live buffer bytes "
                               "(jt.get_max_memory_treemap shows it); slows graph building"),
+    "enable_tuner": (True, _parse_bool, _check_bool,
+                     "Jittor's switch for its op tuners (rewrites onto mkl/cuDNN kernels); jtmini has no tuners "
+                     "(products always go to BLAS), so either value changes nothing: kept for Jittor scripts"),
     "amp_reg": (0, int, _check_amp_reg,
                 "Jittor's mixed precision bits: 1/2 float results in float32/float16 (not with a Python scalar), "
                 "4 reductions too, 8 exp and pow too (else float32), 16 jt.array and jt.random too"),
