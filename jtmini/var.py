@@ -427,20 +427,26 @@ class Var:
 
     # --- rebinding -----------------------------------------------------------------------------
     def assign(self, value):
-        """Make this Var hold ``value``'s value (broadcast and cast to this Var's shape and dtype),
-        with no gradient history: the parameter update of optimizers. Returns self.
+        """Make this Var hold ``value``'s value, cast to this Var's dtype, with no gradient history:
+        the parameter update of optimizers. A Var (or array) of another shape gives this Var its
+        shape, as Jittor's assign; a number fills this Var's shape. Returns self.
 
         >>> w.assign(w - lr * g)         # nodes built from the old w still see the old value
         """
+        given = value
         value = services.as_var(value, like=self)
-        if value.shape != self.shape:
-            value = value.broadcast_to(self.shape)
+        # a Var or array of another shape replaces the value outright, as Jittor's assign (so
+        # x.assign(x.transpose()) transposes x); a number fills the Var's shape
+        shape = value.shape if isinstance(given, (Var, np.ndarray)) else self.shape
+        if value.shape != shape:
+            value = value.broadcast_to(shape)
         if value.dtype != self.dtype:
             value = value.cast(self.dtype)
         if value._data is not None:       # an optimizer's new value: computed already
             self._rebind(None, value._shareable_data())
         else:
             self._rebind(Var.node("detach", [value]))
+        self.shape = value.shape
         return self
 
     update = assign

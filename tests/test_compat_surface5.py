@@ -514,3 +514,13 @@ def test_use_cuda_flag_without_a_gpu_fails_when_set():
         jt.flags.use_cuda = 1
     assert not jt.flags.use_cuda
     jt.flags.use_cuda = 0                      # turning it off is always fine
+
+
+def test_assign_takes_a_new_shape_as_jittor_does():
+    """Jittor's 60-minute tutorial: var0.assign(var0.transpose()) transposes var0."""
+    var0 = jt.arange(6).reshape(2, 3)
+    var4 = var0.assign(var0.transpose())
+    assert var4 is var0 and var0.shape == (3, 2) and var0.numpy().tolist() == [[0, 3], [1, 4], [2, 5]]
+    w = jt.zeros(3)
+    assert w.assign(2.5).numpy().tolist() == [2.5] * 3           # a number fills the shape
+    assert w.assign(np.ones((2, 2), "float32")).shape == (2, 2)
