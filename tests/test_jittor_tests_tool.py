@@ -57,3 +57,26 @@ def test_counts_per_file_and_in_total(tmp_path):
 def test_refuses_a_folder_that_is_not_jittors_tests(tmp_path):
     done = subprocess.run([sys.executable, str(TOOL), str(tmp_path)], capture_output=True, text=True, timeout=60)
     assert done.returncode != 0 and "test_core.py" in done.stderr
+
+
+SCIPY = '''
+import unittest
+from scipy import stats
+
+class TestScipy(unittest.TestCase):
+    def test_binom_test_is_binomtest_pvalue(self):
+        for k, n, p, alt in [(3, 10, 0.5, "two-sided"), (70, 100, 0.3, "greater"), (1, 20, 0.33333, "less")]:
+            want = stats.binomtest(k, n, p, alt).pvalue
+            assert stats.binom_test(k, n, p=p, alternative=alt) == want
+        assert stats.binom_test([3, 7], p=0.4) == stats.binomtest(3, 10, 0.4).pvalue
+        assert 0.0 < stats.binom_test(50, 100) <= 1.0
+'''
+
+
+def test_scipys_removed_binom_test_is_its_successor(tmp_path):
+    (tmp_path / "test_core.py").write_text(CORE)
+    (tmp_path / "test_scipy.py").write_text(SCIPY)
+    done = subprocess.run([sys.executable, str(TOOL), str(tmp_path), "scipy", "--logs", str(tmp_path / "logs")],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "1 passed, 0 failed, 0 errors" in done.stdout, (tmp_path / "logs" / "test_scipy.log").read_text()
