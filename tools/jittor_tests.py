@@ -6,9 +6,12 @@ Each file runs as Jittor runs it, ``python -m unittest jittor.test.<name>``, in 
 with ``jittor`` (and ``jittor.nn``, ...) resolved to jtmini and ``jittor.test.*`` to the folder,
 so relative imports between test files and the MPI tests' re-launch under mpirun both work.
 ``jittor_utils`` (Jittor's utility package) is ``jtmini.log``: its ``LOG`` is what tests import;
-anything else from it fails to import, as jtmini has no counterpart. Where a test's oracle calls
-a function its library has since removed, the function is put back as its documented successor
-(``scipy.stats.binom_test`` as ``binomtest(...).pvalue``, gone since scipy 1.12).
+anything else from it fails to import, as jtmini has no counterpart. The libraries the tests compare
+with are given the behaviour they had when the tests were written, where it has changed since:
+``scipy.stats.binom_test`` (gone since scipy 1.12) is put back as its documented successor
+``binomtest(...).pvalue``, and ``torch.distributions`` checks arguments only when asked, its
+default before PyTorch 1.8 (test_distributions passes integer vectors to a OneHotCategorical's
+``log_prob``, which reads their argmax).
 
     python tools/jittor_tests.py ~/jittor-1.3.11.0/python/jittor/test                # the user-facing set
     python tools/jittor_tests.py ~/jittor-1.3.11.0/python/jittor/test test_setitem  # some files
@@ -74,11 +77,11 @@ class JittorIsJtmini(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         pass
 
 
-class ScipyBinomTest(importlib.abc.MetaPathFinder):
-    """scipy 1.12 removed stats.binom_test, which Jittor's transform tests call: give them its
-    documented successor, ``binomtest(k, n, p, alternative).pvalue``."""
+class OracleFixes(importlib.abc.MetaPathFinder):
+    """The libraries Jittor's tests compare with as they were when the tests were written: after
+    a module in FIXES is imported, its fix is applied (see the module doc)."""
     def find_spec(self, name, path, target=None):
-        if name != "scipy.stats":
+        if name not in FIXES:
             return None
         import importlib.machinery
         spec = importlib.machinery.PathFinder.find_spec(name, path)
@@ -88,8 +91,7 @@ class ScipyBinomTest(importlib.abc.MetaPathFinder):
 
         def exec_module(module):
             run(module)
-            if not hasattr(module, "binom_test"):
-                module.binom_test = binom_test
+            FIXES[name](module)
         spec.loader.exec_module = exec_module
         return spec
 
@@ -101,8 +103,18 @@ def binom_test(x, n=None, p=0.5, alternative="two-sided"):
     return stats.binomtest(int(x), int(n), p, alternative).pvalue
 
 
+def put_back_binom_test(stats):
+    if not hasattr(stats, "binom_test"):
+        stats.binom_test = binom_test
+
+
+def no_default_validation(distributions):
+    distributions.Distribution.set_default_validate_args(False)
+
+
+FIXES = dict([("scipy.stats", put_back_binom_test), ("torch.distributions", no_default_validation)])
 sys.meta_path.insert(0, JittorIsJtmini())
-sys.meta_path.insert(0, ScipyBinomTest())
+sys.meta_path.insert(0, OracleFixes())
 '''
 
 
