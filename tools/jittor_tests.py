@@ -11,7 +11,9 @@ with are given the behaviour they had when the tests were written, where it has 
 ``scipy.stats.binom_test`` (gone since scipy 1.12) is put back as its documented successor
 ``binomtest(...).pvalue``, and ``torch.distributions`` checks arguments only when asked, its
 default before PyTorch 1.8 (test_distributions passes integer vectors to a OneHotCategorical's
-``log_prob``, which reads their argmax).
+``log_prob``, which reads their argmax), and autograd's ``numpy.linalg.solve`` (test_linalg's
+oracle, not numpy's own, which jtmini uses) reads a ``b`` with one dim fewer than ``a`` as a
+stack of vectors, as numpy did before 2.0.
 
     python tools/jittor_tests.py ~/jittor-1.3.11.0/python/jittor/test                # the user-facing set
     python tools/jittor_tests.py ~/jittor-1.3.11.0/python/jittor/test test_setitem  # some files
@@ -112,7 +114,17 @@ def no_default_validation(distributions):
     distributions.Distribution.set_default_validate_args(False)
 
 
-FIXES = dict([("scipy.stats", put_back_binom_test), ("torch.distributions", no_default_validation)])
+def numpy1_solve(linalg):
+    solve = linalg.solve
+
+    def solve_as_numpy1(a, b):
+        # numpy 1 read a b with one dim fewer than a as a stack of vectors; numpy 2 only a 1-d b
+        return solve(a, b[..., None])[..., 0] if b.ndim == a.ndim - 1 > 1 else solve(a, b)
+    linalg.solve = solve_as_numpy1
+
+
+FIXES = dict([("scipy.stats", put_back_binom_test), ("torch.distributions", no_default_validation),
+              ("autograd.numpy.linalg", numpy1_solve)])
 sys.meta_path.insert(0, JittorIsJtmini())
 sys.meta_path.insert(0, OracleFixes())
 '''
