@@ -85,8 +85,8 @@ class Report:
 
     def _jittor_rows(self):
         ns = _nanoseconds
-        return [self.HEADER] + [[jittor_name(e.name, e.kind), e.kind, str(e.calls), ns(e.seconds), ns(e.seconds / e.calls),
-                                 ns(e.shortest), ns(e.longest)] for e in self.entries]
+        return [self.HEADER] + [[jittor_name(e.name, e.kind), e.kind, str(e.calls), ns(e.seconds),
+                                 ns(e.seconds / e.calls), ns(e.shortest), ns(e.longest)] for e in self.entries]
 
     def __len__(self):
         return 1 + len(self.entries)
