@@ -24,7 +24,7 @@ from .executor import clean as gc  # noqa: F401   Jittor's jt.gc(): free what no
 from .flags import flag_scope, flags  # noqa: F401
 from .interop import dirty_fix_pytorch_runtime_error  # noqa: F401
 from .introspection import (dump_all_graphs, graph_check, liveness_info, number_of_hold_vars,  # noqa: F401
-                            number_of_lived_ops, number_of_lived_vars)
+                            number_of_lived_ops, number_of_lived_vars, _print_var_slice)
 from .dtypes import NanoString  # noqa: F401
 from .log import LOG, log_capture_scope  # noqa: F401
 from .profiler import profile_scope  # noqa: F401

@@ -33,7 +33,9 @@ import dataclasses
 import gc
 import sys
 
+from .log import LOG
 from .ops import elementwise
+from .ops.indexing import index_text
 from .runtime.pointers import address
 from .var import Var
 
@@ -108,6 +110,17 @@ def number_of_lived_vars():
     3
     """
     return len(census().lived)
+
+
+def _print_var_slice(index):
+    """Log (``LOG.i``) how an index is read, as Jittor's ``jt.core._print_var_slice`` does.
+
+    >>> with jt.log_capture_scope() as logs:
+    ...     jt.core._print_var_slice((slice(None), [0, 2], None))
+    >>> logs[0]["msg"]
+    '[::,int32[2,],-,]'
+    """
+    LOG.i(index_text(index))
 
 
 def number_of_hold_vars():

@@ -25,7 +25,7 @@ import typing
 
 from . import world
 
-_NAME_CHARS = 60          # a long fused kernel's name is cut to this many characters
+_NAME_CHARS = 60          # the table cuts a long fused kernel's name to this many characters
 active = None             # the _Recorder of the open scope, read by the executor
 
 
@@ -70,12 +70,13 @@ class Report:
     ``["Name", "Kind", "Count", "TotalTime", "AvgTime", "MinTime", "MaxTime"]`` and each further
     row one entry, times in nanoseconds as Jittor gives them; so ``len(report)`` is one more than
     the number of distinct steps run. (Jittor's second column is the kernel's source file and its
-    rows go on with memory traffic, which jtmini does not measure; its kernel names are jit keys.)
+    rows go on with memory traffic, which jtmini does not measure.) There a kernel of several ops
+    is named as Jittor names a fused op, by its ops' part of the jit key (``jittor_name``).
 
     >>> with jt.profile_scope(show=False) as rep:
     ...     _ = (jt.ones(10) - 1).sync()
-    >>> len(rep), rep[1][0], float(rep[1][3]) > 0
-    (2, 'const const sub', True)
+    >>> len(rep), rep.rows[0][0], rep[1][0], float(rep[1][3]) > 0
+    (2, 'const const sub', '«opkey0:const«opkey1:const«opkey2:sub', True)
     """
     HEADER = ["Name", "Kind", "Count", "TotalTime", "AvgTime", "MinTime", "MaxTime"]
 
@@ -84,8 +85,8 @@ class Report:
 
     def _jittor_rows(self):
         ns = _nanoseconds
-        return [self.HEADER] + [[e.name, e.kind, str(e.calls), ns(e.seconds), ns(e.seconds / e.calls),
-                                 ns(e.shortest), ns(e.longest)] for e in self.entries]
+        return [self.HEADER] + [[jittor_name(e.name, e.kind), e.kind, str(e.calls), ns(e.seconds),
+                                 ns(e.seconds / e.calls), ns(e.shortest), ns(e.longest)] for e in self.entries]
 
     def __len__(self):
         return 1 + len(self.entries)
@@ -100,6 +101,7 @@ class Report:
         """The report as text, one line per entry."""
         lines = [f"{'seconds':>9} {'share':>6} {'calls':>7} {'mean ms':>9}  {'kind':<10} name"]
         for name, kind, calls, seconds in self.rows:
+            name = name if len(name) <= _NAME_CHARS else name[:_NAME_CHARS - 3] + "..."
             share = seconds / self.wall if self.wall else 0.0
             lines.append(f"{seconds:9.4f} {share:6.1%} {calls:7d} {seconds / calls * 1e3:9.3f}  {kind:<10} {name}")
         lines.append(f"{self.host:9.4f} {self.host / self.wall if self.wall else 0:6.1%} {'':7} {'':9}  "
@@ -115,8 +117,25 @@ def _nanoseconds(seconds):
 def step_name(step):
     """How a profile names a schedule step: a kernel by its ops, others by their op."""
     nodes = getattr(step, "nodes", None)
-    name = " ".join(v.op for v in nodes) if nodes else step.root.op
-    return name if len(name) <= _NAME_CHARS else name[:_NAME_CHARS - 3] + "..."
+    return " ".join(v.op for v in nodes) if nodes else step.root.op
+
+
+# the kinds of generated kernels (schedule.ROOT_KINDS); library calls, views, collectives are one op
+_KERNEL_KINDS = ("map", "reduce", "argreduce", "scatter")
+
+
+def jittor_name(name, kind):
+    """A step's name as Jittor's report gives it: a kernel of several ops is a fused op, named by
+    the ``«opkeyN:op`` part of its jit key (so Jittor code can tell fused kernels by the leading
+    ``«``); a kernel of one op and any other step keep their op's name.
+
+    >>> jittor_name("reindex mul sum", "reduce"), jittor_name("matmul", "library")
+    ('«opkey0:reindex«opkey1:mul«opkey2:sum', 'matmul')
+    """
+    ops = name.split()
+    if kind not in _KERNEL_KINDS or len(ops) < 2:
+        return name
+    return "".join(f"«opkey{k}:{op}" for k, op in enumerate(ops))
 
 
 @contextlib.contextmanager

@@ -146,7 +146,9 @@ def test_profile_report_is_jittors_list_of_rows():
             (c - 1).sync()
     assert len(rep) == 2 and rep[0] == jt.profiler.Report.HEADER
     name, kind, calls, total, mean, shortest, longest = rep[1]
-    assert (name, kind, calls) == (rep.rows[0][0], "map", "3")
+    ops = rep.rows[0][0].split()                     # a fused kernel: the 1 and sub, at least
+    assert len(ops) >= 2 and ops[-1] == "sub"
+    assert (name, kind, calls) == ("".join(f"«opkey{k}:{op}" for k, op in enumerate(ops)), "map", "3")
     assert float(shortest) <= float(mean) <= float(longest) and int(total) > 0
     assert float(total) == pytest.approx(rep.rows[0][3] * 1e9, rel=1e-6, abs=1)
     assert list(rep) == [rep[k] for k in range(len(rep))]
@@ -241,3 +243,30 @@ def test_graph_check_passes_on_real_graphs_and_names_broken_nodes(rng):
     m.inputs = (y, x)                     # (3, 4) @ (2, 3): no product at all; both ends agree
     with pytest.raises(GraphError, match=r"op matmul rejects its inputs now: .*\(3, 4\).*\(2, 3\)"):
         jt.graph_check()
+
+
+@pytest.mark.parametrize("index, text", [
+    (1, "[1,]"), (-10, "[-10,]"), (np.int64(3), "[3,]"),
+    (([[0], [1]], slice(None), [1, 2], 1), "[int32[2,1,],::,int32[2,],1,]"),
+    ((slice(1, None, 2), slice(-1, None, 2), [1, 2], -4), "[1::2,-1::2,int32[2,],-4,]"),
+    ((-2, slice(None), 2, slice(1, 9, 2)), "[-2,::,2,1:9:2,]"),
+    ((None, 1, None, 2, None), "[-,1,-,2,-,]"), ((..., 1, ..., 2, ...), "[...,1,...,2,...,]"),
+    ((jt.array(np.zeros((3, 2), "int8")), np.array([True, False])), "[int8[3,2,],bool[2,],]"),
+])
+def test_print_var_slice_is_jittors_text(index, text):
+    with jt.flag_scope(auto_convert_64_to_32=True), jt.log_capture_scope() as logs:    # Jittor's default
+        jt.core._print_var_slice(index)
+    assert [(r["level"], r["msg"]) for r in logs] == [("i", text)]
+
+
+def test_print_var_slice_shows_the_dtype_getitem_reads_with():
+    # 64-bit index data is read as int32 under auto_convert_64_to_32, as int64 without it
+    idx = np.array([[2], [0]], dtype=np.int64)
+    for convert, dtype in ((True, "int32"), (False, "int64")):
+        with jt.flag_scope(auto_convert_64_to_32=convert), jt.log_capture_scope() as logs:
+            jt.core._print_var_slice((idx, slice(None, 2)))
+        assert logs[0]["msg"] == f"[{dtype}[2,1,],:2:,]"
+    x = np.arange(12.0).reshape(3, 4)
+    np.testing.assert_array_equal(jt.array(x)[idx, :2].numpy(), x[idx, :2])
+    with pytest.raises(IndexError, match="float64"):
+        jt.core._print_var_slice((1, 2.5))

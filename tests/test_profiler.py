@@ -52,3 +52,32 @@ def test_nothing_is_recorded_outside_a_scope_and_scopes_do_not_nest():
         with jt.profile_scope(show=False):
             1 / 0
     assert profiler.active is None                  # closed even when the block raises
+
+
+def test_jittors_rows_name_fused_kernels_by_their_opkeys_and_the_table_cuts_long_names(capsys):
+    x = jt.array(np.arange(12.0).reshape(3, 4))
+    w = jt.array(np.ones((4, 2)))
+    jt.sync_all()
+    chain = x
+    for _ in range(20):
+        chain = chain * 1.5 + 0.25           # one long fused kernel (each step adds three nodes)
+    with jt.profile_scope() as rep:
+        total = (x.exp() + 1).sum(1).numpy()
+        product = jt.matmul(x, w).numpy()
+        long = chain.numpy()
+    np.testing.assert_allclose(total, (np.exp(np.arange(12.0).reshape(3, 4)) + 1).sum(1))
+    np.testing.assert_allclose(product, np.arange(12.0).reshape(3, 4).sum(1, keepdims=True).repeat(2, 1))
+    assert np.isfinite(long).all()
+    names = {row[0]: row[1] for row in list(rep)[1:]}
+    assert names.get("matmul") == "library"
+    fused = [name for name in names if name.startswith("«")]
+    assert len(fused) == 2 and all(names[name] in ("map", "reduce") for name in fused)
+    reduce_name = next(name for name in fused if names[name] == "reduce")
+    assert [part.split(":", 1)[1] for part in reduce_name.split("«")[1:]] == \
+        next(name for name, kind, _, _ in rep.rows if kind == "reduce").split()
+    assert [part.split(":")[0] for part in reduce_name.split("«")[1:]] == \
+        [f"opkey{k}" for k in range(reduce_name.count("«"))]
+    longest = max((name for name, _, _, _ in rep.rows), key=len)
+    assert len(longest) > profiler._NAME_CHARS                          # rows keep the whole name
+    printed = capsys.readouterr().out
+    assert longest[:profiler._NAME_CHARS - 3] + "...\n" in printed and longest not in printed

@@ -198,6 +198,29 @@ def _address(array, bshape, at):
     return ", ".join("0" if n == 1 else f"i{lead + k}" for k, n in enumerate(array.shape))
 
 
+def index_text(index):
+    """An index as Jittor's ``VarSlices`` print it: each entry and a comma inside brackets; ints as
+    is, slices as ``start:stop:step`` with the absent parts left out, ``None`` as ``-``, index
+    arrays as the dtype and shape they are read with.
+
+    >>> index_text((slice(1, None, 2), [[0], [1]], None, ..., -4))
+    '[1::2,int32[2,1,],-,...,-4,]'
+    """
+    def entry(it):
+        if it is None:
+            return "-"
+        if it is Ellipsis:
+            return "..."
+        if isinstance(it, slice):
+            return ":".join("" if v is None else str(v) for v in (it.start, it.stop, it.step))
+        if isinstance(it, int):
+            return str(it)
+        var = it if isinstance(it, Var) else creation.array(it)    # as _axes reads the array
+        return f"{var.dtype}[{''.join(f'{n},' for n in var.shape)}]"
+    items = index if isinstance(index, tuple) else (index,)
+    return "[" + "".join(entry(_item(it)) + "," for it in items) + "]"
+
+
 # --- front ends --------------------------------------------------------------------------------
 @export("getitem")
 def getitem(x, index):
