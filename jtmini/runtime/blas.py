@@ -64,15 +64,26 @@ def matmul(a, b, threads):
     over all of K, but a block's edge can change which BLAS micro-kernel computes it, so results
     may differ from one call in the last bit; they repeat exactly at a given thread count."""
     _single_threaded_blas()
-    m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
-    batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) if a.ndim > 2 or b.ndim > 2 else ()
-    if threads <= 1 or math.prod(batch) * m * n * k < MIN_SPLIT_MACS or max(math.prod(batch), m, n) < 2 * _ALIGN:
+    if runs_unsplit(a.shape, b.shape, threads):
         return np.matmul(a, b)
+    batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) if a.ndim > 2 or b.ndim > 2 else ()
     dtype = np.result_type(a, b)
     gemm = _team_gemm().get(dtype)
     if gemm is None:
         return np.matmul(a, b)
     return _on_team(gemm, a.astype(dtype, copy=False), b.astype(dtype, copy=False), batch, threads)
+
+
+def runs_unsplit(a_shape, b_shape, threads):
+    """Whether ``matmul`` computes a product of these shapes as one ``np.matmul``: one thread, or
+    too little work (or too few rows and columns) to split.
+
+    >>> runs_unsplit((128, 64), (64, 64), 2)
+    True
+    """
+    m, k, n = a_shape[-2], a_shape[-1], b_shape[-1]
+    batch = math.prod(np.broadcast_shapes(a_shape[:-2], b_shape[:-2])) if len(a_shape) > 2 or len(b_shape) > 2 else 1
+    return threads <= 1 or batch * m * n * k < MIN_SPLIT_MACS or max(batch, m, n) < 2 * _ALIGN
 
 
 class Cblas(NamedTuple):

@@ -27,6 +27,7 @@ import numpy as np
 from .. import codegen, dtypes, numpy_views, schedule
 from ..ops.registry import OPS
 from ..var import keep_drawn
+from . import cpu_table
 from .pointers import address
 from .thread_choice import _thread_trials, thread_count, threads_for, values_free_of_threads
 
@@ -68,6 +69,7 @@ class Program(NamedTuple):
     steps: tuple            # a ``Launch`` or ``Call`` per step of the plan
     n_order: int            # positions below this are computed; the rest are realized leaves
     backend: object         # what a library op's ``run`` is handed
+    tables: dict            # thread count -> its ``cpu_table.Table`` (None: the program has none)
 
 
 def prepare(template, vars_, backend):
@@ -93,7 +95,7 @@ def prepare(template, vars_, backend):
                               library and OPS[root.op].stateful))
         else:
             return None
-    return Program(tuple(steps), template.n_order, backend)
+    return Program(tuple(steps), template.n_order, backend, {})
 
 
 def _output(k, vars_, targets):
@@ -127,9 +129,15 @@ def _kernel(row, vars_):
 def run(program, vars_):
     """Run ``program`` on ``vars_`` (a hit's Vars in the plan's positions): the targets get their
     values. Returns ``(kernels, library calls)`` run."""
+    threads = thread_count()
+    table = cpu_table.table_for(program, vars_, threads) if cpu_table.enabled else None
+    if table is not None:
+        counts = cpu_table.run(table, vars_, program.backend)
+        if counts is not None:
+            return counts
     n_order = program.n_order
     buffers = [None] * n_order + [v._data for v in vars_[n_order:]]
-    threads, kernels, calls = thread_count(), 0, 0
+    kernels, calls = 0, 0
     for step in program.steps:
         if type(step) is Launch:
             outs = [np.empty(o.shape, o.dtype) for o in step.outputs]
