@@ -148,7 +148,10 @@ def test_gemm_entries_give_numpys_bits(dtype, shapes, transposed):
     a, b = (a.T if transposed[0] else a), (b.T if transposed[1] else b)
     output = cpu_replay.Output(0, (m, n), np.dtype(dtype), False)
     call = cpu_table._numpy_gemm(a, b, output, 1)
-    if m == 1 or n == 1:                        # numpy makes a gemv (or dot): left to numpy
-        assert call is None
-        return
-    assert call is not None and cpu_table._same_as_numpy(call, a, b)
+    assert call is not None and call.kind == (1 if dtype == "float32" else 2) + (2 if m == 1 or n == 1 else 0)
+    assert cpu_table._same_as_numpy(call, a, b)
+
+
+def test_a_dot_is_left_to_numpy():
+    a, b = rng.standard_normal((1, 5)).astype("float32"), rng.standard_normal((5, 1)).astype("float32")
+    assert cpu_table._numpy_gemm(a, b, cpu_replay.Output(0, (1, 1), np.dtype("float32"), False), 1) is None

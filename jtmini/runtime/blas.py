@@ -115,9 +115,10 @@ def _cblas():
     return entries if all(_direct_call_works(dtype, e) for dtype, e in entries.items()) else {}
 
 
-def _find_cblas_gemm():
+def _find_cblas_gemm(routine="gemm"):
     """``((sgemm, dgemm), int_type)`` of the first loaded BLAS, numpy's own first (the one
-    np.matmul uses), that exports a CBLAS gemm under one of ``_CBLAS_SYMBOLS``; None if none does."""
+    np.matmul uses), that exports a CBLAS gemm under one of ``_CBLAS_SYMBOLS``; None if none does.
+    ``routine="gemv"``: its gemv functions, by the same naming."""
     from threadpoolctl import threadpool_info
     libraries = sorted((info["filepath"] for info in threadpool_info() if info["user_api"] == "blas"),
                        key=lambda path: "numpy" not in path)
@@ -125,10 +126,24 @@ def _find_cblas_gemm():
         blas_library = ctypes.CDLL(path)
         for pattern, int_type in _CBLAS_SYMBOLS:
             try:
-                return tuple(getattr(blas_library, pattern.format(kind)) for kind in "sd"), int_type
+                return tuple(getattr(blas_library, pattern.replace("gemm", routine).format(kind))
+                             for kind in "sd"), int_type
             except AttributeError:
                 continue
     return None
+
+
+@functools.lru_cache(maxsize=None)
+def cblas_gemv(dtype):
+    """``Cblas`` of the gemv of the BLAS whose gemm ``cblas_gemm`` gives, for float32 or float64
+    ``dtype``; None without one. (Checked by its caller against ``np.matmul``.)"""
+    if cblas_gemm(dtype) is None:
+        return None
+    found = _find_cblas_gemm("gemv")
+    if found is None or found[1] != cblas_gemm(dtype).int_type:
+        return None
+    fn = found[0][0 if np.dtype(dtype) == np.float32 else 1]
+    return Cblas(ctypes.cast(fn, ctypes.c_void_p).value, found[1])
 
 
 def _direct_call_works(dtype, entry):

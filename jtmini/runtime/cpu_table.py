@@ -37,7 +37,7 @@ from .thread_choice import _thread_trials, values_free_of_threads
 enabled = True                  # off: hits run step by step in cpu_replay.run (tests, benchmarks)
 MAX_ARENA = 32 << 20            # bytes of intermediates a program may keep between hits
 _ALIGN = 64                     # each arena buffer on a cache line
-_KERNEL, _SGEMM, _DGEMM = 0, 1, 2
+_KERNEL, _SGEMM, _DGEMM = 0, 1, 2          # and 3, 4: sgemv, dgemv
 _GEMM_KIND = {np.dtype("float32"): _SGEMM, np.dtype("float64"): _DGEMM}
 
 
@@ -125,6 +125,8 @@ class _Builder:
         self.kernels = self.calls = 0
         self.extra = 0              # gemm operand views: positions past the Vars'
         self.standins = {}
+        self.base = {}              # a view's position -> the position whose buffer it views
+        self.late_library = set()   # outputs of library ops left to Python (C-contiguous, fixed shapes)
 
     def place(self, output):
         """Give a step's output a buffer: the arena, or a fresh one for a target."""
@@ -171,6 +173,7 @@ def _build(program, vars_, threads):
             _add_view(b, step)
         elif not _add_gemm(b, step):
             b.python(step, [step.output.at])
+            b.late_library.add(step.output.at)
             b.calls += 1
             if step.output.target and not step.stateful:    # a draw is kept by ``keep_drawn``
                 b.targets.append((step.output.at, False))
@@ -201,6 +204,7 @@ def _add_kernel(b, step):
 
 def _add_view(b, step):
     at, source, chain = step.output.at, step.sources[0], step.views[0]
+    b.base[at] = b.base.get(source, source)
     if source not in b.known:           # made by a Python step: made after it, in order
         b.python(step, [at])
         if step.output.target:
@@ -212,28 +216,58 @@ def _add_view(b, step):
         b.targets.append((at, source in b.arena_at))     # a view of the arena is copied out
 
 
+class _LateOutput(NamedTuple):
+    at: int
+
+
+class _LateView(NamedTuple):
+    """A product's operand view of a buffer a Python step makes, made in order after it."""
+    run: object
+    sources: tuple
+    views: tuple
+    output: _LateOutput
+    stateful: bool
+
+
 def _add_gemm(b, step):
-    """Add a product as a gemm entry where ``np.matmul`` makes exactly one gemm call; False if not."""
-    if step.run is not OPS["matmul"].run or step.stateful or any(k not in b.known for k in step.sources):
+    """Add a product as a gemm or gemv entry where ``np.matmul`` makes exactly that one BLAS
+    call; False if not."""
+    if step.run is not OPS["matmul"].run or step.stateful:
         return False
+    if any(k not in b.known and k not in b.late_library for k in step.sources):
+        return False                    # a view a Python step makes: its layout is not known yet
     arrays = [numpy_views.chain_view(_build_value(b, k), [b.vars[c] for c in chain]) if chain else _build_value(b, k)
               for k, chain in zip(step.sources, step.views)]
-    call = _numpy_gemm(*arrays, step.output, b.threads)
+    bases = [b.base.get(k, k) for k in step.sources]
+    distinct = bases[0] != bases[1] and max(bases) < b.program.n_order     # computed here: own buffers
+    call = _numpy_gemm(*arrays, step.output, b.threads, distinct)
     if call is None or not _same_as_numpy(call, *arrays):
         return False
+    operands = [_operand(b, k, chain, array) for k, chain, array in zip(step.sources, step.views, arrays)]
     b.place(step.output)
-    operands = []
-    for k, chain, array in zip(step.sources, step.views, arrays):
-        if chain or k >= b.program.n_order:    # a view or a leaf: its layout is checked on each hit
-            at = b.n_vars + b.extra
-            b.extra += 1
-            b.views.append(HitView(at, k, chain, (array.strides, address(array) - address(_build_value(b, k)))))
-            operands.append(at)
-        else:
-            operands.append(k)
+    if call.swap:
+        operands.reverse()
     b.entry(call.kind, call.fn, operands + [step.output.at], call.ints, 0, 1)
     b.calls += 1
     return True
+
+
+def _operand(b, k, chain, array):
+    """The position a product's entry reads: ``k``, or a position of its own for a view of it (or
+    a leaf), made on each hit with its layout checked, or made after the Python step making ``k``."""
+    if k in b.late_library:             # a C-contiguous buffer of a fixed shape: a fixed layout
+        if not chain:
+            return k
+        at = b.n_vars + b.extra
+        b.extra += 1
+        b.python(_LateView(None, (k,), (chain,), _LateOutput(at), False), [at])
+        return at
+    if chain or k >= b.program.n_order:
+        at = b.n_vars + b.extra
+        b.extra += 1
+        b.views.append(HitView(at, k, chain, (array.strides, address(array) - address(_build_value(b, k)))))
+        return at
+    return k
 
 
 def _build_value(b, k):
@@ -252,29 +286,52 @@ def _build_value(b, k):
 class _GemmCall(NamedTuple):
     kind: int
     fn: int
-    ints: np.ndarray        # trans_a, trans_b, m, n, k, lda, ldb, ldc
+    ints: np.ndarray        # gemm: trans_a, trans_b, m, n, k, lda, ldb, ldc; gemv: see the runner
+    swap: bool              # gemv of a row vector times a matrix: the matrix is BLAS's A
 
 
-def _numpy_gemm(a, b, output, threads):
-    """The one CBLAS gemm call ``np.matmul(a, b)`` makes (numpy's matmul loop: both operands and
-    the output "blasable", neither a vector, not a matrix times its own transpose), or None."""
+def _numpy_gemm(a, b, output, threads, distinct=False):
+    """The one CBLAS call ``np.matmul(a, b)`` makes (numpy's matmul loop: a gemm when both
+    operands and the output are "blasable", neither a vector, not a matrix times its own
+    transpose; a gemv when one is a vector), or None (a dot, a loop without BLAS, a split)."""
     if a.ndim != 2 or b.ndim != 2 or a.dtype != b.dtype or a.dtype not in _GEMM_KIND or output.dtype != a.dtype:
         return None
     m, k, n = a.shape[0], a.shape[1], b.shape[1]
-    if threads > 1 and not blas.runs_unsplit(a.shape, b.shape, threads):
+    if (threads > 1 and not blas.runs_unsplit(a.shape, b.shape, threads)) or k == 0 or (m == 1 and n == 1):
         return None
-    if m <= 1 or n <= 1 or k == 0:
-        return None
+    if m == 1 or n == 1:
+        return _numpy_gemv(a, b, m, k, n)
     cblas = blas.cblas_gemm(a.dtype)
     size = a.itemsize
     layout_a = _blasable(a.strides, (m, k), size)
     layout_b = _blasable(b.strides, (k, n), size)
     if cblas is None or layout_a is None or layout_b is None or max(m, n, k) > blas._INT_MAX[cblas.int_type]:
         return None
-    if layout_a[0] != layout_b[0] and m == n and a.strides[0] == b.strides[1] and a.strides[1] == b.strides[0]:
-        return None                     # numpy may take syrk when both are one buffer
+    if not distinct and layout_a[0] != layout_b[0] and m == n and a.strides[0] == b.strides[1] and a.strides[1] == b.strides[0]:
+        return None                     # numpy takes syrk when both are one buffer
     ints = np.array([layout_a[0], layout_b[0], m, n, k, layout_a[1], layout_b[1], n], np.int64)
-    return _GemmCall(_GEMM_KIND[a.dtype], cblas.address, ints)
+    return _GemmCall(_GEMM_KIND[a.dtype], cblas.address, ints, False)
+
+
+def _numpy_gemv(a, b, m, k, n):
+    """numpy's gemv for a (m, k) matrix times a (k, 1) vector, or a (1, k) vector times a
+    (k, n) matrix (its matrix then BLAS's A), as its ``gemv`` makes it."""
+    cblas, size = blas.cblas_gemv(a.dtype), a.itemsize
+    if n == 1:
+        matrix, rows, vector_step = a, m, b.strides[0]
+    else:
+        matrix, rows, vector_step = b.T, n, a.strides[1]
+    if cblas is None or vector_step <= 0 or vector_step % size or max(m, n, k) > blas._INT_MAX[cblas.int_type]:
+        return None
+    s0, s1 = matrix.strides
+    if s1 == size and s0 % size == 0 and s0 // size >= k:
+        ints = [1, k, rows, s0 // size]             # numpy's "column-major": lda the row step
+    elif s0 == size and s1 % size == 0 and s1 // size >= rows:
+        ints = [0, k, rows, s1 // size]
+    else:
+        return None
+    ints = np.array(ints + [vector_step // size, 1], np.int64)
+    return _GemmCall(_GEMM_KIND[a.dtype] + 2, cblas.address, ints, n != 1)
 
 
 def _blasable(strides, shape, size):
@@ -341,7 +398,7 @@ def _same_as_numpy(call, a, b):
     x, y = (_random_like(rng, array) for array in (a, b))
     want = np.matmul(x, y)
     got = np.full_like(want, np.nan)
-    slots = np.array([address(x), address(y), address(got)], np.int64)
+    slots = np.array([address(y), address(x), address(got)] if call.swap else [address(x), address(y), address(got)], np.int64)
     entry = np.array([[call.kind, call.fn, address(slots), address(call.ints), 0, 1]], np.int64)
     _runner()(address(entry), 1)
     return np.array_equal(got, want)
