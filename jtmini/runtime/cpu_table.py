@@ -59,6 +59,7 @@ class HitView(NamedTuple):
     source: int
     chain: tuple
     strides: object         # a gemm operand's byte strides and offset at build time, else None
+    offset: object          # (source's byte strides, byte offset): only the address is needed
 
 
 class Table(NamedTuple):
@@ -127,6 +128,8 @@ class _Builder:
         self.standins = {}
         self.base = {}              # a view's position -> the position whose buffer it views
         self.late_library = set()   # outputs of library ops left to Python (C-contiguous, fixed shapes)
+        self.static_views = {}      # position -> (source, chain): a view of the arena made once
+        self.arrays_read = set()    # positions Python reads as arrays (not only their addresses)
 
     def place(self, output):
         """Give a step's output a buffer: the arena, or a fresh one for a target."""
@@ -154,6 +157,7 @@ class _Builder:
     def python(self, step, outputs):
         self.flush()
         self.pieces.append(PyStep(step))
+        self.arrays_read.update(step.sources)
         for k in outputs:
             self.late[k] = []
 
@@ -210,10 +214,26 @@ def _add_view(b, step):
         if step.output.target:
             b.targets.append((at, False))
         return
-    b.views.append(HitView(at, source, chain, None))
+    if _static_view(b, at, source, chain):
+        b.known.add(at)
+        if step.output.target:
+            b.targets.append((at, True))    # a view of the arena is copied out
+        return
+    b.views.append(HitView(at, source, chain, None, None))
     b.known.add(at)
     if step.output.target:
-        b.targets.append((at, source in b.arena_at))     # a view of the arena is copied out
+        b.targets.append((at, False))
+
+
+def _static_view(b, at, source, chain):
+    """Make ``at`` a view of the arena fixed at build time, if ``source`` is in the arena and the
+    chain's ops take no runtime attrs (a slice start moves the view on each hit); else False."""
+    if source not in b.arena_at and source not in b.static_views:
+        return False
+    if any(OPS[b.vars[c].op].runtime_attrs for c in chain):
+        return False
+    b.static_views[at] = (source, chain)
+    return True
 
 
 class _LateOutput(NamedTuple):
@@ -265,7 +285,8 @@ def _operand(b, k, chain, array):
     if chain or k >= b.program.n_order:
         at = b.n_vars + b.extra
         b.extra += 1
-        b.views.append(HitView(at, k, chain, (array.strides, address(array) - address(_build_value(b, k)))))
+        if not _static_view(b, at, k, chain):
+            b.views.append(HitView(at, k, chain, (array.strides, address(array) - address(_build_value(b, k))), None))
         return at
     return k
 
@@ -352,6 +373,8 @@ def _finish(b):
     for k, (offset, shape, dtype) in b.arena_at.items():
         count = int(np.prod(shape))
         static[k] = arena[shift + offset: shift + offset + count * dtype.itemsize].view(dtype).reshape(shape)
+    for k, (source, chain) in b.static_views.items():      # in program order: sources first
+        static[k] = numpy_views.chain_view(static[source], [b.vars[c] for c in chain]) if chain else static[source]
     slots = np.zeros(len(b.slots), np.int64)
     patch_slots, patch_from, dynamic, index = [], [], [], {}
     for n, k in enumerate(b.slot_of):
@@ -372,10 +395,22 @@ def _finish(b):
         with_floats = entries[:, 4] < 0
         entries[with_floats, 4] = address(floats) + (-1 - entries[with_floats, 4]) * 8
     late = {k: np.array(v, np.intp) for k, v in b.late.items()}
-    return Table(entries, tuple(b.pieces), slots, static, tuple(b.fresh), tuple(b.views),
+    views = tuple(_address_only(b, view) for view in b.views)
+    return Table(entries, tuple(b.pieces), slots, static, tuple(b.fresh), views,
                  np.array(patch_slots, np.intp), np.array(patch_from, np.intp), tuple(dynamic), late, floats,
                  tuple(b.float_nodes), tuple(b.rebuilt), tuple(b.targets), (b.kernels, b.calls), arena,
                  b.n_vars, b.program.n_order, b.keep)
+
+
+def _address_only(b, view):
+    """``view`` made as an address on each hit where only entries read it and its ops take no
+    runtime attrs: a view of a buffer of the same layout is then at the same offset in it."""
+    needed = b.arrays_read | {v.source for v in b.views} | {at for at, _ in b.targets}
+    if view.at in needed or any(OPS[b.vars[c].op].runtime_attrs for c in view.chain):
+        return view
+    source = _build_value(b, view.source)
+    array = numpy_views.chain_view(source, [b.vars[c] for c in view.chain])
+    return view._replace(offset=(source.strides, address(array) - address(source)))
 
 
 @functools.lru_cache(maxsize=None)
@@ -421,12 +456,18 @@ def run(table, vars_, backend):
         buffers[at] = np.empty(shape, dtype)
     for view in table.views:
         source = buffers[view.source]
+        if view.offset is not None:     # an address (an int) in place of the array
+            if source.strides != view.offset[0]:
+                return None
+            buffers[view.at] = address(source) + view.offset[1]
+            continue
         array = buffers[view.at] = numpy_views.chain_view(source, [vars_[c] for c in view.chain])
         if view.strides is not None and (array.strides, address(array) - address(source)) != view.strides:
             return None
     slots, keep = table.slots, _rebuild(table, vars_)
     if len(table.dynamic):
-        slots[table.patch_slots] = np.array([address(buffers[k]) for k in table.dynamic], np.int64)[table.patch_from]
+        addresses = [x if x.__class__ is int else address(x) for x in map(buffers.__getitem__, table.dynamic)]
+        slots[table.patch_slots] = np.array(addresses, np.int64)[table.patch_from]
     if table.float_nodes:
         table.floats[:len(table.float_nodes)] = [float(vars_[k].attrs["value"]) for k in table.float_nodes]
     runner, entries = _runner(), address(table.entries)
