@@ -155,3 +155,37 @@ def test_gemm_entries_give_numpys_bits(dtype, shapes, transposed):
 def test_a_dot_is_left_to_numpy():
     a, b = rng.standard_normal((1, 5)).astype("float32"), rng.standard_normal((5, 1)).astype("float32")
     assert cpu_table._numpy_gemm(a, b, cpu_replay.Output(0, (1, 1), np.dtype("float32"), False), 1) is None
+
+
+def test_a_table_in_use_is_not_entered(table_runs):
+    # another thread's hit holds the table: this one runs step by step, with the same values
+    a_np = rng.standard_normal((16, 16)).astype("float32")
+
+    def hit():
+        return ((jt.array(a_np) * 2).tanh() @ jt.array(a_np)).numpy()
+    first = [hit() for _ in range(3)]
+    (table,) = {id(t): t for t in table_runs}.values()
+    ran = len(table_runs)
+    with table.busy:
+        held = hit()
+    assert len(table_runs) == ran + 1           # tried, and found the table busy
+    np.testing.assert_array_equal(held, first[-1])
+    np.testing.assert_array_equal(hit(), first[-1])
+
+
+def test_arenas_alive_are_capped_and_freed_with_their_plans(table_runs, monkeypatch):
+    monkeypatch.setattr(cpu_table, "MAX_ARENAS", cpu_table._arena_bytes[0] + 10_000)
+    small, large = rng.standard_normal((8, 8)).astype("float32"), rng.standard_normal((64, 64)).astype("float32")
+    for _ in range(3):
+        ((jt.array(small) * 2).exp() @ jt.array(small)).numpy()
+    assert table_runs                            # fits under the cap
+    del table_runs[:]
+    for _ in range(3):
+        ((jt.array(large) * 2).exp() @ jt.array(large)).numpy()      # 16 KiB more: over the cap
+    assert not table_runs
+    before = cpu_table._arena_bytes[0]
+    jt.sync_all()
+    replay.clear()
+    import gc
+    gc.collect()
+    assert cpu_table._arena_bytes[0] < before    # the stored plans' tables went with them

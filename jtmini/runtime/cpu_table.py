@@ -14,14 +14,17 @@ would make with one gemm (gemv shapes, split products, float16), draws, and view
 Python step makes. The kernels, their arguments and thread counts, and the gemm calls are those
 of ``cpu_replay.run`` (each product is checked bit for bit against ``np.matmul`` when the table
 is built), so values are identical. A program gets no table while a kernel's thread count is
-still being timed (``thread_choice``), or when its arena would pass ``MAX_ARENA`` bytes (big
-graphs gain little and would hold their intermediates between steps).
+still being timed (``thread_choice``), or when its arena would pass ``MAX_ARENA`` bytes or all
+arenas alive ``MAX_ARENAS`` (big graphs gain little and would hold their intermediates between
+steps). A hit finding its table in use (another thread's realize) runs step by step.
 
     >>> table = table_for(program, hit_vars, threads)   # built once per program and thread count
     >>> counts = run(table, hit_vars)                   # every later hit: (kernels, library calls)
 """
 import ctypes
 import functools
+import threading
+import weakref
 from pathlib import Path
 from typing import NamedTuple
 
@@ -35,7 +38,9 @@ from .pointers import address
 from .thread_choice import _thread_trials, values_free_of_threads
 
 enabled = True                  # off: hits run step by step in cpu_replay.run (tests, benchmarks)
-MAX_ARENA = 32 << 20            # bytes of intermediates a program may keep between hits
+MAX_ARENA = 16 << 20            # bytes of intermediates a program may keep between hits
+MAX_ARENAS = 128 << 20          # bytes of all arenas alive (a table goes with its stored plan)
+_arena_bytes = [0]
 _ALIGN = 64                     # each arena buffer on a cache line
 _KERNEL, _SGEMM, _DGEMM = 0, 1, 2          # and 3, 4: sgemv, dgemv
 _GEMM_KIND = {np.dtype("float32"): _SGEMM, np.dtype("float64"): _DGEMM}
@@ -82,6 +87,7 @@ class Table(NamedTuple):
     n_vars: int
     n_order: int
     keep: list              # the gemm entries' int arrays (the table holds their addresses)
+    busy: object            # a lock held while a hit runs (slots and arguments are shared)
 
 
 def table_for(program, vars_, threads):
@@ -182,9 +188,16 @@ def _build(program, vars_, threads):
             if step.output.target and not step.stateful:    # a draw is kept by ``keep_drawn``
                 b.targets.append((step.output.at, False))
     b.flush()
-    if b.size > MAX_ARENA:
+    if b.size > MAX_ARENA or _arena_bytes[0] + b.size > MAX_ARENAS:
         return None
-    return _finish(b)
+    table = _finish(b)
+    _arena_bytes[0] += table.arena.nbytes
+    weakref.finalize(table.arena, _arena_freed, table.arena.nbytes)
+    return table
+
+
+def _arena_freed(nbytes):
+    _arena_bytes[0] -= nbytes
 
 
 def _add_kernel(b, step):
@@ -399,7 +412,7 @@ def _finish(b):
     return Table(entries, tuple(b.pieces), slots, static, tuple(b.fresh), views,
                  np.array(patch_slots, np.intp), np.array(patch_from, np.intp), tuple(dynamic), late, floats,
                  tuple(b.float_nodes), tuple(b.rebuilt), tuple(b.targets), (b.kernels, b.calls), arena,
-                 b.n_vars, b.program.n_order, b.keep)
+                 b.n_vars, b.program.n_order, b.keep, threading.Lock())
 
 
 def _address_only(b, view):
@@ -448,7 +461,17 @@ def _random_like(rng, array):
 
 def run(table, vars_, backend):
     """Run a hit from ``table``: the targets get their values. Returns ``(kernels, library calls)``,
-    or None, with nothing run, when a view's layout differs from the one its gemm was built for."""
+    or None, with nothing run, when a view's layout differs from the one its gemm was built for
+    or the table is in use."""
+    if not table.busy.acquire(blocking=False):
+        return None
+    try:
+        return _run(table, vars_, backend)
+    finally:
+        table.busy.release()
+
+
+def _run(table, vars_, backend):
     buffers = list(table.static)
     for k in range(table.n_order, table.n_vars):
         buffers[k] = vars_[k]._data
