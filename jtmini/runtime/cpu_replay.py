@@ -16,6 +16,10 @@ thread counts are those of the plain path, so values are identical. On the GAN e
 took 1843 us of CPU against 2620 us (launches, kernel calls and plan lookup; MLP: 774 against
 1114), measured on a loaded 2-core VM.
 
+Once its thread counts are chosen, a program of a small graph runs its hits from a launch table
+instead (``cpu_table.py``: one C call for runs of kernels and products, over a fixed arena);
+``run`` takes the steps below where it has none.
+
     >>> program = prepare(template, hit_vars, BACKEND)     # once per stored plan
     >>> kernels, library_calls = run(program, hit_vars)     # every later hit
 """
