@@ -13,7 +13,10 @@ displaced, and at one thread each the lanes share a memory bandwidth that one co
 Launching each run of consecutive kernels from one table in C, rather than one ctypes call per
 kernel, did not pay either: ResNet-18's kernels (~370 then) took 51.4 ms a step that way against 52.6
 (steps alternating in one process). A small kernel costs ~20 us in a step against ~10 us in a
-tight loop, and most of the difference is cache misses in the kernel itself, not the call.
+tight loop, and most of the difference is cache misses in the kernel itself, not the call. For
+graphs of small kernels, where Python per launch dominated, a replayed hit does run from one
+table in C over a fixed arena (``runtime/cpu_table.py``: a GAN step's launches and products
+1750 -> ~1030 us of CPU); graphs whose intermediates pass 16 MiB keep one call per kernel.
 """
 import sys
 import time

@@ -154,7 +154,19 @@ def _signature(targets, runtime):
     by ``-1 - k`` (the k-th leaf). One walk costs ~3.5 ms of a ResNet-18 step; walking for the
     order, then again for the rows, cost ~4.9."""
     order, rows, leaves, ref = [], [], [], {}     # ref: id -> row reference
-    for v in schedule.topo_walk(targets):
+    # schedule.topo_walk's walk, inlined: a generator cost ~0.5 us a Var of a ~2 us row
+    seen = set()
+    stack = [t for t in reversed(targets) if t._data is None]
+    while stack:
+        v = stack[-1]
+        vid = id(v)
+        if vid not in seen:
+            seen.add(vid)
+            stack.extend([inp for inp in reversed(v.inputs) if inp._data is None and id(inp) not in seen])
+            continue
+        stack.pop()
+        if vid in ref:                   # a Var pushed by several consumers is placed once
+            continue
         refs = []
         for inp in v.inputs:
             k = ref.get(id(inp))
@@ -162,7 +174,7 @@ def _signature(targets, runtime):
                 k = ref[id(inp)] = -1 - len(leaves)
                 leaves.append(inp)
             refs.append(k)
-        ref[id(v)] = len(order)
+        ref[vid] = len(order)
         order.append(v)
         attrs, runtime_attrs = v.attrs, OPS[v.op].runtime_attrs
         if runtime_attrs:

@@ -63,3 +63,25 @@ def test_gelu_is_vectorised_where_the_vector_math_is_there():
     libraries = sorted({entry.path for entry in compiler._entries.values()})      # generated kernels' libraries
     symbols = subprocess.run(["nm", "-D", "--undefined-only", *libraries], capture_output=True, text=True).stdout
     assert re.search(r"_ZGV\w+_erfcf", symbols), symbols      # SSE, AVX2 or AVX-512 lanes
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_selects_keep_numpys_values_on_special_inputs(dtype):
+    """Kernels compile with -fno-trapping-math so a select computes both arms (and vectorises):
+    the chosen values must still be numpy's, NaN, infinities, -0.0 and subnormals included."""
+    x = _grid(dtype)
+    x = np.concatenate([x, [-0.0, np.finfo(dtype).smallest_subnormal, -np.finfo(dtype).smallest_subnormal]]).astype(dtype)
+    g = np.random.default_rng(1).standard_normal(x.size).astype(dtype)
+    xv, gv = jt.array(x), jt.array(g)
+    got_leaky = jt.nn.leaky_relu(xv, 0.2)
+    got_grad, = jt.grad((jt.nn.leaky_relu(xv, 0.2) * gv).sum(), [xv])
+    with np.errstate(all="ignore"):
+        want_leaky = np.where(x > 0, x, x * dtype_scalar(dtype, 0.2))
+        want_grad = np.where(x > 0, g, g * dtype_scalar(dtype, 0.2))
+    np.testing.assert_array_equal(got_leaky.numpy(), want_leaky)
+    assert np.array_equal(np.signbit(got_leaky.numpy()), np.signbit(want_leaky))
+    np.testing.assert_array_equal(got_grad.numpy(), want_grad)
+
+
+def dtype_scalar(dtype, value):
+    return np.dtype(dtype).type(value)

@@ -1,10 +1,12 @@
 """A warm training step of an example model with and without the per-plan fast paths, in one
 process, in alternating blocks (so a loaded machine's noise falls on both alike): hits run from a
-prepared program (``runtime/cpu_replay.py``) and backward graphs rebuilt from recipes
-(``grad_recipe.py``), against the plan's steps and the gradient rules.
+prepared program (``runtime/cpu_replay.py``) and its launch table (``runtime/cpu_table.py``), and
+backward graphs rebuilt from recipes (``grad_recipe.py``), against the plan's steps and the
+gradient rules.
 
     python tools/bench_step_paths.py gan --steps 100 --rounds 5
     python tools/bench_step_paths.py mlp --threads 2
+    python tools/bench_step_paths.py gan --variants fast "no table"
 
 Prints each variant's best block (ms per step) and the ratio of the plain paths' time to the
 fast paths'. Switching a path off leaves the values as they are (the tests check it bit for bit).
@@ -23,25 +25,28 @@ sys.path.insert(0, str(ROOT / "tools"))
 import bench_models  # noqa: E402
 import jtmini as jt  # noqa: E402
 from jtmini import grad_recipe  # noqa: E402
-from jtmini.runtime import cpu  # noqa: E402
+from jtmini.runtime import cpu, cpu_table  # noqa: E402
 
-VARIANTS = {"fast": (True, True), "no program": (False, True), "no recipe": (True, False), "plain": (False, False)}
+# (prepared programs, grad recipes, launch tables)
+VARIANTS = {"fast": (True, True, True), "no table": (True, True, False), "no program": (False, True, False),
+            "no recipe": (True, False, True), "plain": (False, False, False)}
 
 
 @contextlib.contextmanager
-def paths(programs, recipes):
-    """Run with prepared programs and grad recipes on or off."""
-    backend, find = type(cpu.BACKEND), grad_recipe.find
+def paths(programs, recipes, tables=True):
+    """Run with prepared programs, grad recipes and launch tables on or off."""
+    backend, find, enabled = type(cpu.BACKEND), grad_recipe.find, cpu_table.enabled
     prepare = backend.prepare
     if not programs:
         backend.prepare = lambda self, template, vars_: None
     if not recipes:
         grad_recipe.find = lambda key: None
+    cpu_table.enabled = tables
     jt.clear_caches()           # stored plans keep the programs made from them: start each block afresh
     try:
         yield
     finally:
-        backend.prepare, grad_recipe.find = prepare, find
+        backend.prepare, grad_recipe.find, cpu_table.enabled = prepare, find, enabled
 
 
 def block(step, pool, steps, warmup=5):

@@ -9,7 +9,9 @@ Phases: grad (jt.grad: the backward graph), optimizer nodes (``Optimizer.updates
 (replay: the graph's walk and key), plan lookup (the stored plan's steps on the new Vars),
 steps_for other (the key's hash and lookup), launches (executor._run: Python around the calls),
 kernel C call and blas matmul (inside the launches), replayed launches (a hit run from its
-prepared program, ``runtime/cpu_replay.py``: Python and kernels; BLAS apart), realize other (pending roots, history).
+prepared program, ``runtime/cpu_replay.py``, or its launch table, ``runtime/cpu_table.py``:
+Python and kernels; BLAS apart), table C calls (inside those: a table's kernels and BLAS calls),
+realize other (pending roots, history).
 Times are this process's CPU time, so other load on a shared machine counts less than in wall
 time. The wrappers add ~1 us a call: compare phases, not totals, with bench_models.py.
 """
@@ -26,7 +28,7 @@ sys.path.insert(0, str(ROOT / "tools"))
 
 import bench_models  # noqa: E402
 from jtmini import executor, optim, replay  # noqa: E402
-from jtmini.runtime import blas, cpu, cpu_replay  # noqa: E402
+from jtmini.runtime import blas, cpu, cpu_replay, cpu_table  # noqa: E402
 
 PHASES = [(optim, "grad", "grad"), (replay, "_signature", "signature"),
           (replay._Template, "steps", "plan lookup"), (replay, "_plan_and_build", "plan + build (a miss)"),
@@ -58,6 +60,9 @@ def instrument(totals):
 
     for owner, name, label in PHASES:
         wrap(owner, name, label)
+    holder = type("Runner", (), {"call": staticmethod(cpu_table._runner())})
+    wrap(holder, "call", "table C calls")
+    cpu_table._runner = lambda: holder.call
     for cls in [o for o in vars(optim).values() if isinstance(o, type) and issubclass(o, optim.Optimizer)]:
         if "updates" in vars(cls):
             wrap(cls, "updates", "optimizer nodes")

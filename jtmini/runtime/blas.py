@@ -64,15 +64,26 @@ def matmul(a, b, threads):
     over all of K, but a block's edge can change which BLAS micro-kernel computes it, so results
     may differ from one call in the last bit; they repeat exactly at a given thread count."""
     _single_threaded_blas()
-    m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
-    batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) if a.ndim > 2 or b.ndim > 2 else ()
-    if threads <= 1 or math.prod(batch) * m * n * k < MIN_SPLIT_MACS or max(math.prod(batch), m, n) < 2 * _ALIGN:
+    if runs_unsplit(a.shape, b.shape, threads):
         return np.matmul(a, b)
+    batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) if a.ndim > 2 or b.ndim > 2 else ()
     dtype = np.result_type(a, b)
     gemm = _team_gemm().get(dtype)
     if gemm is None:
         return np.matmul(a, b)
     return _on_team(gemm, a.astype(dtype, copy=False), b.astype(dtype, copy=False), batch, threads)
+
+
+def runs_unsplit(a_shape, b_shape, threads):
+    """Whether ``matmul`` computes a product of these shapes as one ``np.matmul``: one thread, or
+    too little work (or too few rows and columns) to split.
+
+    >>> runs_unsplit((128, 64), (64, 64), 2)
+    True
+    """
+    m, k, n = a_shape[-2], a_shape[-1], b_shape[-1]
+    batch = math.prod(np.broadcast_shapes(a_shape[:-2], b_shape[:-2])) if len(a_shape) > 2 or len(b_shape) > 2 else 1
+    return threads <= 1 or batch * m * n * k < MIN_SPLIT_MACS or max(batch, m, n) < 2 * _ALIGN
 
 
 class Cblas(NamedTuple):
@@ -104,9 +115,10 @@ def _cblas():
     return entries if all(_direct_call_works(dtype, e) for dtype, e in entries.items()) else {}
 
 
-def _find_cblas_gemm():
+def _find_cblas_gemm(routine="gemm"):
     """``((sgemm, dgemm), int_type)`` of the first loaded BLAS, numpy's own first (the one
-    np.matmul uses), that exports a CBLAS gemm under one of ``_CBLAS_SYMBOLS``; None if none does."""
+    np.matmul uses), that exports a CBLAS gemm under one of ``_CBLAS_SYMBOLS``; None if none does.
+    ``routine="gemv"``: its gemv functions, by the same naming."""
     from threadpoolctl import threadpool_info
     libraries = sorted((info["filepath"] for info in threadpool_info() if info["user_api"] == "blas"),
                        key=lambda path: "numpy" not in path)
@@ -114,10 +126,24 @@ def _find_cblas_gemm():
         blas_library = ctypes.CDLL(path)
         for pattern, int_type in _CBLAS_SYMBOLS:
             try:
-                return tuple(getattr(blas_library, pattern.format(kind)) for kind in "sd"), int_type
+                return tuple(getattr(blas_library, pattern.replace("gemm", routine).format(kind))
+                             for kind in "sd"), int_type
             except AttributeError:
                 continue
     return None
+
+
+@functools.lru_cache(maxsize=None)
+def cblas_gemv(dtype):
+    """``Cblas`` of the gemv of the BLAS whose gemm ``cblas_gemm`` gives, for float32 or float64
+    ``dtype``; None without one. (Checked by its caller against ``np.matmul``.)"""
+    if cblas_gemm(dtype) is None:
+        return None
+    found = _find_cblas_gemm("gemv")
+    if found is None or found[1] != cblas_gemm(dtype).int_type:
+        return None
+    fn = found[0][0 if np.dtype(dtype) == np.float32 else 1]
+    return Cblas(ctypes.cast(fn, ctypes.c_void_p).value, found[1])
 
 
 def _direct_call_works(dtype, entry):

@@ -16,6 +16,10 @@ thread counts are those of the plain path, so values are identical. On the GAN e
 took 1843 us of CPU against 2620 us (launches, kernel calls and plan lookup; MLP: 774 against
 1114), measured on a loaded 2-core VM.
 
+Once its thread counts are chosen, a program of a small graph runs its hits from a launch table
+instead (``cpu_table.py``: one C call for runs of kernels and products, over a fixed arena);
+``run`` takes the steps below where it has none.
+
     >>> program = prepare(template, hit_vars, BACKEND)     # once per stored plan
     >>> kernels, library_calls = run(program, hit_vars)     # every later hit
 """
@@ -27,6 +31,7 @@ import numpy as np
 from .. import codegen, dtypes, numpy_views, schedule
 from ..ops.registry import OPS
 from ..var import keep_drawn
+from . import cpu_table
 from .pointers import address
 from .thread_choice import _thread_trials, thread_count, threads_for, values_free_of_threads
 
@@ -68,6 +73,7 @@ class Program(NamedTuple):
     steps: tuple            # a ``Launch`` or ``Call`` per step of the plan
     n_order: int            # positions below this are computed; the rest are realized leaves
     backend: object         # what a library op's ``run`` is handed
+    tables: dict            # thread count -> its ``cpu_table.Table`` (None: the program has none)
 
 
 def prepare(template, vars_, backend):
@@ -93,7 +99,7 @@ def prepare(template, vars_, backend):
                               library and OPS[root.op].stateful))
         else:
             return None
-    return Program(tuple(steps), template.n_order, backend)
+    return Program(tuple(steps), template.n_order, backend, {})
 
 
 def _output(k, vars_, targets):
@@ -127,9 +133,15 @@ def _kernel(row, vars_):
 def run(program, vars_):
     """Run ``program`` on ``vars_`` (a hit's Vars in the plan's positions): the targets get their
     values. Returns ``(kernels, library calls)`` run."""
+    threads = thread_count()
+    table = cpu_table.table_for(program, vars_, threads) if cpu_table.enabled else None
+    if table is not None:
+        counts = cpu_table.run(table, vars_, program.backend)
+        if counts is not None:
+            return counts
     n_order = program.n_order
     buffers = [None] * n_order + [v._data for v in vars_[n_order:]]
-    threads, kernels, calls = thread_count(), 0, 0
+    kernels, calls = 0, 0
     for step in program.steps:
         if type(step) is Launch:
             outs = [np.empty(o.shape, o.dtype) for o in step.outputs]

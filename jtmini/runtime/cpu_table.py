@@ -1,0 +1,536 @@
+"""Run a prepared host program (``cpu_replay.Program``) as one table of C calls over a fixed arena.
+
+A replayed GAN step launched ~50 tiny kernels and ~30 small products from Python at ~10 us each
+(new output arrays, pointer arrays, ctypes calls), several times what the kernels took. Here the
+program's intermediate buffers live in one arena kept with the program, so their addresses are
+the same on every hit, and a table of entries (a kernel: its function, pointer block, int and
+float arguments, thread count; a product: the CBLAS gemm call ``np.matmul`` makes) runs from one
+C call (``templates/cpu/table_runner.cc.j2``). Per hit Python only writes the addresses that
+change into the pointer blocks: the realized inputs, the targets (allocated afresh: a Var handed
+to the user owns its buffer), the views of those, and what the steps left in Python return.
+
+Left in Python, in order between runs of the table: library ops other than a product numpy
+would make with one gemm (gemv shapes, split products, float16), draws, and views of a buffer a
+Python step makes. The kernels, their arguments and thread counts, and the gemm calls are those
+of ``cpu_replay.run`` (each product is checked bit for bit against ``np.matmul`` when the table
+is built), so values are identical. A program gets no table while a kernel's thread count is
+still being timed (``thread_choice``), or when its arena would pass ``MAX_ARENA`` bytes or all
+arenas alive ``MAX_ARENAS`` (big graphs gain little and would hold their intermediates between
+steps). A hit finding its table in use (another thread's realize) runs step by step.
+
+    >>> table = table_for(program, hit_vars, threads)   # built once per program and thread count
+    >>> counts = run(table, hit_vars)                   # every later hit: (kernels, library calls)
+"""
+import ctypes
+import functools
+import threading
+import weakref
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+
+from .. import compiler, numpy_views, schedule
+from ..ops.registry import OPS
+from ..var import keep_drawn
+from . import blas
+from .pointers import address
+from .thread_choice import _thread_trials, values_free_of_threads
+
+enabled = True                  # off: hits run step by step in cpu_replay.run (tests, benchmarks)
+MAX_ARENA = 16 << 20            # bytes of intermediates a program may keep between hits
+MAX_ARENAS = 128 << 20          # bytes of all arenas alive (a table goes with its stored plan)
+_arena_bytes = [0]
+_ALIGN = 64                     # each arena buffer on a cache line
+_KERNEL, _SGEMM, _DGEMM = 0, 1, 2          # and 3, 4: sgemv, dgemv
+_GEMM_KIND = {np.dtype("float32"): _SGEMM, np.dtype("float64"): _DGEMM}
+
+
+class PyStep(NamedTuple):
+    """A step run in Python between runs of the table: ``step`` is the program's."""
+    step: object
+
+
+class Segment(NamedTuple):
+    """Entries ``start`` to ``stop`` of the table, run by one C call."""
+    start: int
+    stop: int
+
+
+class HitView(NamedTuple):
+    """A view made on each hit before the table runs: of position ``source`` along the view
+    ops at ``chain``, into position ``at`` (a gemm operand gets a position past the Vars')."""
+    at: int
+    source: int
+    chain: tuple
+    strides: object         # a gemm operand's byte strides and offset at build time, else None
+    offset: object          # (source's byte strides, byte offset): only the address is needed
+
+
+class Table(NamedTuple):
+    entries: np.ndarray     # int64 (n, 6): kind, function, pointer block, ints, floats, threads
+    pieces: tuple           # ``Segment`` and ``PyStep`` in program order
+    slots: np.ndarray       # int64: every entry's pointer block, one after another
+    static: list            # per position: its arena array, or None (filled on each hit)
+    fresh: tuple            # (position, shape, dtype) of each target a table entry writes
+    views: tuple            # ``HitView`` per view made on each hit
+    patch_slots: np.ndarray     # slots written on each hit ...
+    patch_from: np.ndarray      # ... with the address of these positions
+    dynamic: tuple          # the positions whose addresses are patched, in ``patch_from``'s numbering
+    late: dict              # position a PyStep makes -> its slots (patched after it runs)
+    floats: np.ndarray      # float64: every kernel's float constants
+    float_nodes: tuple      # the positions whose ``value`` attrs fill ``floats``
+    rebuilt: tuple          # (entry, code, row) of kernels whose int arguments are made per hit
+    targets: tuple          # (position, copy) per target; copy: a view of the arena
+    counts: tuple           # (kernels, library calls) a hit runs
+    arena: np.ndarray
+    n_vars: int
+    n_order: int
+    keep: list              # the gemm entries' int arrays (the table holds their addresses)
+    busy: object            # a lock held while a hit runs (slots and arguments are shared)
+
+
+def table_for(program, vars_, threads):
+    """The ``Table`` of ``program`` at ``threads``, built on the first call that can, or None."""
+    tables = program.tables
+    table = tables.get(threads, False)
+    if table is False:
+        if not _threads_settled(program, threads):
+            return None
+        table = tables[threads] = _build(program, vars_, threads)
+    return table
+
+
+def _threads_settled(program, threads):
+    """Whether every kernel whose thread count is timed has its count chosen."""
+    for step in program.steps:
+        if hasattr(step, "fn") and threads > 1 and values_free_of_threads(step.kind, step.size, threads):
+            if _thread_trials.get((id(step.fn), step.size, threads)).__class__ is not int:
+                return False
+    return True
+
+
+def _nt(step, threads):
+    if threads > 1 and values_free_of_threads(step.kind, step.size, threads):
+        return _thread_trials[(id(step.fn), step.size, threads)]
+    return threads
+
+
+class _Builder:
+    """Lays out the arena, the pointer slots and the entries of one table."""
+
+    def __init__(self, program, vars_, threads):
+        self.program, self.vars, self.threads = program, vars_, threads
+        self.n_vars = len(vars_)
+        self.arena_at = {}          # position -> (byte offset, shape, dtype)
+        self.size = 0
+        self.known = set(range(program.n_order, len(vars_)))     # positions whose buffer a hit has at start
+        self.fresh, self.views, self.targets, self.late = [], [], [], {}
+        self.entries, self.slot_of, self.slots, self.pieces = [], [], [], []
+        self.floats, self.float_nodes, self.rebuilt, self.keep = [], [], [], []
+        self.pending = []           # entries since the last Python step
+        self.kernels = self.calls = 0
+        self.extra = 0              # gemm operand views: positions past the Vars'
+        self.standins = {}
+        self.base = {}              # a view's position -> the position whose buffer it views
+        self.late_library = set()   # outputs of library ops left to Python (C-contiguous, fixed shapes)
+        self.static_views = {}      # position -> (source, chain): a view of the arena made once
+        self.arrays_read = set()    # positions Python reads as arrays (not only their addresses)
+
+    def place(self, output):
+        """Give a step's output a buffer: the arena, or a fresh one for a target."""
+        if output.target:
+            self.fresh.append((output.at, output.shape, output.dtype))
+            self.targets.append((output.at, False))
+        else:
+            self.arena_at[output.at] = (self.size, output.shape, output.dtype)
+            nbytes = int(np.prod(output.shape)) * output.dtype.itemsize
+            self.size += -(-max(nbytes, 1) // _ALIGN) * _ALIGN
+        self.known.add(output.at)
+
+    def pointer_block(self, positions):
+        start = len(self.slots)
+        for k in positions:
+            self.slots.append(0)
+            self.slot_of.append(k)
+        return start
+
+    def entry(self, kind, fn, positions, ints, floats_at, nt):
+        self.keep.append(ints)
+        self.entries.append([kind, fn, self.pointer_block(positions), address(ints), floats_at, nt])
+        self.pending.append(len(self.entries) - 1)
+
+    def python(self, step, outputs):
+        self.flush()
+        self.pieces.append(PyStep(step))
+        self.arrays_read.update(step.sources)
+        for k in outputs:
+            self.late[k] = []
+
+    def flush(self):
+        if self.pending:
+            self.pieces.append(Segment(self.pending[0], self.pending[-1] + 1))
+            self.pending = []
+
+
+def _build(program, vars_, threads):
+    """The ``Table`` of ``program`` (None when its arena would be too large)."""
+    b = _Builder(program, vars_, threads)
+    for step in program.steps:
+        if hasattr(step, "fn"):
+            _add_kernel(b, step)
+        elif step.run is None:
+            _add_view(b, step)
+        elif not _add_gemm(b, step):
+            b.python(step, [step.output.at])
+            b.late_library.add(step.output.at)
+            b.calls += 1
+            if step.output.target and not step.stateful:    # a draw is kept by ``keep_drawn``
+                b.targets.append((step.output.at, False))
+    b.flush()
+    if b.size > MAX_ARENA or _arena_bytes[0] + b.size > MAX_ARENAS:
+        return None
+    table = _finish(b)
+    _arena_bytes[0] += table.arena.nbytes
+    weakref.finalize(table.arena, _arena_freed, table.arena.nbytes)
+    return table
+
+
+def _arena_freed(nbytes):
+    _arena_bytes[0] -= nbytes
+
+
+def _add_kernel(b, step):
+    for output in step.outputs:
+        b.place(output)
+    n = len(b.entries)
+    if step.ints is None:               # its int arguments are made on each hit
+        code, row = step.rebuild
+        b.rebuilt.append((n, code, row))
+        ints, floats_at = np.zeros(0, np.int64), 0
+    else:
+        ints, floats_at = step.ints, -1 - len(b.floats)
+        b.floats.extend(0.0 for _ in step.floats)
+        b.float_nodes += step.floats
+        if not step.floats:
+            floats_at = 0
+    b.entry(_KERNEL, ctypes.cast(step.fn, ctypes.c_void_p).value, step.inputs + tuple(o.at for o in step.outputs),
+            ints, floats_at, _nt(step, b.threads))
+    b.kernels += 1
+
+
+def _add_view(b, step):
+    at, source, chain = step.output.at, step.sources[0], step.views[0]
+    b.base[at] = b.base.get(source, source)
+    if source not in b.known:           # made by a Python step: made after it, in order
+        b.python(step, [at])
+        if step.output.target:
+            b.targets.append((at, False))
+        return
+    if _static_view(b, at, source, chain):
+        b.known.add(at)
+        if step.output.target:
+            b.targets.append((at, True))    # a view of the arena is copied out
+        return
+    b.views.append(HitView(at, source, chain, None, None))
+    b.known.add(at)
+    if step.output.target:
+        b.targets.append((at, False))
+
+
+def _static_view(b, at, source, chain):
+    """Make ``at`` a view of the arena fixed at build time, if ``source`` is in the arena and the
+    chain's ops take no runtime attrs (a slice start moves the view on each hit); else False."""
+    if source not in b.arena_at and source not in b.static_views:
+        return False
+    if any(OPS[b.vars[c].op].runtime_attrs for c in chain):
+        return False
+    b.static_views[at] = (source, chain)
+    return True
+
+
+class _LateOutput(NamedTuple):
+    at: int
+
+
+class _LateView(NamedTuple):
+    """A product's operand view of a buffer a Python step makes, made in order after it."""
+    run: object
+    sources: tuple
+    views: tuple
+    output: _LateOutput
+    stateful: bool
+
+
+def _add_gemm(b, step):
+    """Add a product as a gemm or gemv entry where ``np.matmul`` makes exactly that one BLAS
+    call; False if not."""
+    if step.run is not OPS["matmul"].run or step.stateful:
+        return False
+    if any(k not in b.known and k not in b.late_library for k in step.sources):
+        return False                    # a view a Python step makes: its layout is not known yet
+    arrays = [numpy_views.chain_view(_build_value(b, k), [b.vars[c] for c in chain]) if chain else _build_value(b, k)
+              for k, chain in zip(step.sources, step.views)]
+    bases = [b.base.get(k, k) for k in step.sources]
+    distinct = bases[0] != bases[1] and max(bases) < b.program.n_order     # computed here: own buffers
+    call = _numpy_gemm(*arrays, step.output, b.threads, distinct)
+    if call is None or not _same_as_numpy(call, *arrays):
+        return False
+    operands = [_operand(b, k, chain, array) for k, chain, array in zip(step.sources, step.views, arrays)]
+    b.place(step.output)
+    if call.swap:
+        operands.reverse()
+    b.entry(call.kind, call.fn, operands + [step.output.at], call.ints, 0, 1)
+    b.calls += 1
+    return True
+
+
+def _operand(b, k, chain, array):
+    """The position a product's entry reads: ``k``, or a position of its own for a view of it (or
+    a leaf), made on each hit with its layout checked, or made after the Python step making ``k``."""
+    if k in b.late_library:             # a C-contiguous buffer of a fixed shape: a fixed layout
+        if not chain:
+            return k
+        at = b.n_vars + b.extra
+        b.extra += 1
+        b.python(_LateView(None, (k,), (chain,), _LateOutput(at), False), [at])
+        return at
+    if chain or k >= b.program.n_order:
+        at = b.n_vars + b.extra
+        b.extra += 1
+        if not _static_view(b, at, k, chain):
+            b.views.append(HitView(at, k, chain, (array.strides, address(array) - address(_build_value(b, k))), None))
+        return at
+    return k
+
+
+def _build_value(b, k):
+    """A stand-in for position ``k``'s buffer while building: the hit's leaf, or zeros shaped as
+    the step's output (only its layout is read, to choose the gemm call)."""
+    if k >= b.program.n_order:
+        return b.vars[k]._data
+    standin = b.standins.get(k)
+    if standin is None:
+        from .. import dtypes
+        v = b.vars[k]
+        standin = b.standins[k] = np.zeros(tuple(v.shape), dtypes.NUMPY[v.dtype])
+    return standin
+
+
+class _GemmCall(NamedTuple):
+    kind: int
+    fn: int
+    ints: np.ndarray        # gemm: trans_a, trans_b, m, n, k, lda, ldb, ldc; gemv: see the runner
+    swap: bool              # gemv of a row vector times a matrix: the matrix is BLAS's A
+
+
+def _numpy_gemm(a, b, output, threads, distinct=False):
+    """The one CBLAS call ``np.matmul(a, b)`` makes (numpy's matmul loop: a gemm when both
+    operands and the output are "blasable", neither a vector, not a matrix times its own
+    transpose; a gemv when one is a vector), or None (a dot, a loop without BLAS, a split)."""
+    if a.ndim != 2 or b.ndim != 2 or a.dtype != b.dtype or a.dtype not in _GEMM_KIND or output.dtype != a.dtype:
+        return None
+    m, k, n = a.shape[0], a.shape[1], b.shape[1]
+    if (threads > 1 and not blas.runs_unsplit(a.shape, b.shape, threads)) or k == 0 or (m == 1 and n == 1):
+        return None
+    if m == 1 or n == 1:
+        return _numpy_gemv(a, b, m, k, n)
+    cblas = blas.cblas_gemm(a.dtype)
+    size = a.itemsize
+    layout_a = _blasable(a.strides, (m, k), size)
+    layout_b = _blasable(b.strides, (k, n), size)
+    if cblas is None or layout_a is None or layout_b is None or max(m, n, k) > blas._INT_MAX[cblas.int_type]:
+        return None
+    if not distinct and layout_a[0] != layout_b[0] and m == n and a.strides[0] == b.strides[1] and a.strides[1] == b.strides[0]:
+        return None                     # numpy takes syrk when both are one buffer
+    ints = np.array([layout_a[0], layout_b[0], m, n, k, layout_a[1], layout_b[1], n], np.int64)
+    return _GemmCall(_GEMM_KIND[a.dtype], cblas.address, ints, False)
+
+
+def _numpy_gemv(a, b, m, k, n):
+    """numpy's gemv for a (m, k) matrix times a (k, 1) vector, or a (1, k) vector times a
+    (k, n) matrix (its matrix then BLAS's A), as its ``gemv`` makes it."""
+    cblas, size = blas.cblas_gemv(a.dtype), a.itemsize
+    if n == 1:
+        matrix, rows, vector_step = a, m, b.strides[0]
+    else:
+        matrix, rows, vector_step = b.T, n, a.strides[1]
+    if cblas is None or vector_step <= 0 or vector_step % size or max(m, n, k) > blas._INT_MAX[cblas.int_type]:
+        return None
+    s0, s1 = matrix.strides
+    if s1 == size and s0 % size == 0 and s0 // size >= k:
+        ints = [1, k, rows, s0 // size]             # numpy's "column-major": lda the row step
+    elif s0 == size and s1 % size == 0 and s1 // size >= rows:
+        ints = [0, k, rows, s1 // size]
+    else:
+        return None
+    ints = np.array(ints + [vector_step // size, 1], np.int64)
+    return _GemmCall(_GEMM_KIND[a.dtype] + 2, cblas.address, ints, n != 1)
+
+
+def _blasable(strides, shape, size):
+    """(transposed, leading dimension) as numpy's ``is_blasable2d`` picks them, or None."""
+    (s0, s1), (d0, d1) = strides, shape
+    if s1 == size and s0 % size == 0 and s0 // size >= d1:
+        return 0, s0 // size
+    if s0 == size and s1 % size == 0 and s1 // size >= d0:
+        return 1, s1 // size
+    return None
+
+
+def _finish(b):
+    """The ``Table`` from a finished builder: the arena made, static addresses written in."""
+    arena = np.zeros(max(b.size, 1) + _ALIGN, np.uint8)
+    shift = -address(arena) % _ALIGN
+    static = [None] * (b.n_vars + b.extra)
+    for k, (offset, shape, dtype) in b.arena_at.items():
+        count = int(np.prod(shape))
+        static[k] = arena[shift + offset: shift + offset + count * dtype.itemsize].view(dtype).reshape(shape)
+    for k, (source, chain) in b.static_views.items():      # in program order: sources first
+        static[k] = numpy_views.chain_view(static[source], [b.vars[c] for c in chain]) if chain else static[source]
+    slots = np.zeros(len(b.slots), np.int64)
+    patch_slots, patch_from, dynamic, index = [], [], [], {}
+    for n, k in enumerate(b.slot_of):
+        if static[k] is not None:
+            slots[n] = address(static[k])
+        elif k in b.late:
+            b.late[k].append(n)
+        else:
+            if k not in index:
+                index[k] = len(dynamic)
+                dynamic.append(k)
+            patch_slots.append(n)
+            patch_from.append(index[k])
+    floats = np.zeros(max(len(b.floats), 1), np.float64)
+    entries = np.array(b.entries, np.int64).reshape(-1, 6)
+    if len(entries):
+        entries[:, 2] = address(slots) + entries[:, 2] * 8
+        with_floats = entries[:, 4] < 0
+        entries[with_floats, 4] = address(floats) + (-1 - entries[with_floats, 4]) * 8
+    late = {k: np.array(v, np.intp) for k, v in b.late.items()}
+    views = tuple(_address_only(b, view) for view in b.views)
+    return Table(entries, tuple(b.pieces), slots, static, tuple(b.fresh), views,
+                 np.array(patch_slots, np.intp), np.array(patch_from, np.intp), tuple(dynamic), late, floats,
+                 tuple(b.float_nodes), tuple(b.rebuilt), tuple(b.targets), (b.kernels, b.calls), arena,
+                 b.n_vars, b.program.n_order, b.keep, threading.Lock())
+
+
+def _address_only(b, view):
+    """``view`` made as an address on each hit where only entries read it and its ops take no
+    runtime attrs: a view of a buffer of the same layout is then at the same offset in it."""
+    needed = b.arrays_read | {v.source for v in b.views} | {at for at, _ in b.targets}
+    if view.at in needed or any(OPS[b.vars[c].op].runtime_attrs for c in view.chain):
+        return view
+    source = _build_value(b, view.source)
+    array = numpy_views.chain_view(source, [b.vars[c] for c in view.chain])
+    return view._replace(offset=(source.strides, address(array) - address(source)))
+
+
+@functools.lru_cache(maxsize=None)
+def _runner():
+    """``jt_run_table(entries, count)``, compiled once (its gemm's integer width is numpy's BLAS's)."""
+    import jinja2
+    cblas = blas.cblas_gemm("float32")
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(Path(compiler.__file__).with_name("templates")),
+                             undefined=jinja2.StrictUndefined)
+    source = env.get_template("cpu/table_runner.cc.j2").render(blas_int=cblas.int_type if cblas else "int64_t")
+    fn = ctypes.CDLL(compiler.build(source)).jt_run_table
+    fn.argtypes, fn.restype = [ctypes.c_void_p, ctypes.c_int64], None
+    return fn
+
+
+def _same_as_numpy(call, a, b):
+    """Whether the gemm entry gives ``np.matmul``'s bits on random operands of ``a``'s and ``b``'s
+    layouts: a wrong guess at numpy's call must leave the product to numpy."""
+    rng = np.random.default_rng(0)
+    x, y = (_random_like(rng, array) for array in (a, b))
+    want = np.matmul(x, y)
+    got = np.full_like(want, np.nan)
+    slots = np.array([address(y), address(x), address(got)] if call.swap else [address(x), address(y), address(got)], np.int64)
+    entry = np.array([[call.kind, call.fn, address(slots), address(call.ints), 0, 1]], np.int64)
+    _runner()(address(entry), 1)
+    return np.array_equal(got, want)
+
+
+def _random_like(rng, array):
+    """Random values in an array of ``array``'s shape, dtype and strides (nonnegative strides)."""
+    span = sum((d - 1) * s for d, s in zip(array.shape, array.strides)) + array.itemsize
+    flat = rng.standard_normal(-(-span // array.itemsize)).astype(array.dtype)
+    return np.ndarray(array.shape, array.dtype, flat, 0, array.strides)
+
+
+def run(table, vars_, backend):
+    """Run a hit from ``table``: the targets get their values. Returns ``(kernels, library calls)``,
+    or None, with nothing run, when a view's layout differs from the one its gemm was built for
+    or the table is in use."""
+    if not table.busy.acquire(blocking=False):
+        return None
+    try:
+        return _run(table, vars_, backend)
+    finally:
+        table.busy.release()
+
+
+def _run(table, vars_, backend):
+    buffers = list(table.static)
+    for k in range(table.n_order, table.n_vars):
+        buffers[k] = vars_[k]._data
+    for at, shape, dtype in table.fresh:
+        buffers[at] = np.empty(shape, dtype)
+    for view in table.views:
+        source = buffers[view.source]
+        if view.offset is not None:     # an address (an int) in place of the array
+            if source.strides != view.offset[0]:
+                return None
+            buffers[view.at] = address(source) + view.offset[1]
+            continue
+        array = buffers[view.at] = numpy_views.chain_view(source, [vars_[c] for c in view.chain])
+        if view.strides is not None and (array.strides, address(array) - address(source)) != view.strides:
+            return None
+    slots, keep = table.slots, _rebuild(table, vars_)
+    if len(table.dynamic):
+        addresses = [x if x.__class__ is int else address(x) for x in map(buffers.__getitem__, table.dynamic)]
+        slots[table.patch_slots] = np.array(addresses, np.int64)[table.patch_from]
+    if table.float_nodes:
+        table.floats[:len(table.float_nodes)] = [float(vars_[k].attrs["value"]) for k in table.float_nodes]
+    runner, entries = _runner(), address(table.entries)
+    for piece in table.pieces:
+        if type(piece) is Segment:
+            runner(entries + 48 * piece.start, piece.stop - piece.start)
+        else:
+            out = buffers[piece.step.output.at] = _python_step(piece.step, buffers, vars_, backend)
+            late = table.late[piece.step.output.at]
+            if len(late):
+                slots[late] = address(out)
+    for at, copy in table.targets:
+        vars_[at]._set_value(buffers[at].copy() if copy else buffers[at])
+    del keep
+    return table.counts
+
+
+def _rebuild(table, vars_):
+    """Make the int (and float) arguments of the kernels that read them from the hit's Vars;
+    returns the arrays, to keep until the table has run."""
+    keep = []
+    for n, code, row in table.rebuilt:
+        kernel = schedule.Kernel(row.kind, vars_[row.root], [vars_[k] for k in row.nodes],
+                                 [vars_[k] for k in row.inputs], [vars_[k] for k in row.outputs], row.dims)
+        ints, floats = code.arguments(kernel)
+        ints, floats = np.ascontiguousarray(ints, np.int64), np.asarray(floats, np.float64)
+        keep += [ints, floats]
+        table.entries[n, 3], table.entries[n, 4] = address(ints), address(floats) if len(floats) else 0
+    return keep
+
+
+def _python_step(step, buffers, vars_, backend):
+    """A library call, draw or view left to Python (as ``cpu_replay._run_call`` runs it)."""
+    arrays = [numpy_views.chain_view(buffers[k], [vars_[c] for c in chain]) if chain else buffers[k]
+              for k, chain in zip(step.sources, step.views)]
+    if step.run is None:
+        return arrays[0]
+    out, output = step.run(arrays, vars_[step.root].attrs, backend), step.output
+    if out.dtype != output.dtype or out.shape != output.shape or not out.flags.c_contiguous:
+        out = np.ascontiguousarray(out, dtype=output.dtype).reshape(output.shape)
+    if step.stateful:
+        return keep_drawn(vars_[step.root], out)
+    return out

@@ -1,0 +1,191 @@
+"""A prepared program's hits run from one C table over a fixed arena (``runtime/cpu_table.py``):
+values identical to the step-by-step program and to the plan's steps, and everything a hit may
+change (float constants, slice starts, targets, leaf layouts, thread counts) read afresh."""
+import numpy as np
+import pytest
+
+import jtmini as jt
+from jtmini import nn, replay
+from jtmini.runtime import cpu, cpu_replay, cpu_table
+
+rng = np.random.default_rng(3)
+
+
+@pytest.fixture
+def table_runs(monkeypatch):
+    """A list of the tables hits ran from (stored plans, with their tables, forgotten first)."""
+    jt.sync_all()
+    replay.clear()
+    runs, run = [], cpu_table.run
+
+    def counted(table, vars_, backend):
+        runs.append(table)
+        return run(table, vars_, backend)
+    monkeypatch.setattr(cpu_table, "run", counted)
+    return runs
+
+
+def _gan_like(steps=6, threads=1, seed=2):
+    """Losses and parameters of two small MLPs trained against each other (products of every
+    shape numpy routes to gemm or gemv, tanh, leaky_relu, BCE, two Adams), a new lr each step."""
+    jt.sync_all()
+    replay.clear()
+    jt.seed(seed)
+    jt.flags.num_threads = threads
+    try:
+        gen = nn.Sequential(nn.Linear(3, 16), nn.Tanh(), nn.Linear(16, 2))
+        disc = nn.Sequential(nn.Linear(2, 16), nn.LeakyReLU(0.2), nn.Linear(16, 1))
+        g_opt, d_opt = nn.Adam(gen.parameters(), lr=1e-2), nn.Adam(disc.parameters(), lr=1e-2, betas=(0.5, 0.999))
+        bce, data, losses = nn.BCEWithLogitsLoss(), np.random.default_rng(seed), []
+        for step in range(steps):
+            g_opt.lr = d_opt.lr = 1e-2 / (step + 1)
+            real = jt.array(data.standard_normal((40, 2)).astype("float32"))
+            fake = gen(jt.array(data.standard_normal((40, 3)).astype("float32")))
+            ones, zeros = jt.ones(40, 1), jt.zeros(40, 1)
+            d_loss = bce(disc(real), ones) + bce(disc(fake.detach()), zeros)
+            d_opt.step(d_loss)
+            g_loss = bce(disc(fake), ones)
+            g_opt.step(g_loss)
+            losses += [d_loss.item(), g_loss.item()]
+        return losses, [p.numpy() for p in gen.parameters() + disc.parameters()]
+    finally:
+        jt.flags.num_threads = 1
+
+
+def _assert_same(a, b):
+    assert a[0] == b[0]
+    for p, q in zip(a[1], b[1]):
+        np.testing.assert_array_equal(p, q)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_training_from_tables_matches_programs_and_plan_steps_bit_for_bit(threads, table_runs, monkeypatch):
+    with_tables = _gan_like(threads=threads, steps=8)
+    assert len(table_runs) >= 4
+    assert any(e[0] != 0 for t in table_runs for e in t.entries)          # products ran as gemm entries
+    monkeypatch.setattr(cpu_table, "enabled", False)
+    _assert_same(with_tables, _gan_like(threads=threads, steps=8))
+    monkeypatch.setattr(type(cpu.BACKEND), "prepare", lambda self, template, vars_: None)
+    _assert_same(with_tables, _gan_like(threads=threads, steps=8))
+
+
+def test_float_constants_and_slice_starts_are_read_on_each_hit(table_runs):
+    a_np = rng.standard_normal((12, 5)).astype("float32")
+    w_np = rng.standard_normal((5, 4)).astype("float32")
+    a, w = jt.array(a_np), jt.array(w_np)
+    for start in range(5):
+        scale = 0.5 + start
+        got = ((a[start:start + 6] * scale).tanh() @ w + a[start + 1:start + 7, :4]).numpy()
+        want = np.tanh(a_np[start:start + 6] * np.float32(scale)) @ w_np + a_np[start + 1:start + 7, :4]
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    assert table_runs
+
+
+def test_targets_keep_their_values_after_later_hits(table_runs):
+    # each target owns its buffer: the next hit writes the arena, not what a user holds
+    held = []
+    for k in range(5):
+        x = jt.array(np.full((8, 8), k, "float32"))
+        h = (x + 1) * 2
+        out = (h @ h).reshape(64)                 # a view of the product's buffer
+        side = h.reshape(4, 16)                    # a view of an intermediate (the arena)
+        jt.sync([out, side])
+        held.append((k, out, side))
+    assert table_runs
+    for k, out, side in held:
+        v = (k + 1) * 2
+        np.testing.assert_array_equal(out.numpy(), np.full(64, v * v * 8, "float32"))
+        np.testing.assert_array_equal(side.numpy(), np.full((4, 16), v, "float32"))
+        assert not side._data.flags.writeable      # read-only, as every computed value
+
+
+def test_a_leaf_of_another_layout_takes_the_step_by_step_path(table_runs, monkeypatch):
+    # a gemm entry's operand layout is fixed when the table is built: a hit whose leaf is laid
+    # out otherwise (here a transposed buffer) runs step by step and gets numpy's product
+    steps = []
+    monkeypatch.setattr(cpu_replay, "_launch_kernel", lambda *a, f=cpu_replay._launch_kernel: steps.append(1) or f(*a))
+    w_np = rng.standard_normal((6, 6)).astype("float32")
+    for k in range(4):
+        x_np = rng.standard_normal((6, 6)).astype("float32")
+        x = jt.array(x_np)
+        if k == 3:
+            x_np = np.ascontiguousarray(x_np.T).T
+            x._data = x_np
+            x._data.flags.writeable = False
+        got = (x.reshape(6, 6) @ jt.array(w_np) * 2).numpy()
+        np.testing.assert_array_equal(got, (x_np @ w_np) * np.float32(2))
+    assert table_runs
+
+
+def test_no_table_past_the_arena_cap(table_runs, monkeypatch):
+    monkeypatch.setattr(cpu_table, "MAX_ARENA", 64)
+    a_np = rng.standard_normal((32, 32)).astype("float32")
+    for _ in range(3):
+        got = ((jt.array(a_np) * 2).exp() @ jt.array(a_np)).numpy()
+        np.testing.assert_allclose(got, np.exp(a_np * 2) @ a_np, rtol=1e-4, atol=1e-3)
+    assert not table_runs
+
+
+def test_tables_wait_for_the_thread_choice(table_runs):
+    jt.flags.num_threads = 2
+    try:
+        a_np = rng.standard_normal((300, 300)).astype("float32")
+        values = [((jt.array(a_np) + 1) * 3).exp().numpy() for _ in range(12)]
+    finally:
+        jt.flags.num_threads = 1
+    assert table_runs                           # once every launch site chose its thread count
+    for v in values[1:]:
+        np.testing.assert_array_equal(v, values[0])
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("shapes", [((7, 5), (5, 9)), ((1, 5), (5, 9)), ((7, 5), (5, 1)), ((7, 1), (1, 9))])
+@pytest.mark.parametrize("transposed", [(False, False), (True, False), (False, True), (True, True)])
+def test_gemm_entries_give_numpys_bits(dtype, shapes, transposed):
+    (m, k), (_, n) = shapes
+    a = rng.standard_normal((k, m) if transposed[0] else (m, k)).astype(dtype)
+    b = rng.standard_normal((n, k) if transposed[1] else (k, n)).astype(dtype)
+    a, b = (a.T if transposed[0] else a), (b.T if transposed[1] else b)
+    output = cpu_replay.Output(0, (m, n), np.dtype(dtype), False)
+    call = cpu_table._numpy_gemm(a, b, output, 1)
+    assert call is not None and call.kind == (1 if dtype == "float32" else 2) + (2 if m == 1 or n == 1 else 0)
+    assert cpu_table._same_as_numpy(call, a, b)
+
+
+def test_a_dot_is_left_to_numpy():
+    a, b = rng.standard_normal((1, 5)).astype("float32"), rng.standard_normal((5, 1)).astype("float32")
+    assert cpu_table._numpy_gemm(a, b, cpu_replay.Output(0, (1, 1), np.dtype("float32"), False), 1) is None
+
+
+def test_a_table_in_use_is_not_entered(table_runs):
+    # another thread's hit holds the table: this one runs step by step, with the same values
+    a_np = rng.standard_normal((16, 16)).astype("float32")
+
+    def hit():
+        return ((jt.array(a_np) * 2).tanh() @ jt.array(a_np)).numpy()
+    first = [hit() for _ in range(3)]
+    (table,) = {id(t): t for t in table_runs}.values()
+    ran = len(table_runs)
+    with table.busy:
+        held = hit()
+    assert len(table_runs) == ran + 1           # tried, and found the table busy
+    np.testing.assert_array_equal(held, first[-1])
+    np.testing.assert_array_equal(hit(), first[-1])
+
+
+def test_arenas_alive_are_capped_and_freed_with_their_plans(table_runs, monkeypatch):
+    monkeypatch.setattr(cpu_table, "MAX_ARENAS", cpu_table._arena_bytes[0] + 10_000)
+    small, large = rng.standard_normal((8, 8)).astype("float32"), rng.standard_normal((64, 64)).astype("float32")
+    for _ in range(3):
+        ((jt.array(small) * 2).exp() @ jt.array(small)).numpy()
+    assert table_runs                            # fits under the cap
+    del table_runs[:]
+    for _ in range(3):
+        ((jt.array(large) * 2).exp() @ jt.array(large)).numpy()      # 16 KiB more: over the cap
+    assert not table_runs
+    before = cpu_table._arena_bytes[0]
+    jt.sync_all()
+    replay.clear()
+    import gc
+    gc.collect()
+    assert cpu_table._arena_bytes[0] < before    # the stored plans' tables went with them
