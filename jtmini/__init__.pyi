@@ -177,7 +177,7 @@ class Var:
     def asinh(self) -> Var:
         """Elementwise asinh."""
     def assign(self, value: Any) -> Var:
-        """Make this Var hold ``value``'s value (broadcast and cast to this Var's shape and dtype),"""
+        """Make this Var hold ``value``'s value, cast to this Var's dtype, with no gradient history:"""
     def astype(self, dtype: Any) -> Var:
         """``x`` converted to ``dtype`` (float to int truncates toward zero, nonzero to bool is True)."""
     def atan(self) -> Var:
@@ -313,6 +313,8 @@ class Var:
         """Elementwise gelu."""
     def getitem(self, index: Any) -> Var:
         """``x[index]`` with numpy's semantics; lazy, and differentiable with respect to ``x``."""
+    @property
+    def grad(self) -> None: ...
     def greater(self, b: Any) -> Var:
         """Elementwise greater with numpy broadcasting."""
     def greater_equal(self, b: Any) -> Var:
@@ -635,7 +637,7 @@ class Var:
     def unsqueeze(self, dim: Any) -> Var:
         """``x`` with a new dim of size 1 at ``dim`` (in [-ndim-1, ndim], as in PyTorch)."""
     def update(self, value: Any) -> Var:
-        """Make this Var hold ``value``'s value (broadcast and cast to this Var's shape and dtype),"""
+        """Make this Var hold ``value``'s value, cast to this Var's dtype, with no gradient history:"""
     def var(self, dim: Any = ..., dims: Any = ..., unbiased: Any = ..., keepdims: Any = ..., *, keepdim: Any = ...) -> Var:
         """Variance over ``dim`` (an int) or ``dims`` (a sequence); every dim when both are None."""
     def view(self, *shape: Any) -> Var:
