@@ -11,6 +11,7 @@ Environment variables (read once, when the flag is first looked at) use the uppe
 import contextlib
 import numbers
 import os
+import warnings
 
 import numpy as np
 
@@ -139,12 +140,14 @@ def cuda_available():
 
 
 def _check_use_cuda(name, value):
-    """Turning the GPU on where none can be used fails here, naming why (Jittor's "No CUDA found"),
-    rather than at the next compute."""
+    """Turning the GPU on where none can be used warns and stays on the CPU, so a Jittor script
+    that sets ``jt.flags.use_cuda = 1`` at its top (Jittor's own tutorials do) still runs here."""
     value = _check_bool(name, value)
     if value and not flags.__dict__.get(name, False) and not cuda_available():
-        raise ValueError(f"flag {name}: no CUDA device can be used here (jtmini runs CUDA through cupy: "
-                         f"pip install -e .[cuda] on a machine with an NVIDIA GPU); stay on the CPU")
+        warnings.warn(f"flag {name}: no CUDA device can be used here (jtmini runs CUDA through cupy: "
+                      f"pip install -e .[cuda] on a machine with an NVIDIA GPU); staying on the CPU",
+                      RuntimeWarning, stacklevel=3)
+        return False
     return value
 
 

@@ -23,6 +23,7 @@ import numpy as np
 
 from .. import dtypes, persist
 from ..creation import array
+from ..flags import flags
 from ..gc_pause import paused
 from ..ops.collective import broadcast_in_place
 from ..var import Var
@@ -190,9 +191,8 @@ class Module:
         return self.is_train
 
     def cuda(self, device=None):
-        """As Jittor's: turn on ``jt.flags.use_cuda``; a RuntimeError where no GPU can be used."""
-        from ..ops.compat import use_gpu
-        use_gpu(f"{type(self).__name__}.cuda")
+        """As Jittor's: turn on ``jt.flags.use_cuda`` (where no GPU can be used it warns and stays off)."""
+        flags.use_cuda = 1
         return self
 
     def apply(self, fn):

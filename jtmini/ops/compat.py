@@ -18,7 +18,7 @@ import numbers
 import numpy as np
 
 from .. import creation, dtypes
-from ..flags import cuda_available, flags
+from ..flags import flags
 from ..var import Var
 from .elementwise import cast, where
 from .mathfns import _as_var, _floats, _one_dim, safe_clip
@@ -168,19 +168,11 @@ def cpu(x):
     return x.clone()
 
 
-def use_gpu(who):
-    """Turn on ``jt.flags.use_cuda`` as Jittor's ``cuda()`` does; a RuntimeError naming ``who``
-    where no GPU can be used (Jittor's "No CUDA found"), instead of a failure at the next compute."""
-    if not flags.use_cuda and not cuda_available():
-        raise RuntimeError(f"{who}: no CUDA device can be used here (jtmini runs CUDA through cupy: "
-                           f"pip install -e .[cuda] on a machine with an NVIDIA GPU); stay on the CPU")
-    flags.use_cuda = 1
-
-
 @export("cuda", function=False)
 def cuda(x):
-    """As Jittor's: turn on ``jt.flags.use_cuda`` (everything runs on the GPU from then on)."""
-    use_gpu("Var.cuda")
+    """As Jittor's: turn on ``jt.flags.use_cuda`` (everything runs on the GPU from then on; where
+    no GPU can be used the flag warns and stays off)."""
+    flags.use_cuda = 1
     return x
 
 
@@ -204,7 +196,7 @@ def to(x, *args, **kwargs):
         return cast(x, target)
     device = str(target)
     if "cuda" in device:
-        use_gpu(f"Var.to({target!r})")
+        flags.use_cuda = 1
     elif "cpu" in device:
         flags.use_cuda = 0
     else:
