@@ -52,8 +52,9 @@ def _run(arrays, a, backend):
     affine = a.get("affine")
     with random_engine.lock:
         state = np.array([random_engine.x], np.uint64)
+        # any thread count gives the same numbers (the kernel jumps the engine ahead per thread)
         kernel.run([state, out], [out.size, TYPES.index(a["type"]), int(affine is not None)],
-                   list(affine) if affine is not None else [], 1)
+                   list(affine) if affine is not None else [], backend.thread_count())
         random_engine.x = int(state[0])
     return out
 
