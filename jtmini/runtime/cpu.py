@@ -15,7 +15,7 @@ import ctypes
 
 import numpy as np
 
-from .. import codegen, compiler, dtypes, numpy_views
+from .. import codegen, compiler, dtypes, numpy_views, schedule
 from ..flags import flags
 from ..ops.registry import OPS
 from ..state import register_cache
@@ -28,15 +28,32 @@ _loaded = {}         # (library path, symbol) -> its loaded kernel function
 register_cache("kernel libraries", _loaded.clear, "one entry per kernel built or loaded")
 
 
-def build(kernels):
+def build(kernels, steps=()):
     """``{id(kernel): (KernelCode, function)}``; a missing kernel's function is a ``_Pending``
     that ``run_kernel`` waits for: they compile, several to a library, in background threads
-    while the steps before them run (and the hand-written kernels those need compile)."""
+    while the steps before them run. ``steps``: the plan's; the hand-written kernels its library
+    calls will ask for (``OpSpec.kernels``) start with them, in step order, so none compiles
+    alone when its op runs (a cold VGG step compiled nine so, one after another, at its end)."""
     _start_preludes()
-    codes = [codegen.generate(k) for k in kernels]
-    entries = compiler.start_kernels([c.source for c in codes])
+    codes = {id(k): codegen.generate(k) for k in kernels}
+    sources = _in_step_order(codes, steps)
+    entries = dict(zip(sources, compiler.start_kernels(sources)))
     return {id(k): (c, _Pending(e) if isinstance(e, compiler.Pending) else load(e))
-            for k, c, e in zip(kernels, codes, entries)}
+            for k, c, e in ((k, codes[id(k)], entries[codes[id(k)].source]) for k in kernels)}
+
+
+def _in_step_order(codes, steps):
+    """The sources of the generated kernels ``codes`` and of the hand-written kernels not yet
+    loaded that ``steps``' library calls will ask for, once each, in the order the steps run."""
+    sources = []
+    for step in steps:
+        if isinstance(step, schedule.Kernel) and id(step) in codes:
+            sources.append(codes[id(step)].source)
+        elif isinstance(step, schedule.LibraryCall) and OPS[step.root.op].kernels is not None:
+            for template, context in OPS[step.root.op].kernels(step.root.inputs, step.root.attrs):
+                if (template, tuple(sorted(context.items()))) not in _hand_kernels:
+                    sources.append(codegen.render("cpu", template, **context))
+    return list(dict.fromkeys(sources + [c.source for c in codes.values()]))
 
 
 _preludes_started = set()  # cache folders whose kernel preludes this process started building
@@ -168,9 +185,11 @@ def kernels(template, contexts):
 def prepare_kernel(template, **context):
     """Start compiling the hand-written kernel ``kernels(template, [context])`` will want, in the
     background, unless it is loaded already: an op that knows when its node is built that it will
-    need one (the random op) overlaps the compile with building the rest of the graph."""
+    need one (the random op) overlaps the compile with building the rest of the graph. The
+    kernels' preludes start too: a plan comes soon, and its first libraries wait for them."""
     if (template, tuple(sorted(context.items()))) not in _hand_kernels:
-        compiler.start_kernels([codegen.render("cpu", template, **context)])
+        compiler.start_kernels([codegen.render("cpu", template, **context)], ahead=True)
+    _start_preludes()
 
 
 class _Cpu(Backend):
