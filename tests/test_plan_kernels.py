@@ -92,3 +92,19 @@ def test_the_random_op_starts_its_kernel_and_the_preludes_when_its_first_node_is
     assert flags.cache_dir in cpu._preludes_started
     jt.set_seed(2)
     assert r.numpy().shape == (3,)
+
+
+def test_layer_norm_and_packed_adam_kernels_start_with_the_plan(cache, compiled_when_run):
+    import torch
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((6, 8)).astype(np.float32)
+    norm, linear = jt.nn.LayerNorm(8), jt.nn.Linear(8, 4)
+    opt = jt.optim.Adam(norm.parameters() + linear.parameters(), lr=0.01)
+    w, b = linear.weight.numpy(), linear.bias.numpy()
+    loss = (linear(norm(jt.array(x))) ** 2).mean()
+    opt.step(loss)
+    tx = torch.tensor(x)
+    want = (torch.nn.functional.linear(torch.nn.functional.layer_norm(tx, (8,)), torch.tensor(w), torch.tensor(b)) ** 2).mean()
+    np.testing.assert_allclose(loss.item(), want.item(), rtol=1e-5)
+    assert compiled_when_run == []
+    assert counters.stats()["kernels_compiled"] > 0
