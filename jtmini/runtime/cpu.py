@@ -51,8 +51,9 @@ def _in_step_order(codes, steps):
             sources.append(codes[id(step)].source)
         elif isinstance(step, schedule.LibraryCall) and OPS[step.root.op].kernels is not None:
             for template, context in OPS[step.root.op].kernels(step.root.inputs, step.root.attrs):
-                if (template, tuple(sorted(context.items()))) not in _hand_kernels:
-                    sources.append(codegen.render("cpu", template, **context))
+                key = (template, tuple(sorted(context.items())))
+                if key not in _hand_kernels:
+                    sources.append(_hand_source(key))
     return list(dict.fromkeys(sources + [c.source for c in codes.values()]))
 
 
@@ -170,13 +171,27 @@ _hand_kernels = {}   # (template, context) -> _Kernel
 register_cache("hand-written kernels", _hand_kernels.clear, "one entry per template and context used")
 
 
+_hand_sources = {}   # (template, context) -> its rendered source
+register_cache("hand-written kernel sources", _hand_sources.clear, "one entry per template and context planned or used")
+
+
+def _hand_source(key):
+    """The source of the hand-written kernel ``(template, sorted context items)``, rendered once
+    (a plan asks for each of its library calls' kernels: ResNet-18's twenty BatchNorms share four)."""
+    source = _hand_sources.get(key)
+    if source is None:
+        template, context = key
+        source = _hand_sources[key] = codegen.render("cpu", template, **dict(context))
+    return source
+
+
 def kernels(template, contexts):
     """The hand-written kernels ``templates/cpu/<template>.cc.j2`` of ``contexts``, the missing
     ones compiled in parallel (a BatchNorm layer's four are needed together)."""
     keys = [(template, tuple(sorted(c.items()))) for c in contexts]
     missing = [k for k in dict.fromkeys(keys) if k not in _hand_kernels]
     if missing:
-        sources = [codegen.render("cpu", template, **dict(context)) for template, context in missing]
+        sources = [_hand_source(key) for key in missing]
         for key, entry in zip(missing, compiler.build_kernels(sources)):
             _hand_kernels[key] = _Kernel(load(entry))
     return [_hand_kernels[k] for k in keys]
@@ -187,8 +202,9 @@ def prepare_kernel(template, **context):
     background, unless it is loaded already: an op that knows when its node is built that it will
     need one (the random op) overlaps the compile with building the rest of the graph. The
     kernels' preludes start too: a plan comes soon, and its first libraries wait for them."""
-    if (template, tuple(sorted(context.items()))) not in _hand_kernels:
-        compiler.start_kernels([codegen.render("cpu", template, **context)], ahead=True)
+    key = (template, tuple(sorted(context.items())))
+    if key not in _hand_kernels:
+        compiler.start_kernels([_hand_source(key)], ahead=True)
     _start_preludes()
 
 
