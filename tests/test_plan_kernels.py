@@ -108,3 +108,17 @@ def test_layer_norm_and_packed_adam_kernels_start_with_the_plan(cache, compiled_
     np.testing.assert_allclose(loss.item(), want.item(), rtol=1e-5)
     assert compiled_when_run == []
     assert counters.stats()["kernels_compiled"] > 0
+
+
+@pytest.mark.parametrize("model", ["gru", "transformer"])
+def test_recurrent_attention_and_clipping_kernels_start_with_the_plan(cache, compiled_when_run, model):
+    """The bench models' steps (tools/bench_models.py): GRU's time loops, the transformer's fused
+    attention and its gradient clipping's sum of squares."""
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
+    import bench_models
+    step, pool = bench_models.step_and_pool("jtmini", model, 1)
+    step(*pool[0])
+    assert compiled_when_run == []
+    assert counters.stats()["kernels_compiled"] > 0

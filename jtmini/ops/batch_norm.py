@@ -194,7 +194,7 @@ def _stats_grad(d, out, inputs, a):
 
 
 register(OpSpec("batch_norm_stats", "library", infer=_stats_infer, run=_stats_run, grad=_stats_grad,
-                reads_view=_inner_contiguous, kernels=lambda inputs, a: _planned(inputs[0].dtype, pooled=a["pooled"])))
+                reads_view=_inner_contiguous, kernels=lambda inputs, a, backend: _planned(inputs[0].dtype, pooled=a["pooled"])))
 
 
 def batch_norm_stats(x, pooled=False):
@@ -259,7 +259,7 @@ def _table_grad(d, out, inputs, a):
 
 
 register(OpSpec("batch_norm_table", "library", infer=_table_infer, run=_table_run, grad=_table_grad,
-                kernels=lambda inputs, a: _planned(a["dtype"], a["affine"], a["pooled"])))
+                kernels=lambda inputs, a, backend: _planned(a["dtype"], a["affine"], a["pooled"])))
 
 
 def batch_norm_table(moments, weight, bias, running_mean, running_var, eps, momentum, dtype, pooled=False):

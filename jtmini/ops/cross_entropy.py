@@ -59,7 +59,7 @@ def _planned(mode, x, target):
 
 
 register(OpSpec("cross_entropy_rows", "library", infer=_rows_infer, reads_view=_contiguous,
-                kernels=lambda inputs, a: _planned("xent_forward", inputs[0], inputs[1]),
+                kernels=lambda inputs, a, backend: _planned("xent_forward", inputs[0], inputs[1]),
                 run=lambda arrays, a, backend: _run("xent_forward", arrays, a, backend),
                 grad=lambda d, out, inputs, a: [cross_entropy_rows_grad(d, *inputs, a["ignore_index"],
                                                                         a["smoothing"]), None]))
@@ -98,7 +98,7 @@ def _grad_grad(c, out, inputs, a):
 
 
 register(OpSpec("cross_entropy_rows_grad", "library", infer=_grad_infer, reads_view=_contiguous,
-                kernels=lambda inputs, a: _planned("xent_backward", inputs[1], inputs[2]),
+                kernels=lambda inputs, a, backend: _planned("xent_backward", inputs[1], inputs[2]),
                 run=lambda arrays, a, backend: _run("xent_backward", [arrays[1], arrays[2], arrays[0]], a, backend),
                 grad=_grad_grad))
 

@@ -111,7 +111,7 @@ def _route_grad(d, out, inputs, a):
 
 
 def _planned(mode):
-    def kernels(inputs, a):
+    def kernels(inputs, a, backend):
         """The kernel ``run`` will ask for (``OpSpec.kernels``)."""
         geometry = tuple(tuple(a[g]) for g in GEOMETRY)
         x = inputs[0]

@@ -35,7 +35,7 @@ from .registry import OpSpec, export, register
 
 TYPES = ("uniform", "normal")            # the kernel's ip[1]: the index of the type
 KERNEL_DTYPES = ("float32", "float64")   # Jittor's front end always draws float32
-_prepared = set()                        # kernel dtypes whose compile this process started
+_prepared = set()                        # (kernel dtype, cache folder) whose compile this process started
 _made = itertools.count()                # a node's seq: where its draws go among one schedule's
 
 
@@ -84,8 +84,8 @@ def random_node(shape, type="uniform", dtype="float32", affine=None):
         raise ValueError(f"jt.random: type must be 'uniform' or 'normal', got {type!r}")
     if dtype not in KERNEL_DTYPES:
         raise TypeError(f"jt.random: the op draws float32 or float64, got dtype {dtype}")
-    if dtype not in _prepared:           # a cold process: compile while the graph is built
-        _prepared.add(dtype)
+    if (dtype, flags.cache_dir) not in _prepared:     # a cold process: compile while the graph is built
+        _prepared.add((dtype, flags.cache_dir))
         services.prepare_kernel("random", ctype=dtypes.C_TYPES[dtype])
     attrs = {} if affine is None else {"affine": (float(affine[0]), float(affine[1]))}
     return Var.node("random", [], shape=_checked_shape(shape, "jt.random"), dtype=dtype, type=type,

@@ -55,8 +55,8 @@ class OpSpec:
     ``stateful`` (library): the op's values come from process state it advances (random numbers),
     so computing it twice gives different values: the executor keeps its value once computed and
     makes it a leaf, even where it was only an intermediate.
-    ``kernels(inputs, attrs) -> [(template, context), ...]`` (library): the hand-written kernels
-    ``run`` will ask its backend for, from the input Vars' shapes and dtypes; the CPU runtime starts
+    ``kernels(inputs, attrs, backend) -> [(template, context), ...]`` (library): the hand-written
+    kernels ``run`` will ask ``backend`` for, from the input Vars' shapes and dtypes; the CPU runtime starts
     compiling them when it plans the op, beside the plan's generated kernels, rather than when it runs.
     """
     name: str

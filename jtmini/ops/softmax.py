@@ -95,7 +95,7 @@ def _rows_grad(d, out, inputs, a):
 
 register(OpSpec("softmax_rows", "library", infer=_rows_infer, run=_rows_run, grad=_rows_grad,
                 reads_view=_contiguous,
-                kernels=lambda inputs, a: [planned("forward", a["log"], len(inputs) == 2, inputs[0].dtype)]))
+                kernels=lambda inputs, a, backend: [planned("forward", a["log"], len(inputs) == 2, inputs[0].dtype)]))
 
 
 def softmax_rows(x, bias=None, log=False):
@@ -134,7 +134,7 @@ def _grad_grad(c, out, inputs, a):
 
 
 register(OpSpec("softmax_rows_grad", "library", infer=_grad_infer, run=_grad_run, grad=_grad_grad,
-                reads_view=_contiguous, kernels=lambda inputs, a: [planned("backward", a["log"], False, inputs[1].dtype)]))
+                reads_view=_contiguous, kernels=lambda inputs, a, backend: [planned("backward", a["log"], False, inputs[1].dtype)]))
 
 
 def softmax_rows_grad(g, y, log=False):

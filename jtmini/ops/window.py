@@ -137,13 +137,13 @@ def _grad_run(arrays, a, backend):
     key = (dtypes.numpy_name(dcols.dtype), tuple(sorted(geometry.items())), (taps_h, taps_w), out.shape[2:], (ho, wo))
     fn = _kernels.get(key)
     if fn is None:
-        (template, context), = _grad_planned([arrays[0]], a)
+        (template, context), = _grad_planned([arrays[0]], a, backend)
         fn = _kernels[key] = backend.kernel(template, **context)
     fn.run_fastest([dcols, out], [n, c], [], out.size)
     return out
 
 
-def _grad_planned(inputs, a):
+def _grad_planned(inputs, a, backend):
     """``[(template, context)]`` of ``_grad_run``'s kernel for ``inputs`` (arrays or Vars; ``OpSpec.kernels``)."""
     dcols = inputs[0]
     c, taps_h, taps_w, n, ho, wo = dcols.shape

@@ -50,7 +50,7 @@ def _in_step_order(codes, steps):
         if isinstance(step, schedule.Kernel) and id(step) in codes:
             sources.append(codes[id(step)].source)
         elif isinstance(step, schedule.LibraryCall) and OPS[step.root.op].kernels is not None:
-            for template, context in OPS[step.root.op].kernels(step.root.inputs, step.root.attrs):
+            for template, context in OPS[step.root.op].kernels(step.root.inputs, step.root.attrs, BACKEND):
                 key = (template, tuple(sorted(context.items())))
                 if key not in _hand_kernels:
                     sources.append(_hand_source(key))
