@@ -201,11 +201,13 @@ def prepare_kernel(template, **context):
     """Start compiling the hand-written kernel ``kernels(template, [context])`` will want, in the
     background, unless it is loaded already: an op that knows when its node is built that it will
     need one (the random op) overlaps the compile with building the rest of the graph. The
-    kernels' preludes start too: a plan comes soon, and its first libraries wait for them."""
+    kernels' preludes start too when the host runs the graphs: a plan comes soon, and its first
+    libraries wait for them."""
     key = (template, tuple(sorted(context.items())))
     if key not in _hand_kernels:
         compiler.start_kernels([_hand_source(key)], ahead=True)
-    _start_preludes()
+    if (flags.backend or ("cuda" if flags.use_cuda else "cpu")) == "cpu":
+        _start_preludes()
 
 
 class _Cpu(Backend):
