@@ -7,8 +7,10 @@ when its value is needed, as one library call (one ``random`` row in ``jt.profil
 fills its output in order from the process-wide engine (``state.random_engine``), as Jittor's
 ``RandomOp`` does on the CPU: ``std::default_random_engine`` (libstdc++'s ``minstd_rand0``) with
 ``std::uniform_real_distribution`` or ``std::normal_distribution``, a new distribution each run.
-The kernel (``templates/cpu/random.cc.j2``) uses ``<random>`` itself, so the numbers are
-libstdc++'s bit for bit. The values therefore depend on the order in which random Vars are
+The kernel (``templates/cpu/random.cc.j2``) writes libstdc++'s engine, ``generate_canonical`` and
+polar method out with their own expressions (``<random>`` made its compile ~2x longer), so the
+numbers are libstdc++'s bit for bit (tests/test_random_kernel.py), at any thread count: threads
+jump the engine ahead to their share. The values depend on the order in which random Vars are
 computed, as in Jittor; random Vars computed in one schedule draw in the order they were made
 (so parameters computed together get the numbers they get computed one by one in that order). A
 stored plan (``replay.py``) draws anew each time it runs; the GPU draws on the host and uploads.
