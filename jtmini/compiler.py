@@ -360,6 +360,7 @@ class _Split(typing.NamedTuple):
 _entries = {}  # (kernel dir, key) -> Entry
 _inflight = {}  # (kernel dir, key) -> Future of its library's outcomes, while start_kernels compiles it
 _workers = None  # the background compiler threads (_Workers)
+_ahead = None    # one more, for kernels started before any plan (_ahead_worker)
 _workers_lock = threading.Lock()
 os.register_at_fork(after_in_child=_inflight.clear)  # a child has none of its parent's compiler threads
 register_cache("kernel entries", _entries.clear, "one entry per kernel built or found by build_kernels")
@@ -392,18 +393,20 @@ def build_kernels(sources):
             for k in found.keys]
 
 
-def start_kernels(sources):
+def start_kernels(sources, ahead=False):
     """``build_kernels`` that returns at once: an ``Entry`` for each kernel built or on disk, a
     ``Pending`` (``.result()`` waits for its Entry) for each one the background compiler threads
     build, in libraries of kernels next to each other in `sources` (give them in the order they
-    run: the first libraries are done first), so the caller goes on meanwhile.
+    run: the first libraries are done first), so the caller goes on meanwhile. ``ahead``: on a
+    compiler thread of their own, beside the ``compile_jobs`` ones, for a kernel started before
+    any plan (the random op's) that the preludes started with it should not wait behind.
 
         >>> first, second = compiler.start_kernels([source_a, source_b])
         >>> entry = second.result() if isinstance(second, compiler.Pending) else second
     """
     found = _look_up(sources)
     if found.todo:
-        workers = _background()
+        workers = _ahead_worker() if ahead else _background()
         _prebuild_headers(found.kernel_dir, found.todo, found.tc, workers.submit)
         for chunk in _chunks(found.todo, max(1, flags.compile_jobs), ordered=True):
             future = workers.submit(_build_and_keep, found.kernel_dir, chunk, found.tc)
@@ -559,6 +562,15 @@ def _background():
                 _workers.retire()
             _workers = _Workers(jobs)
         return _workers
+
+
+def _ahead_worker():
+    """The one compiler thread of ``start_kernels(..., ahead=True)`` (made again after a fork)."""
+    global _ahead
+    with _workers_lock:
+        if _ahead is None or _ahead.pid != os.getpid():
+            _ahead = _Workers(1)
+        return _ahead
 
 
 def _read_entry(kernel_dir, key, complain=False):

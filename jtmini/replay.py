@@ -140,7 +140,7 @@ def clear():
 def _plan_and_build(targets, runtime):
     steps = schedule.plan(targets)
     kernels = [s for s in steps if isinstance(s, schedule.Kernel)]
-    built = runtime.build(kernels) if kernels else {}
+    built = runtime.build(kernels, steps) if kernels else {}
     return steps, [built.get(id(s)) for s in steps]
 
 

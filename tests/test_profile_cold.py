@@ -20,10 +20,14 @@ def test_kinds_of_compiles():
 def test_profiles_a_cold_first_step():
     env = dict(os.environ, PYTHONPATH=REPO)
     done = subprocess.run([sys.executable, os.path.join(REPO, "tools", "profile_cold.py"), "--models", "mlp",
-                           "--top", "2"], capture_output=True, text=True, env=env, timeout=300)
+                           "--top", "2", "--timeline"], capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stderr
     head = next(line for line in done.stdout.splitlines() if line.startswith("mlp: first step"))
     compiles = int(head.split(" compiles")[0].rsplit(" ", 1)[1])
     kernels = int(head.split(" kernels)")[0].rsplit("(", 1)[1])
     assert kernels >= 5 and 1 <= compiles <= kernels  # a fresh cache: every kernel, several a compiler run
     assert "prelude" in done.stdout and "generated" in done.stdout and "hand: softmax" in done.stdout
+    # the timeline: one line per compile, in the order they started, each ending after it began
+    lines = done.stdout.split("  timeline")[1].splitlines()[1:]
+    times = [tuple(map(float, line.split()[:2])) for line in lines if line.startswith("    ")]
+    assert len(times) == compiles and times == sorted(times) and all(end >= begin for begin, end in times)

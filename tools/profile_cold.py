@@ -6,6 +6,7 @@ kind) and the compilers' CPU time, which a loaded machine inflates less than wal
     python tools/profile_cold.py --models gan lenet        # one fresh cache folder per model
     python tools/profile_cold.py --models mlp --top 5      # the 5 slowest compiles too
     python tools/profile_cold.py --models gru --against /tmp/base --rounds 3   # A/B, in turns
+    python tools/profile_cold.py --models resnet18 --timeline  # when each compile ran (s from the step's start)
 
 Each model runs in its own subprocess with ``JTMINI_CACHE_DIR`` a fresh temporary folder, on the
 bench models of tools/bench_models.py (of the checkout being measured).
@@ -50,7 +51,7 @@ def _timing(compiler, compiles):
         finally:
             seconds = time.perf_counter() - start
             source = _unit_text(argv, src)
-            compiles.append({"kind": _kind(argv, source), "s": seconds, "src": src,
+            compiles.append({"kind": _kind(argv, source), "s": seconds, "src": src, "start": start,
                              "kernels": max(1, source.count("\n#define jt_kernel jt_kernel_"))})
     return timed
 
@@ -85,12 +86,14 @@ def child(name, threads):
     start = time.perf_counter()
     step(*batch)
     total = time.perf_counter() - start
+    for c in compiles:      # from the step's start: those the model's construction started are < 0
+        c["start"] -= start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     print("RESULT " + json.dumps({"first_step_s": total, "compile_cpu_s": cpu, "compiles": compiles}))
 
 
-def report(name, result, top):
+def report(name, result, top, timeline=False):
     by_kind = defaultdict(list)
     for c in result["compiles"]:
         by_kind[c["kind"]].append(c["s"])
@@ -106,6 +109,10 @@ def report(name, result, top):
               f"mean {sum(times) / len(times):.3f} s max {max(times):.3f} s")
     for c in sorted(result["compiles"], key=lambda c: -c["s"])[:top]:
         print(f"    {c['s']:.3f} s {c['kind']} ({c.get('kernels', 1)} kernels) {os.path.basename(c['src'])}")
+    if timeline:
+        print("  timeline (s from the step's start: begin, end; a compile alone at the end is one a step waited for)")
+        for c in sorted(result["compiles"], key=lambda c: c["start"]):
+            print(f"    {c['start']:6.2f} {c['start'] + c['s']:6.2f}  {c['kind']} ({c.get('kernels', 1)} kernels)")
 
 
 def main(argv=None):
@@ -113,6 +120,7 @@ def main(argv=None):
     parser.add_argument("--models", nargs="+", default=None)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--top", type=int, default=0, help="list the N slowest compiles")
+    parser.add_argument("--timeline", action="store_true", help="list the compiles in the order they started")
     parser.add_argument("--against", metavar="CHECKOUT", help="another checkout to compare with, "
                         "in alternating runs (the ratio of first steps is printed)")
     parser.add_argument("--rounds", type=int, default=1, help="runs of each checkout, in turns")
@@ -155,7 +163,7 @@ def run_one(name, cfg, root=ROOT):
         return None
     print(f"[{root}]")
     result = json.loads(lines[-1][7:])
-    report(name, result, cfg.top)
+    report(name, result, cfg.top, cfg.timeline)
     return result
 
 

@@ -35,8 +35,13 @@ def _kernel(backend, dtype, clip, decay):
     key = (backend.name, dtype, clip, decay)
     fn = _kernels.get(key)
     if fn is None:
-        fn = _kernels[key] = backend.kernel("adam_many", ctype=dtypes.C_TYPES[dtype], clip=clip, decay=decay)
+        fn = _kernels[key] = backend.kernel("adam_many", **_planned(dtype, clip, decay)[0][1])
     return fn
+
+
+def _planned(dtype, clip, decay):
+    """``[(template, context)]`` of ``_kernel``'s kernel (``OpSpec.kernels``)."""
+    return [("adam_many", dict(ctype=dtypes.C_TYPES[dtype], clip=clip, decay=decay))]
 
 
 def _infer(inputs, a):
@@ -77,7 +82,7 @@ def _no_grad(d, out, inputs, a):
 # the hyper-parameters change every step (bias corrections, a learning-rate schedule): launch
 # arguments, so the step's graph and plan stay the same
 register(OpSpec("adam_many", "library", infer=_infer, run=_run, grad=_no_grad, reads_view=_contiguous,
-                runtime_attrs=("hyper",)))
+                runtime_attrs=("hyper",), kernels=lambda inputs, a, backend: _planned(inputs[0].dtype, a["clip"], a["decay"])))
 
 
 def adam_many(grads, ms, vs, ps, coef, hyper, decay=False):

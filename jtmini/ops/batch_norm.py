@@ -52,11 +52,17 @@ def _kernel(backend, mode, dtype, affine=True, pooled=False):
     fn = _kernels.get((backend.name,) + _key(mode, dtype, affine, pooled))
     if fn is None:
         keys = [_key(m, dtype, affine, pooled) for m in MODES]
-        contexts = [dict(mode=m, ctype=dtypes.C_TYPES[d], affine=a, pooled=p) for m, d, a, p in keys]
+        contexts = [context for _, context in _planned(dtype, affine, pooled)]
         for k, built in zip(keys, backend.kernels("batch_norm", contexts)):
             _kernels.setdefault((backend.name,) + k, built)
         fn = _kernels[(backend.name,) + _key(mode, dtype, affine, pooled)]
     return fn
+
+
+def _planned(dtype, affine=True, pooled=False):
+    """``[(template, context)]`` of the four kernels ``_kernel`` builds together (``OpSpec.kernels``)."""
+    keys = [_key(m, dtype, affine, pooled) for m in MODES]
+    return [("batch_norm", dict(mode=m, ctype=dtypes.C_TYPES[d], affine=a, pooled=p)) for m, d, a, p in keys]
 
 
 def _key(mode, dtype, affine, pooled):
@@ -188,7 +194,7 @@ def _stats_grad(d, out, inputs, a):
 
 
 register(OpSpec("batch_norm_stats", "library", infer=_stats_infer, run=_stats_run, grad=_stats_grad,
-                reads_view=_inner_contiguous))
+                reads_view=_inner_contiguous, kernels=lambda inputs, a, backend: _planned(inputs[0].dtype, pooled=a["pooled"])))
 
 
 def batch_norm_stats(x, pooled=False):
@@ -252,7 +258,8 @@ def _table_grad(d, out, inputs, a):
     return grads + [d_mean_running * (1 - m), d_var_running * (1 - m)]
 
 
-register(OpSpec("batch_norm_table", "library", infer=_table_infer, run=_table_run, grad=_table_grad))
+register(OpSpec("batch_norm_table", "library", infer=_table_infer, run=_table_run, grad=_table_grad,
+                kernels=lambda inputs, a, backend: _planned(a["dtype"], a["affine"], a["pooled"])))
 
 
 def batch_norm_table(moments, weight, bias, running_mean, running_var, eps, momentum, dtype, pooled=False):

@@ -19,7 +19,7 @@ import numpy as np
 from .. import creation, dtypes
 from ..var import Var
 from .registry import OpSpec, register
-from .softmax import _contiguous, _kernel, softmax_last, softmax_rows_grad
+from .softmax import _contiguous, _kernel, planned, softmax_last, softmax_rows_grad
 
 
 def _kernel_args(x, target, a):
@@ -53,7 +53,13 @@ def _rows_infer(inputs, a):
     return inputs[0].shape[:1], inputs[0].dtype
 
 
+def _planned(mode, x, target):
+    """The kernel ``_run`` will ask for (``OpSpec.kernels``)."""
+    return [planned(mode, False, False, x.dtype, ttype=dtypes.C_TYPES[target.dtype])]
+
+
 register(OpSpec("cross_entropy_rows", "library", infer=_rows_infer, reads_view=_contiguous,
+                kernels=lambda inputs, a, backend: _planned("xent_forward", inputs[0], inputs[1]),
                 run=lambda arrays, a, backend: _run("xent_forward", arrays, a, backend),
                 grad=lambda d, out, inputs, a: [cross_entropy_rows_grad(d, *inputs, a["ignore_index"],
                                                                         a["smoothing"]), None]))
@@ -92,6 +98,7 @@ def _grad_grad(c, out, inputs, a):
 
 
 register(OpSpec("cross_entropy_rows_grad", "library", infer=_grad_infer, reads_view=_contiguous,
+                kernels=lambda inputs, a, backend: _planned("xent_backward", inputs[1], inputs[2]),
                 run=lambda arrays, a, backend: _run("xent_backward", [arrays[1], arrays[2], arrays[0]], a, backend),
                 grad=_grad_grad))
 

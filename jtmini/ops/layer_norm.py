@@ -38,11 +38,16 @@ def _kernel(backend, mode, dtype):
     fn = _kernels.get((backend.name, mode, dtype))
     if fn is None:
         modes = ("stats", "grad_sums")
-        built = backend.kernels("layer_norm", [dict(mode=m, ctype=dtypes.C_TYPES[dtype]) for m in modes])
+        built = backend.kernels("layer_norm", [context for _, context in _planned(dtype)])
         for m, k in zip(modes, built):
             _kernels.setdefault((backend.name, m, dtype), k)
         fn = _kernels[(backend.name, mode, dtype)]
     return fn
+
+
+def _planned(dtype):
+    """``[(template, context)]`` of the two kernels ``_kernel`` builds together (``OpSpec.kernels``)."""
+    return [("layer_norm", dict(mode=m, ctype=dtypes.C_TYPES[dtype])) for m in ("stats", "grad_sums")]
 
 
 def _rows_input(who, x):
@@ -95,7 +100,8 @@ def _stats_grad(d, out, inputs, a):
     return [per_row(d, 0, x.shape) / n - per_row(d, 1, x.shape) * rstd * rstd * rstd * (x - mean) / n]
 
 
-register(OpSpec("layer_norm_stats", "library", infer=_stats_infer, run=_stats_run, grad=_stats_grad))
+register(OpSpec("layer_norm_stats", "library", infer=_stats_infer, run=_stats_run, grad=_stats_grad,
+                kernels=lambda inputs, a, backend: _planned(inputs[0].dtype)))
 
 
 def layer_norm_stats(x, eps):

@@ -110,9 +110,20 @@ def _route_grad(d, out, inputs, a):
     return [None, _node("pick", x, d, a)]
 
 
-register(OpSpec("max_pool_pick", "library", infer=_infer("pick"), run=_run("pick"),
+def _planned(mode):
+    def kernels(inputs, a, backend):
+        """The kernel ``run`` will ask for (``OpSpec.kernels``)."""
+        geometry = tuple(tuple(a[g]) for g in GEOMETRY)
+        x = inputs[0]
+        return [("max_pool", kernel_context(mode, dtypes.C_TYPES[x.dtype], geometry, tuple(x.shape[2:]), a["out_hw"],
+                                            bool(a.get("relu_mask", False))))]
+    return kernels
+
+
+register(OpSpec("max_pool_pick", "library", infer=_infer("pick"), run=_run("pick"), kernels=_planned("pick"),
                 grad=lambda d, out, inputs, a: [None, _node("route", inputs[0], d, a)]))
-register(OpSpec("max_pool_route", "library", infer=_infer("route"), run=_run("route"), grad=_route_grad))
+register(OpSpec("max_pool_route", "library", infer=_infer("route"), run=_run("route"), grad=_route_grad,
+                kernels=_planned("route")))
 
 
 def relu_masked_route(route):

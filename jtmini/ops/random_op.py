@@ -7,8 +7,10 @@ when its value is needed, as one library call (one ``random`` row in ``jt.profil
 fills its output in order from the process-wide engine (``state.random_engine``), as Jittor's
 ``RandomOp`` does on the CPU: ``std::default_random_engine`` (libstdc++'s ``minstd_rand0``) with
 ``std::uniform_real_distribution`` or ``std::normal_distribution``, a new distribution each run.
-The kernel (``templates/cpu/random.cc.j2``) uses ``<random>`` itself, so the numbers are
-libstdc++'s bit for bit. The values therefore depend on the order in which random Vars are
+The kernel (``templates/cpu/random.cc.j2``) writes libstdc++'s engine, ``generate_canonical`` and
+polar method out with their own expressions (``<random>`` made its compile ~2x longer), so the
+numbers are libstdc++'s bit for bit (tests/test_random_kernel.py), at any thread count: threads
+jump the engine ahead to their share. The values depend on the order in which random Vars are
 computed, as in Jittor; random Vars computed in one schedule draw in the order they were made
 (so parameters computed together get the numbers they get computed one by one in that order). A
 stored plan (``replay.py``) draws anew each time it runs; the GPU draws on the host and uploads.
@@ -35,7 +37,7 @@ from .registry import OpSpec, export, register
 
 TYPES = ("uniform", "normal")            # the kernel's ip[1]: the index of the type
 KERNEL_DTYPES = ("float32", "float64")   # Jittor's front end always draws float32
-_prepared = set()                        # kernel dtypes whose compile this process started
+_prepared = set()                        # (kernel dtype, cache folder) whose compile this process started
 _made = itertools.count()                # a node's seq: where its draws go among one schedule's
 
 
@@ -52,8 +54,9 @@ def _run(arrays, a, backend):
     affine = a.get("affine")
     with random_engine.lock:
         state = np.array([random_engine.x], np.uint64)
+        # any thread count gives the same numbers (the kernel jumps the engine ahead per thread)
         kernel.run([state, out], [out.size, TYPES.index(a["type"]), int(affine is not None)],
-                   list(affine) if affine is not None else [], 1)
+                   list(affine) if affine is not None else [], backend.thread_count())
         random_engine.x = int(state[0])
     return out
 
@@ -83,8 +86,8 @@ def random_node(shape, type="uniform", dtype="float32", affine=None):
         raise ValueError(f"jt.random: type must be 'uniform' or 'normal', got {type!r}")
     if dtype not in KERNEL_DTYPES:
         raise TypeError(f"jt.random: the op draws float32 or float64, got dtype {dtype}")
-    if dtype not in _prepared:           # a cold process: compile while the graph is built
-        _prepared.add(dtype)
+    if (dtype, flags.cache_dir) not in _prepared:     # a cold process: compile while the graph is built
+        _prepared.add((dtype, flags.cache_dir))
         services.prepare_kernel("random", ctype=dtypes.C_TYPES[dtype])
     attrs = {} if affine is None else {"affine": (float(affine[0]), float(affine[1]))}
     return Var.node("random", [], shape=_checked_shape(shape, "jt.random"), dtype=dtype, type=type,

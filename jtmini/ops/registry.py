@@ -55,6 +55,9 @@ class OpSpec:
     ``stateful`` (library): the op's values come from process state it advances (random numbers),
     so computing it twice gives different values: the executor keeps its value once computed and
     makes it a leaf, even where it was only an intermediate.
+    ``kernels(inputs, attrs, backend) -> [(template, context), ...]`` (library): the hand-written
+    kernels ``run`` will ask ``backend`` for, from the input Vars' shapes and dtypes; the CPU runtime starts
+    compiling them when it plans the op, beside the plan's generated kernels, rather than when it runs.
     """
     name: str
     kind: str
@@ -70,6 +73,7 @@ class OpSpec:
     int_ranges: Optional[Callable] = None
     half: bool = False
     stateful: bool = False
+    kernels: Optional[Callable] = None
 
     def __post_init__(self):
         if self.kind not in KINDS:

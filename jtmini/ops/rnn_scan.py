@@ -144,10 +144,16 @@ def _scan_infer(inputs, a):
 def _kernel(backend, cell, mode, dtype):
     """This cell's forward or backward kernel; both are built on the first call, in parallel."""
     blas = backend.cblas_gemm(dtype)
+    built = backend.kernels("rnn_scan", [context for _, context in _planned(backend, cell, dtype)])
+    return built[mode == "backward"], (blas.address if blas else 0)
+
+
+def _planned(backend, cell, dtype):
+    """``[(template, context)]`` of a cell's two kernels, built together (``OpSpec.kernels``)."""
+    blas = backend.cblas_gemm(dtype)
     common = dict(cell=cell, ctype=dtypes.C_TYPES[dtypes.numpy_name(dtype)], gates=GATES[cell],
                   blas_int=blas.int_type if blas else "int64_t")
-    built = backend.kernels("rnn_scan", [dict(common, mode=m) for m in ("forward", "backward")])
-    return built[mode == "backward"], (blas.address if blas else 0)
+    return [("rnn_scan", dict(common, mode=m)) for m in ("forward", "backward")]
 
 
 def _scan_run(arrays, a, backend):
@@ -181,7 +187,8 @@ def _scan_grad(d, out, inputs, a):
     return _unpack(Var.node("rnn_scan_grad", [d, out] + list(inputs), **a), inputs, a)
 
 
-register(OpSpec("rnn_scan", "library", infer=_scan_infer, run=_scan_run, grad=_scan_grad))
+register(OpSpec("rnn_scan", "library", infer=_scan_infer, run=_scan_run, grad=_scan_grad,
+                kernels=lambda inputs, a, backend: _planned(backend, a["cell"], inputs[0].dtype)))
 
 
 def _grad_infer(inputs, a):
@@ -230,7 +237,8 @@ def _grad_grad(c, res, inputs, a):
     return [d_d, None] + d_args
 
 
-register(OpSpec("rnn_scan_grad", "library", infer=_grad_infer, run=_grad_run, grad=_grad_grad))
+register(OpSpec("rnn_scan_grad", "library", infer=_grad_infer, run=_grad_run, grad=_grad_grad,
+                kernels=lambda inputs, a, backend: _planned(backend, a["cell"], inputs[0].dtype)))
 
 
 def rnn_scan(cell, gi, h0, c0, w_hh, b_hh, steps, reverse=False):

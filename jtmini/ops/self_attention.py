@@ -67,12 +67,29 @@ def _kernel(backend, mode, bias, dtype):
     key = (backend.name, mode, bias, dtype)
     if key not in _kernels:
         blas = backend.cblas_gemm(dtype)
-        common = dict(ctype=dtypes.C_TYPES[dtype], blas_int=blas.int_type if blas else "int64_t")
         modes = [("probs", bias), ("out", False), ("grad", False)]
-        built = backend.kernels("attention", [dict(common, mode=m, bias=b) for m, b in modes])
+        built = backend.kernels("attention", [context for _, context in _planned(backend, modes, dtype)])
         for (m, b), kernel in zip(modes, built):
             _kernels[(backend.name, m, b, dtype)] = (kernel, blas.address if blas else 0)
     return _kernels[key]
+
+
+def _planned(backend, modes, dtype):
+    """``[(template, context)]`` of the kernels of ``modes`` ((mode, bias) pairs)."""
+    blas = backend.cblas_gemm(dtype)
+    common = dict(ctype=dtypes.C_TYPES[dtype], blas_int=blas.int_type if blas else "int64_t")
+    return [("attention", dict(common, mode=m, bias=b)) for m, b in modes]
+
+
+def _planned_for(mode):
+    """``OpSpec.kernels`` of ``mode``'s op: the probabilities' op builds all three (as ``_kernel``),
+    the others their own (the probabilities' form depends on the bias, which they do not see)."""
+    def kernels(inputs, a, backend):
+        if mode != "probs":
+            return _planned(backend, [(mode, False)], dtypes.numpy_name(inputs[-1].dtype))
+        return _planned(backend, [("probs", len(inputs) == 2), ("out", False), ("grad", False)],
+                        dtypes.numpy_name(inputs[0].dtype))
+    return kernels
 
 
 def _launch(backend, mode, arrays, out, a):
@@ -116,7 +133,7 @@ def _no_grad(op):
 
 
 register(OpSpec("attention_probs", "library", infer=_probs_infer, run=_probs_run, grad=_no_grad("attention_probs"),
-                reads_view=_contiguous))
+                reads_view=_contiguous, kernels=_planned_for("probs")))
 
 
 # --- attention_out -----------------------------------------------------------------------------
@@ -136,7 +153,7 @@ def _out_run(arrays, a, backend):
 
 
 register(OpSpec("attention_out", "library", infer=_out_infer, run=_out_run, grad=_no_grad("attention_out"),
-                reads_view=_contiguous))
+                reads_view=_contiguous, kernels=_planned_for("out")))
 
 
 # --- attention_grad ----------------------------------------------------------------------------
@@ -172,7 +189,7 @@ def _grad_grad(c, res, inputs, a):
 
 
 register(OpSpec("attention_grad", "library", infer=_grad_infer, run=_grad_run, grad=_grad_grad,
-                reads_view=_contiguous))
+                reads_view=_contiguous, kernels=_planned_for("grad")))
 
 
 # --- front end ---------------------------------------------------------------------------------

@@ -38,9 +38,14 @@ def _kernel(backend, mode, log, bias, dtype, ttype=""):
     key = (backend.name, mode, log, bias, dtype, ttype)
     fn = _kernels.get(key)
     if fn is None:
-        fn = _kernels[key] = backend.kernel("softmax", mode=mode, log=log, bias=bias, ctype=dtypes.C_TYPES[dtype],
-                                            ttype=ttype)
+        template, context = planned(mode, log, bias, dtype, ttype)
+        fn = _kernels[key] = backend.kernel(template, **context)
     return fn
+
+
+def planned(mode, log, bias, dtype, ttype=""):
+    """``(template, context)`` of ``_kernel``'s kernel: what ``OpSpec.kernels`` gives for an op's node."""
+    return "softmax", dict(mode=mode, log=log, bias=bias, ctype=dtypes.C_TYPES[dtype], ttype=ttype)
 
 
 def _contiguous(shape, strides):
@@ -89,7 +94,8 @@ def _rows_grad(d, out, inputs, a):
 
 
 register(OpSpec("softmax_rows", "library", infer=_rows_infer, run=_rows_run, grad=_rows_grad,
-                reads_view=_contiguous))
+                reads_view=_contiguous,
+                kernels=lambda inputs, a, backend: [planned("forward", a["log"], len(inputs) == 2, inputs[0].dtype)]))
 
 
 def softmax_rows(x, bias=None, log=False):
@@ -128,7 +134,7 @@ def _grad_grad(c, out, inputs, a):
 
 
 register(OpSpec("softmax_rows_grad", "library", infer=_grad_infer, run=_grad_run, grad=_grad_grad,
-                reads_view=_contiguous))
+                reads_view=_contiguous, kernels=lambda inputs, a, backend: [planned("backward", a["log"], False, inputs[1].dtype)]))
 
 
 def softmax_rows_grad(g, y, log=False):

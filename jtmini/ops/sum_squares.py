@@ -24,7 +24,7 @@ register_cache("sum_squares kernels", _kernels.clear, "one entry per backend and
 def _kernel(backend, dtype):
     fn = _kernels.get((backend.name, dtype))
     if fn is None:
-        fn = _kernels[(backend.name, dtype)] = backend.kernel("sum_squares", ctype=dtypes.C_TYPES[dtype])
+        fn = _kernels[(backend.name, dtype)] = backend.kernel("sum_squares", ctype=dtypes.C_TYPES[dtype])  # as _planned
     return fn
 
 
@@ -59,7 +59,13 @@ def _grad(d, out, inputs, a):
     return [x * (d[k] * 2) for k, x in enumerate(inputs)]
 
 
-register(OpSpec("sum_squares_many", "library", infer=_infer, run=_run, grad=_grad, reads_view=_contiguous))
+def _planned(inputs, a, backend):
+    """``[(template, context)]`` of ``_kernel``'s kernel (``OpSpec.kernels``)."""
+    return [("sum_squares", dict(ctype=dtypes.C_TYPES[inputs[0].dtype]))]
+
+
+register(OpSpec("sum_squares_many", "library", infer=_infer, run=_run, grad=_grad, reads_view=_contiguous,
+                kernels=_planned))
 
 
 def sum_squares_many(xs):

@@ -137,10 +137,21 @@ def _grad_run(arrays, a, backend):
     key = (dtypes.numpy_name(dcols.dtype), tuple(sorted(geometry.items())), (taps_h, taps_w), out.shape[2:], (ho, wo))
     fn = _kernels.get(key)
     if fn is None:
-        fn = _kernels[key] = backend.kernel("conv_windows_grad", ctype=dtypes.C_TYPES[key[0]], th=taps_h, tw=taps_w,
-                                            height=out.shape[2], width=out.shape[3], ho=ho, wo=wo, **geometry)
+        (template, context), = _grad_planned([arrays[0]], a, backend)
+        fn = _kernels[key] = backend.kernel(template, **context)
     fn.run_fastest([dcols, out], [n, c], [], out.size)
     return out
+
+
+def _grad_planned(inputs, a, backend):
+    """``[(template, context)]`` of ``_grad_run``'s kernel for ``inputs`` (arrays or Vars; ``OpSpec.kernels``)."""
+    dcols = inputs[0]
+    c, taps_h, taps_w, n, ho, wo = dcols.shape
+    geometry = {f"{name}{axis}": value for attr, name in zip(GEOMETRY, "spdf")
+                for axis, value in zip("hw", a[attr])}
+    height, width = a["x_shape"][2:]
+    return [("conv_windows_grad", dict(ctype=dtypes.C_TYPES[dtypes.numpy_name(dcols.dtype)], th=taps_h, tw=taps_w,
+                                       height=height, width=width, ho=ho, wo=wo, **geometry))]
 
 
 def _grad_grad(d, out, inputs, a):
@@ -149,7 +160,7 @@ def _grad_grad(d, out, inputs, a):
 
 
 register(OpSpec("conv_windows_grad", "library", infer=_grad_infer, run=_grad_run, grad=_grad_grad,
-                reads_view=_contiguous))
+                reads_view=_contiguous, kernels=_grad_planned))
 
 
 def conv_windows_grad(dcols, x_shape, a):

@@ -19,8 +19,9 @@ class Backend:
     name = None          # what ``get`` finds it by
     dialect = None       # the templates folder its kernels are written from
 
-    def build(self, kernels):
-        """``{id(kernel): compiled}`` for ``schedule.Kernel`` s, compiling the missing ones."""
+    def build(self, kernels, steps=()):
+        """``{id(kernel): compiled}`` for ``schedule.Kernel`` s, compiling the missing ones;
+        ``steps`` (the plan's) may start the hand-written kernels its library calls will want."""
         raise NotImplementedError
 
     def run_kernel(self, kernel, compiled, read):

@@ -15,7 +15,7 @@ import ctypes
 
 import numpy as np
 
-from .. import codegen, compiler, dtypes, numpy_views
+from .. import codegen, compiler, dtypes, numpy_views, schedule
 from ..flags import flags
 from ..ops.registry import OPS
 from ..state import register_cache
@@ -28,15 +28,33 @@ _loaded = {}         # (library path, symbol) -> its loaded kernel function
 register_cache("kernel libraries", _loaded.clear, "one entry per kernel built or loaded")
 
 
-def build(kernels):
+def build(kernels, steps=()):
     """``{id(kernel): (KernelCode, function)}``; a missing kernel's function is a ``_Pending``
     that ``run_kernel`` waits for: they compile, several to a library, in background threads
-    while the steps before them run (and the hand-written kernels those need compile)."""
+    while the steps before them run. ``steps``: the plan's; the hand-written kernels its library
+    calls will ask for (``OpSpec.kernels``) start with them, in step order, so none compiles
+    alone when its op runs (a cold VGG step compiled nine so, one after another, at its end)."""
     _start_preludes()
-    codes = [codegen.generate(k) for k in kernels]
-    entries = compiler.start_kernels([c.source for c in codes])
+    codes = {id(k): codegen.generate(k) for k in kernels}
+    sources = _in_step_order(codes, steps)
+    entries = dict(zip(sources, compiler.start_kernels(sources)))
     return {id(k): (c, _Pending(e) if isinstance(e, compiler.Pending) else load(e))
-            for k, c, e in zip(kernels, codes, entries)}
+            for k, c, e in ((k, codes[id(k)], entries[codes[id(k)].source]) for k in kernels)}
+
+
+def _in_step_order(codes, steps):
+    """The sources of the generated kernels ``codes`` and of the hand-written kernels not yet
+    loaded that ``steps``' library calls will ask for, once each, in the order the steps run."""
+    sources = []
+    for step in steps:
+        if isinstance(step, schedule.Kernel) and id(step) in codes:
+            sources.append(codes[id(step)].source)
+        elif isinstance(step, schedule.LibraryCall) and OPS[step.root.op].kernels is not None:
+            for template, context in OPS[step.root.op].kernels(step.root.inputs, step.root.attrs, BACKEND):
+                key = (template, tuple(sorted(context.items())))
+                if key not in _hand_kernels:
+                    sources.append(_hand_source(key))
+    return list(dict.fromkeys(sources + [c.source for c in codes.values()]))
 
 
 _preludes_started = set()  # cache folders whose kernel preludes this process started building
@@ -153,13 +171,27 @@ _hand_kernels = {}   # (template, context) -> _Kernel
 register_cache("hand-written kernels", _hand_kernels.clear, "one entry per template and context used")
 
 
+_hand_sources = {}   # (template, context) -> its rendered source
+register_cache("hand-written kernel sources", _hand_sources.clear, "one entry per template and context planned or used")
+
+
+def _hand_source(key):
+    """The source of the hand-written kernel ``(template, sorted context items)``, rendered once
+    (a plan asks for each of its library calls' kernels: ResNet-18's twenty BatchNorms share four)."""
+    source = _hand_sources.get(key)
+    if source is None:
+        template, context = key
+        source = _hand_sources[key] = codegen.render("cpu", template, **dict(context))
+    return source
+
+
 def kernels(template, contexts):
     """The hand-written kernels ``templates/cpu/<template>.cc.j2`` of ``contexts``, the missing
     ones compiled in parallel (a BatchNorm layer's four are needed together)."""
     keys = [(template, tuple(sorted(c.items()))) for c in contexts]
     missing = [k for k in dict.fromkeys(keys) if k not in _hand_kernels]
     if missing:
-        sources = [codegen.render("cpu", template, **dict(context)) for template, context in missing]
+        sources = [_hand_source(key) for key in missing]
         for key, entry in zip(missing, compiler.build_kernels(sources)):
             _hand_kernels[key] = _Kernel(load(entry))
     return [_hand_kernels[k] for k in keys]
@@ -168,9 +200,14 @@ def kernels(template, contexts):
 def prepare_kernel(template, **context):
     """Start compiling the hand-written kernel ``kernels(template, [context])`` will want, in the
     background, unless it is loaded already: an op that knows when its node is built that it will
-    need one (the random op) overlaps the compile with building the rest of the graph."""
-    if (template, tuple(sorted(context.items()))) not in _hand_kernels:
-        compiler.start_kernels([codegen.render("cpu", template, **context)])
+    need one (the random op) overlaps the compile with building the rest of the graph. The
+    kernels' preludes start too when the host runs the graphs: a plan comes soon, and its first
+    libraries wait for them."""
+    key = (template, tuple(sorted(context.items())))
+    if key not in _hand_kernels:
+        compiler.start_kernels([_hand_source(key)], ahead=True)
+    if (flags.backend or ("cuda" if flags.use_cuda else "cpu")) == "cpu":
+        _start_preludes()
 
 
 class _Cpu(Backend):

@@ -98,8 +98,9 @@ def _on_device(v, read):
 
 
 # --- steps --------------------------------------------------------------------------------------
-def build(kernels):
-    """``{id(kernel): (KernelCode, cubin path)}``, compiling the missing kernels in parallel."""
+def build(kernels, steps=()):
+    """``{id(kernel): (KernelCode, cubin path)}``, compiling the missing kernels in parallel
+    (``steps``, the plan's, are for the host runtime's early hand-written kernels)."""
     arch = device().compute_capability          # e.g. "90": cubins are built for this GPU
     codes = [codegen.generate(k, "cuda") for k in kernels]
     paths = nvrtc.build_many([c.source for c in codes], arch)
