@@ -235,7 +235,7 @@ class Var:
     def cross(self, y: Any, dim: Any = ...) -> Any:
         """The cross product of 3-vectors along ``dim`` (of size 3 in both), with broadcasting over"""
     def cuda(self) -> Var:
-        """As Jittor's: turn on ``jt.flags.use_cuda`` (everything runs on the GPU from then on)."""
+        """As Jittor's: turn on ``jt.flags.use_cuda`` (everything runs on the GPU from then on; where"""
     def cumprod(self, dim: Any) -> Any:
         """Cumulative product along ``dim``; bool and int32 give int64, as in PyTorch. Its gradient is"""
     def cumsum(self, dim: Any = ...) -> Any:
