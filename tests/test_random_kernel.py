@@ -15,7 +15,11 @@ import pytest
 import jtmini as jt
 from jtmini import codegen, compiler
 
+# <random> as Jittor's build compiles it: the kernels' -fno-trapping-math lets GCC rearrange
+# libstdc++'s normal_distribution (its numbers then differ in the last bit for ~13% of draws),
+# so the reference turns trapping math back on; the op's own kernel gives the same bits either way
 REFERENCE = r"""
+#pragma GCC optimize ("trapping-math")
 #include <cstdint>
 #include <random>
 typedef CTYPE T;
