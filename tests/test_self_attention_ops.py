@@ -124,6 +124,18 @@ def test_small_heads_near_the_composed_form(threads, rng):
     assert (32, 16) in _small_kernels_used()
 
 
+def test_small_heads_keep_cblas_without_specialize_shapes(rng):
+    """With ``specialize_shapes`` off (lengths that change every step) no kernel is compiled per
+    length: small heads take the CBLAS kernels and the composed form's bits."""
+    qkv = jt.array(rng.standard_normal((2, 8, 3 * 16)).astype("float32"))
+    sa._kernels.clear()
+    with jt.flag_scope(specialize_shapes=False):
+        fused = sa.packed_self_attention(qkv, 2, 1).numpy()
+        composed = sa.composed_self_attention(qkv, 2, 1, 1 / math.sqrt(8)).numpy()
+    np.testing.assert_array_equal(fused, composed)
+    assert not _small_kernels_used()
+
+
 def test_a_fully_masked_row_is_nan_as_in_pytorch(rng):
     """A row whose every key is masked has no softmax: NaN, as the composed form and PyTorch give."""
     qkv = jt.array(rng.standard_normal((2, 8, 3 * 16)).astype("float32"))

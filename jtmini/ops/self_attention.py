@@ -34,6 +34,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .. import dtypes
+from ..flags import flags
 from ..autograd import custom_grad, grad
 from ..state import register_cache
 from ..var import Var
@@ -70,7 +71,10 @@ def _geometry(qkv_shape, heads, seq):
 def _small(g, itemsize):
     """``(L, Dh)`` for heads the kernels with sizes compiled in take (both at most SMALL_MAX and
     whole 32-byte vectors of the dtype), else None. A head's four (32 x 32 x 16) backward products
-    as CBLAS calls and the composed form's softmax loops cost ~2x what these kernels do."""
+    as CBLAS calls and the composed form's softmax loops cost ~2x what these kernels do. Off with
+    ``flags.specialize_shapes`` (lengths that change every step would compile kernels each)."""
+    if not flags.specialize_shapes:
+        return None
     width = 32 // itemsize
     fits = all(0 < size <= SMALL_MAX and size % width == 0 for size in (g.length, g.head_dim))
     return (g.length, g.head_dim) if fits else None
