@@ -1152,6 +1152,37 @@ def test_large_reductions_take_the_parallel_paths(rng):
     assert_var(jt.array(big).transpose() * 2 + 1, big.T * 2 + 1)
 
 
+@pytest.mark.parametrize("threads", [2, 3])
+def test_split_reductions_add_each_output_alone(threads, rng):
+    """Few outputs over many elements (a conv bias gradient's (N, C, H, W) -> C): the outputs run
+    interleaved in one parallel region, each thread's share and order that of the output
+    reduced alone, so every output has the bits of its own one-output reduction."""
+    x = jt.array(rng.standard_normal((64, 6, 28, 28)).astype(np.float32))
+    with jt.flag_scope(num_threads=threads):
+        for name in ("sum", "max", "min"):
+            together = getattr(x, name)((0, 2, 3)).numpy()
+            alone = np.concatenate([getattr(x[:, c:c + 1], name)((0, 2, 3)).numpy() for c in range(6)])
+            np.testing.assert_array_equal(together, alone)
+        expected = x.numpy().astype(np.float64).sum((0, 2, 3)).astype(np.float32)
+        np.testing.assert_allclose(x.sum((0, 2, 3)).numpy(), expected, rtol=1e-5)
+        near_one = jt.array((1 + 1e-5 * rng.standard_normal((3, 20000))).astype(np.float32))
+        np.testing.assert_allclose(near_one.prod(1).numpy(), near_one.numpy().astype(np.float64).prod(1), rtol=1e-5)
+        argmax = jt.array(rng.standard_normal((2, 3, 40000)).astype(np.float32)).argmax(2)[0]
+        assert argmax.shape == (2, 3)
+
+
+def test_column_sums_are_the_same_bits_at_any_thread_count(rng):
+    """Column sums (a bias gradient) give each thread whole tiles of columns, rows added in order."""
+    x = jt.array(rng.standard_normal((1024, 256)).astype(np.float32))
+    results = []
+    for threads in (1, 2, 3):
+        with jt.flag_scope(num_threads=threads):
+            results.append(x.sum(0).numpy())
+    np.testing.assert_array_equal(results[0], results[1])
+    np.testing.assert_array_equal(results[0], results[2])
+    np.testing.assert_allclose(results[0], x.numpy().astype(np.float64).sum(0), rtol=1e-5, atol=1e-4)
+
+
 def test_shared_subexpressions(rng):
     """A node used by several consumers and several targets is computed once and stays right."""
     value = rng.standard_normal((4, 5)).astype(np.float32)

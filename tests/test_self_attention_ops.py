@@ -1,6 +1,7 @@
 """The fused packed self-attention (``ops/self_attention.py``): values, first and second gradients
 against PyTorch on contiguous, transposed, sliced and broadcast projections in both layouts, with
-and without a causal mask; the same bits as the composed form at 1 and 2 threads; the graph it
+and without a causal mask; the same bits as the composed form at 1 and 2 threads for long
+sequences, within rounding of it for small heads (sizes compiled in); the graph it
 builds; errors; and ``nn.MultiheadAttention`` choosing it only where it applies."""
 import math
 
@@ -67,19 +68,84 @@ def test_broadcast_projection_matches_pytorch(rng):
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("seq", [0, 1])
 def test_same_bits_as_the_composed_form(threads, seq, rng):
-    """Values and gradients equal the composed form's exactly (large enough to use 2 threads)."""
-    qkv_np = rng.standard_normal((16, 32, 3 * 64)).astype("float32")
-    up = rng.standard_normal((16, 32, 64)).astype("float32")
+    """Sequences longer than SMALL_MAX take the CBLAS kernels: values and gradients equal the
+    composed form's exactly (large enough to use 2 threads)."""
+    shape = (8, 72) if seq == 1 else (72, 8)
+    qkv_np = rng.standard_normal(shape + (3 * 32,)).astype("float32")
+    up = rng.standard_normal(shape + (32,)).astype("float32")
     length = qkv_np.shape[seq]
+    assert length > sa.SMALL_MAX
     bias = additive(causal(length), "float32")
     with jt.flag_scope(num_threads=threads):
         qkv = jt.array(qkv_np)
         fused = sa.packed_self_attention(qkv, 4, seq, bias=bias)
-        composed = sa.composed_self_attention(qkv, 4, seq, 1 / math.sqrt(16), bias)
+        composed = sa.composed_self_attention(qkv, 4, seq, 1 / math.sqrt(8), bias)
         grads = [jt.grad((out * jt.array(up)).sum(), qkv).numpy() for out in (fused, composed)]
         np.testing.assert_array_equal(fused.numpy(), composed.numpy())
     # the composed form adds its slices' gradients to +0 pads: only the sign of a zero may differ
     np.testing.assert_array_equal(grads[0], grads[1])
+
+
+def _small_kernels_used():
+    return {key[-1] for key in sa._kernels if key[-1] is not None}
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("length, head_dim", [(8, 8), (32, 16), (16, 64)])
+@pytest.mark.parametrize("masked", [False, True])
+@pytest.mark.parametrize("seq", [0, 1])
+def test_small_heads_match_pytorch(dtype, length, head_dim, masked, seq, rng):
+    """Heads of whole vectors up to SMALL_MAX run the kernels with their sizes compiled in and the
+    products as loops: values and gradients against PyTorch, on every layout."""
+    heads = 2
+    shape = (3, length) if seq == 1 else (length, 3)
+    qkv = rng.standard_normal(shape + (3 * heads * head_dim,))
+    mask = causal(length) if masked else None
+    for layout in LAYOUTS:
+        check_grad(lambda x: sa.packed_self_attention(x, heads, seq, bias=None if mask is None else additive(mask, dtype)),
+                   lambda t: torch_attention(t, heads, seq, mask), [qkv], layouts=[layout], dtype=dtype)
+    assert (length, head_dim) in _small_kernels_used()
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_small_heads_near_the_composed_form(threads, rng):
+    """The transformer's heads (L 32, Dh 16) with a causal mask, at 1 and 2 threads: within
+    float32 rounding of the composed form (which reads the same CBLAS products as PyTorch's)."""
+    qkv_np = rng.standard_normal((16, 32, 3 * 64)).astype("float32")
+    up = rng.standard_normal((16, 32, 64)).astype("float32")
+    bias = additive(causal(32), "float32")
+    with jt.flag_scope(num_threads=threads):
+        qkv = jt.array(qkv_np)
+        fused = sa.packed_self_attention(qkv, 4, 1, bias=bias)
+        composed = sa.composed_self_attention(qkv, 4, 1, 1 / math.sqrt(16), bias)
+        grads = [jt.grad((out * jt.array(up)).sum(), qkv).numpy() for out in (fused, composed)]
+        np.testing.assert_allclose(fused.numpy(), composed.numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(grads[0], grads[1], rtol=1e-4, atol=1e-5)
+    assert (32, 16) in _small_kernels_used()
+
+
+def test_small_heads_keep_cblas_without_specialize_shapes(rng):
+    """With ``specialize_shapes`` off (lengths that change every step) no kernel is compiled per
+    length: small heads take the CBLAS kernels and the composed form's bits."""
+    qkv = jt.array(rng.standard_normal((2, 8, 3 * 16)).astype("float32"))
+    sa._kernels.clear()
+    with jt.flag_scope(specialize_shapes=False):
+        fused = sa.packed_self_attention(qkv, 2, 1).numpy()
+        composed = sa.composed_self_attention(qkv, 2, 1, 1 / math.sqrt(8)).numpy()
+    np.testing.assert_array_equal(fused, composed)
+    assert not _small_kernels_used()
+
+
+def test_a_fully_masked_row_is_nan_as_in_pytorch(rng):
+    """A row whose every key is masked has no softmax: NaN, as the composed form and PyTorch give."""
+    qkv = jt.array(rng.standard_normal((2, 8, 3 * 16)).astype("float32"))
+    mask = np.zeros((8, 8), bool)
+    mask[3] = True
+    out = sa.packed_self_attention(qkv, 2, 1, bias=additive(mask, "float32")).numpy()
+    expected = torch_attention(torch.tensor(qkv.numpy()), 2, 1, mask).numpy()
+    np.testing.assert_array_equal(np.isnan(out), np.isnan(expected))
+    assert np.isnan(out[:, 3]).all() and not np.isnan(np.delete(out, 3, axis=1)).any()
+    np.testing.assert_allclose(np.nan_to_num(out), np.nan_to_num(expected), rtol=1e-5, atol=1e-6)
 
 
 def test_repeats_bit_for_bit_across_thread_counts(rng):

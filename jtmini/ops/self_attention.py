@@ -14,8 +14,13 @@ Composed from generic ops (slices, head reshapes and transposes, a scale, two ba
 and the softmax kernel; backward four products, softmax's backward, the scale, and the three
 slices' gradients added as pads), a layer was ~40 graph nodes and 13 launches; here it is 3
 nodes and 3 launches, with no head transposes copied. Each (sequence, head) is one task of one
-thread calling CBLAS with the composed form's operands, so values are the composed form's bits
-(but for the sign of zero gradients: the composed form added the pads' +0) at any thread count.
+thread, so values do not depend on the thread count. Heads whose length and width are whole
+32-byte vectors up to ``SMALL_MAX`` (the char transformer's 32 x 16) get kernels with both
+compiled in, products as register-blocked loops and a vectorised softmax: values within rounding
+of the composed form's (a CBLAS call cost ~1 us of a 32 x 32 x 16 product, and the softmax loops
+ran scalar; 2 of a layer's 3 kernels took half the CPU time). Other heads call CBLAS with the
+composed form's operands and get its bits (but for the sign of zero gradients: the composed form
+added the pads' +0).
 The second derivative goes through the composed form (``composed_self_attention``). On the GPU
 the composed form is used.
 
@@ -29,6 +34,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .. import dtypes
+from ..flags import flags
 from ..autograd import custom_grad, grad
 from ..state import register_cache
 from ..var import Var
@@ -36,8 +42,9 @@ from .matmul import matmul
 from .registry import OpSpec, register
 from .softmax import _contiguous, runs_fused, softmax_last
 
-_kernels = {}        # (backend, mode, bias, dtype) -> (HandKernel, gemm address)
-register_cache("attention kernels", _kernels.clear, "one entry per backend, mode, bias and dtype met")
+_kernels = {}        # (backend, mode, bias, dtype, small sizes) -> (HandKernel, gemm address)
+register_cache("attention kernels", _kernels.clear, "one entry per backend, mode, bias, dtype and small head met")
+SMALL_MAX = 64       # heads with L and Dh up to this get kernels with both compiled in and products as loops
 
 
 class _Geometry(NamedTuple):
@@ -61,23 +68,37 @@ def _geometry(qkv_shape, heads, seq):
     return _Geometry(n, length, heads, e // heads, ns, ls, nso, lso)
 
 
-def _kernel(backend, mode, bias, dtype):
+def _small(g, itemsize):
+    """``(L, Dh)`` for heads the kernels with sizes compiled in take (both at most SMALL_MAX and
+    whole 32-byte vectors of the dtype), else None. A head's four (32 x 32 x 16) backward products
+    as CBLAS calls and the composed form's softmax loops cost ~2x what these kernels do. Off with
+    ``flags.specialize_shapes`` (lengths that change every step would compile kernels each)."""
+    if not flags.specialize_shapes:
+        return None
+    width = 32 // itemsize
+    fits = all(0 < size <= SMALL_MAX and size % width == 0 for size in (g.length, g.head_dim))
+    return (g.length, g.head_dim) if fits else None
+
+
+def _kernel(backend, mode, bias, dtype, small):
     """The kernel of ``mode`` (its three are built together on first use) and the CBLAS gemm's
-    address (0: the kernel's own loops)."""
-    key = (backend.name, mode, bias, dtype)
+    address (0: the kernel's own loops); ``small``: ``_small``'s sizes or None."""
+    key = (backend.name, mode, bias, dtype, small)
     if key not in _kernels:
         blas = backend.cblas_gemm(dtype)
         modes = [("probs", bias), ("out", False), ("grad", False)]
-        built = backend.kernels("attention", [context for _, context in _planned(backend, modes, dtype)])
+        built = backend.kernels("attention", [context for _, context in _planned(backend, modes, dtype, small)])
         for (m, b), kernel in zip(modes, built):
-            _kernels[(backend.name, m, b, dtype)] = (kernel, blas.address if blas else 0)
+            _kernels[(backend.name, m, b, dtype, small)] = (kernel, blas.address if blas else 0)
     return _kernels[key]
 
 
-def _planned(backend, modes, dtype):
-    """``[(template, context)]`` of the kernels of ``modes`` ((mode, bias) pairs)."""
+def _planned(backend, modes, dtype, small):
+    """``[(template, context)]`` of the kernels of ``modes`` ((mode, bias) pairs); ``small``:
+    ``_small``'s sizes or None."""
     blas = backend.cblas_gemm(dtype)
-    common = dict(ctype=dtypes.C_TYPES[dtype], blas_int=blas.int_type if blas else "int64_t")
+    common = dict(ctype=dtypes.C_TYPES[dtype], blas_int=blas.int_type if blas else "int64_t",
+                  small=small is not None, L=small[0] if small else 0, Dh=small[1] if small else 0)
     return [("attention", dict(common, mode=m, bias=b)) for m, b in modes]
 
 
@@ -85,10 +106,12 @@ def _planned_for(mode):
     """``OpSpec.kernels`` of ``mode``'s op: the probabilities' op builds all three (as ``_kernel``),
     the others their own (the probabilities' form depends on the bias, which they do not see)."""
     def kernels(inputs, a, backend):
+        qkv = inputs[0] if mode == "probs" else inputs[-1]
+        dtype = dtypes.numpy_name(qkv.dtype)
+        small = _small(_geometry(qkv.shape, a["heads"], a["seq"]), dtypes.SIZES[dtype])
         if mode != "probs":
-            return _planned(backend, [(mode, False)], dtypes.numpy_name(inputs[-1].dtype))
-        return _planned(backend, [("probs", len(inputs) == 2), ("out", False), ("grad", False)],
-                        dtypes.numpy_name(inputs[0].dtype))
+            return _planned(backend, [(mode, False)], dtype, small)
+        return _planned(backend, [("probs", len(inputs) == 2), ("out", False), ("grad", False)], dtype, small)
     return kernels
 
 
@@ -96,7 +119,8 @@ def _launch(backend, mode, arrays, out, a):
     """Run ``mode``'s kernel on C-contiguous ``arrays`` (qkv's geometry from attrs ``a``)."""
     qkv = arrays[0] if mode == "probs" else arrays[-1]
     g = _geometry(qkv.shape, a["heads"], a["seq"])
-    kernel, gemm = _kernel(backend, mode, mode == "probs" and len(arrays) == 2, dtypes.numpy_name(qkv.dtype))
+    kernel, gemm = _kernel(backend, mode, mode == "probs" and len(arrays) == 2, dtypes.numpy_name(qkv.dtype),
+                           _small(g, qkv.itemsize))
     kernel.run([np.ascontiguousarray(x) for x in arrays] + [out], list(g) + [gemm], [a["scale"]],
                backend.thread_count())
     return out
