@@ -11,7 +11,8 @@ torchvision lacks, is compared with a PyTorch port of the reference code written
     PYTHONPATH=. /tmp/tvenv/bin/python tools/check_models_torchvision.py --all      # every builder
 
 Prints one row a model: trainable parameter counts, the max relative error of the eval outputs,
-the losses before and after the step.
+that of the gradients (over all parameters, relative to the largest), the losses before and
+after the step.
 """
 import argparse
 import math
@@ -41,6 +42,7 @@ RES2NET = {"res2net50": ([3, 4, 6, 3], 26, 4), "res2net50_26w_4s": ([3, 4, 6, 3]
 class Losses(NamedTuple):
     before: float
     after: float
+    grads: dict          # trainable parameter name -> gradient of the loss before the step
 
 
 class Row(NamedTuple):
@@ -48,6 +50,7 @@ class Row(NamedTuple):
     torch_params: int
     jt_params: int
     eval_err: float
+    grad_err: float
     loss_torch: Losses
     loss_jt: Losses
     seconds: float
@@ -144,8 +147,9 @@ def sgd_step_torch(model, x, y, lr):
     opt.zero_grad()
     loss.backward()
     opt.step()
+    grads = {n: p.grad.numpy() for n, p in model.named_parameters()}
     with torch.no_grad():
-        return Losses(loss.item(), loss_of().item())
+        return Losses(loss.item(), loss_of().item(), grads)
 
 
 def sgd_step_jt(model, x, y, lr):
@@ -154,8 +158,21 @@ def sgd_step_jt(model, x, y, lr):
     ce = lambda out: nn.cross_entropy_loss(out, jt.array(y))  # noqa: E731
     loss_of = lambda: training_loss(forward(jt.array(x)), ce)  # noqa: E731
     loss = loss_of()
-    nn.SGD(model.parameters(), lr).step(loss)
-    return Losses(float(loss.numpy()), float(loss_of().numpy()))
+    trainable = [(n, p) for n, p in model.named_parameters() if not p.is_stop_grad()]
+    grads = jt.grad(loss, [p for _, p in trainable])
+    jt.sync([loss] + grads)
+    grads = {n: g.numpy() for (n, _), g in zip(trainable, grads)}
+    for n, p in trainable:          # plain SGD, as torch.optim.SGD without momentum
+        p.assign(p.numpy() - lr * grads[n])
+    return Losses(float(loss.numpy()), float(loss_of().numpy()), grads)
+
+
+def grad_err(got, expected):
+    """Largest gradient difference over all parameters, relative to the largest gradient: a
+    parameter's own gradient may be a small remainder of cancelling terms (a BatchNorm weight
+    ahead of another training-mode BatchNorm), ill-conditioned on its own."""
+    scale = max(np.abs(g).max() for g in expected.values())
+    return max(float(np.abs(got[n] - expected[n]).max()) for n in expected) / scale
 
 
 def calibrate_batchnorm(model, x):
@@ -190,8 +207,8 @@ def check(name, size, num_classes=10, lr=1e-3):
     with torch.no_grad():
         eval_err = rel_err(model(jt.array(x)).numpy(), ref(torch.tensor(x)).numpy())
     loss_torch, loss_jt = sgd_step_torch(ref, x, y, lr), sgd_step_jt(model, x, y, lr)
-    return Row(name, sum(p.numel() for p in ref.parameters()), trainable(model), eval_err, loss_torch,
-               loss_jt, time.time() - start)
+    return Row(name, sum(p.numel() for p in ref.parameters()), trainable(model), eval_err,
+               grad_err(loss_jt.grads, loss_torch.grads), loss_torch, loss_jt, time.time() - start)
 
 
 def main():
@@ -206,11 +223,11 @@ def main():
     except ImportError:
         raise SystemExit("check_models_torchvision: torch and torchvision are needed (e.g. /tmp/tvenv/bin/python)")
     names = args.models or (ALL if args.all else SMALL)
-    print(f"{'model':20} {'params torch':>13} {'params jt':>11} {'eval err':>9} {'loss torch':>9} "
+    print(f"{'model':20} {'params torch':>13} {'params jt':>11} {'eval err':>9} {'grad err':>9} {'loss torch':>9} "
           f"{'loss jt':>9} {'step torch':>10} {'step jt':>9} {'s':>5}")
     for name in names:
         r = check(name, args.size)
-        print(f"{r.name:20} {r.torch_params:13,} {r.jt_params:11,} {r.eval_err:9.1e} {r.loss_torch.before:9.5f} "
+        print(f"{r.name:20} {r.torch_params:13,} {r.jt_params:11,} {r.eval_err:9.1e} {r.grad_err:9.1e} {r.loss_torch.before:9.5f} "
               f"{r.loss_jt.before:9.5f} {r.loss_torch.after:10.5f} {r.loss_jt.after:9.5f} {r.seconds:5.0f}",
               flush=True)
 
