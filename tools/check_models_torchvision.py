@@ -10,9 +10,10 @@ torchvision lacks, is compared with a PyTorch port of the reference code written
     PYTHONPATH=. /tmp/tvenv/bin/python tools/check_models_torchvision.py            # small set
     PYTHONPATH=. /tmp/tvenv/bin/python tools/check_models_torchvision.py --all      # every builder
 
-Prints one row a model: trainable parameter counts, the max relative error of the eval outputs,
-that of the gradients (over all parameters, relative to the largest), the losses before and
-after the step.
+Prints one row a model: trainable parameter counts, the max relative error of the eval outputs
+(against torch float32), that of jtmini's and of torch float32's gradients against float64's
+(over all parameters, relative to the largest: "grad jt" near "grad tc" is float32 rounding in an
+ill-conditioned net, e.g. BatchNorm on few values a channel), the losses before and after the step.
 """
 import argparse
 import math
@@ -50,7 +51,8 @@ class Row(NamedTuple):
     torch_params: int
     jt_params: int
     eval_err: float
-    grad_err: float
+    grad_err: float          # jtmini's gradients against float64's
+    torch_grad_err: float    # torch float32's against float64's: the problem's own sensitivity
     loss_torch: Losses
     loss_jt: Losses
     seconds: float
@@ -167,6 +169,18 @@ def sgd_step_jt(model, x, y, lr):
     return Losses(float(loss.numpy()), float(loss_of().numpy()), grads)
 
 
+def float64_grads(model, x, y):
+    """Gradients of the training loss in float64 (a copy of ``model``): the reference that tells
+    float32 rounding, amplified by an ill-conditioned net, from a wrong gradient."""
+    import copy
+    import torch
+    twin = copy.deepcopy(model).double()
+    twin.train()
+    ce = lambda out: torch.nn.functional.cross_entropy(out, torch.tensor(y))  # noqa: E731
+    training_loss(twin(torch.tensor(x, dtype=torch.float64)), ce).backward()
+    return {n: p.grad.numpy() for n, p in twin.named_parameters()}
+
+
 def grad_err(got, expected):
     """Largest gradient difference over all parameters, relative to the largest gradient: a
     parameter's own gradient may be a small remainder of cancelling terms (a BatchNorm weight
@@ -206,9 +220,11 @@ def check(name, size, num_classes=10, lr=1e-3):
     model.eval()
     with torch.no_grad():
         eval_err = rel_err(model(jt.array(x)).numpy(), ref(torch.tensor(x)).numpy())
+    reference = float64_grads(ref, x, y)
     loss_torch, loss_jt = sgd_step_torch(ref, x, y, lr), sgd_step_jt(model, x, y, lr)
     return Row(name, sum(p.numel() for p in ref.parameters()), trainable(model), eval_err,
-               grad_err(loss_jt.grads, loss_torch.grads), loss_torch, loss_jt, time.time() - start)
+               grad_err(loss_jt.grads, reference), grad_err(loss_torch.grads, reference), loss_torch, loss_jt,
+               time.time() - start)
 
 
 def main():
@@ -223,11 +239,11 @@ def main():
     except ImportError:
         raise SystemExit("check_models_torchvision: torch and torchvision are needed (e.g. /tmp/tvenv/bin/python)")
     names = args.models or (ALL if args.all else SMALL)
-    print(f"{'model':20} {'params torch':>13} {'params jt':>11} {'eval err':>9} {'grad err':>9} {'loss torch':>9} "
+    print(f"{'model':20} {'params torch':>13} {'params jt':>11} {'eval err':>9} {'grad jt':>8} {'grad tc':>8} {'loss torch':>9} "
           f"{'loss jt':>9} {'step torch':>10} {'step jt':>9} {'s':>5}")
     for name in names:
         r = check(name, args.size)
-        print(f"{r.name:20} {r.torch_params:13,} {r.jt_params:11,} {r.eval_err:9.1e} {r.grad_err:9.1e} {r.loss_torch.before:9.5f} "
+        print(f"{r.name:20} {r.torch_params:13,} {r.jt_params:11,} {r.eval_err:9.1e} {r.grad_err:8.1e} {r.torch_grad_err:8.1e} {r.loss_torch.before:9.5f} "
               f"{r.loss_jt.before:9.5f} {r.loss_torch.after:10.5f} {r.loss_jt.after:9.5f} {r.seconds:5.0f}",
               flush=True)
 
