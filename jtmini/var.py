@@ -293,6 +293,10 @@ class Var:
             return      # ``v.data += 1`` ends with ``v.data = <the array>``: the write is done already
         if not self.shape and not isinstance(value, Var) and np.size(value) == 1:
             value = np.reshape(value, ())       # a 0-d Var's .data is 1-element: take one back
+        shape = tuple(np.shape(value)) if not isinstance(value, Var) else tuple(value.shape)
+        if shape and shape != tuple(self.shape):
+            raise ValueError(f"Var.data = value: the value has shape {shape}, the Var {tuple(self.shape)}; "
+                             f"use assign() to give the Var a new shape")
         self.assign(value)
 
     def _own_buffer(self):

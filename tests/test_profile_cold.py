@@ -30,4 +30,5 @@ def test_profiles_a_cold_first_step():
     # the timeline: one line per compile, in the order they started, each ending after it began
     lines = done.stdout.split("  timeline")[1].splitlines()[1:]
     times = [tuple(map(float, line.split()[:2])) for line in lines if line.startswith("    ")]
-    assert len(times) == compiles and times == sorted(times) and all(end >= begin for begin, end in times)
+    begins = [begin for begin, _ in times]      # two compiles may start in the same rounded instant
+    assert len(times) == compiles and begins == sorted(begins) and all(end >= begin for begin, end in times)
