@@ -28,7 +28,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .. import codegen, dtypes, numpy_views, schedule
+from .. import codegen, dtypes, schedule
 from ..ops.registry import OPS
 from ..var import keep_drawn
 from . import cpu_table
@@ -152,7 +152,7 @@ def run(program, vars_):
                     out = _set_value(vars_[output.at], out)
                 buffers[output.at] = out
         else:
-            out = _run_call(step, buffers, vars_, program.backend)
+            out = cpu_table.run_call(step, buffers, vars_, program.backend)
             calls += step.run is not None
             if step.stateful:
                 buffers[step.output.at] = keep_drawn(vars_[step.root], out)
@@ -167,18 +167,6 @@ def _set_value(v, out):
     """Give target ``v`` its value; returns the buffer it holds (``_set_value`` may copy)."""
     v._set_value(out)
     return v._data
-
-
-def _run_call(step, buffers, vars_, backend):
-    """A library call's or a view's value (as ``cpu.run_library`` and ``cpu.source_arrays`` make it)."""
-    arrays = [numpy_views.chain_view(buffers[k], [vars_[c] for c in chain]) if chain else buffers[k]
-              for k, chain in zip(step.sources, step.views)]
-    if step.run is None:
-        return arrays[0]
-    out, output = step.run(arrays, vars_[step.root].attrs, backend), step.output
-    if out.dtype != output.dtype or out.shape != output.shape or not out.flags.c_contiguous:
-        out = np.ascontiguousarray(out, dtype=output.dtype).reshape(output.shape)
-    return out
 
 
 def _launch_kernel(step, arrays, vars_, threads):

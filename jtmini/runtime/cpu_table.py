@@ -522,8 +522,9 @@ def _rebuild(table, vars_):
     return keep
 
 
-def _python_step(step, buffers, vars_, backend):
-    """A library call, draw or view left to Python (as ``cpu_replay._run_call`` runs it)."""
+def run_call(step, buffers, vars_, backend):
+    """A prepared library call's or view's value (as ``cpu.run_library`` and ``cpu.source_arrays``
+    make it); the step-by-step programs (``cpu_replay``) run theirs with it too."""
     arrays = [numpy_views.chain_view(buffers[k], [vars_[c] for c in chain]) if chain else buffers[k]
               for k, chain in zip(step.sources, step.views)]
     if step.run is None:
@@ -531,6 +532,10 @@ def _python_step(step, buffers, vars_, backend):
     out, output = step.run(arrays, vars_[step.root].attrs, backend), step.output
     if out.dtype != output.dtype or out.shape != output.shape or not out.flags.c_contiguous:
         out = np.ascontiguousarray(out, dtype=output.dtype).reshape(output.shape)
-    if step.stateful:
-        return keep_drawn(vars_[step.root], out)
     return out
+
+
+def _python_step(step, buffers, vars_, backend):
+    """A library call, draw or view left to Python; a draw's Var keeps its value (``keep_drawn``)."""
+    out = run_call(step, buffers, vars_, backend)
+    return keep_drawn(vars_[step.root], out) if step.stateful else out
