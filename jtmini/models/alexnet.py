@@ -12,8 +12,7 @@ least, for the three pools).
     (1, 10)
 """
 from .. import nn
-from ..var import Var
-from ._pretrained import check_pretrained
+from ._pretrained import check_images, check_pretrained
 
 __all__ = ["AlexNet", "alexnet"]
 
@@ -43,9 +42,7 @@ class AlexNet(nn.Module):
             nn.Linear(4096, num_classes))
 
     def execute(self, x):
-        if not isinstance(x, Var) or x.ndim != 4 or x.shape[1] != 3 or min(x.shape[2:]) < 63:
-            got = x.shape if isinstance(x, Var) else type(x).__name__
-            raise ValueError(f"AlexNet needs (N, 3, H, W) input with H, W >= 63, got {got}")
+        check_images("AlexNet", x, least=63)
         x = self.avgpool(self.features(x))
         return self.classifier(x.reshape(x.shape[0], -1))
 

@@ -14,8 +14,7 @@ BN-ReLU-3x3 conv); a transition between blocks halves the channels and the map.
 """
 from .. import init, nn
 from ..ops.reindex import concat
-from ..var import Var
-from ._pretrained import check_pretrained
+from ._pretrained import check_images, check_pretrained
 
 
 def _bn_relu_conv(prefix, c_in, c_out, kernel, padding):
@@ -87,9 +86,7 @@ class DenseNet(nn.Module):
                 init.zero_(module.bias)
 
     def execute(self, x):
-        if not isinstance(x, Var) or x.ndim != 4 or x.shape[1] != 3 or min(x.shape[2:]) < 32:
-            got = x.shape if isinstance(x, Var) else type(x).__name__
-            raise ValueError(f"DenseNet needs (N, 3, H, W) input with H, W >= 32, got {got}")
+        check_images("DenseNet", x, least=32)
         x = nn.relu(self.features(x))
         return self.classifier(x.mean(dims=(2, 3)))
 

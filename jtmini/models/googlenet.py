@@ -19,7 +19,8 @@ from typing import NamedTuple, Optional
 from .. import init, nn
 from ..ops.reindex import concat
 from ..var import Var
-from ._pretrained import check_pretrained
+from ._pretrained import check_images, check_pretrained
+from .inception import BasicConv2d  # the same block as Inception v3's (torchvision has two copies)
 
 __all__ = ["GoogLeNet", "GoogLeNetOutputs", "googlenet", "Inception", "InceptionAux", "BasicConv2d"]
 
@@ -29,21 +30,6 @@ class GoogLeNetOutputs(NamedTuple):
     logits: Var
     aux_logits2: Optional[Var]
     aux_logits1: Optional[Var]
-
-
-class BasicConv2d(nn.Module):
-    """Bias-free convolution (``kwargs`` as ``nn.Conv2d``'s), BatchNorm with eps 1e-3, ReLU.
-
-        >>> BasicConv2d(3, 8, kernel_size=1)(jt.randn(1, 3, 5, 5)).shape
-        (1, 8, 5, 5)
-    """
-
-    def __init__(self, in_channels, out_channels, **kwargs):
-        self.conv = nn.Conv2d(in_channels, out_channels, bias=False, **kwargs)
-        self.bn = nn.BatchNorm2d(out_channels, eps=0.001)
-
-    def execute(self, x):
-        return nn.relu(self.bn(self.conv(x)))
 
 
 class Inception(nn.Module):
@@ -126,9 +112,7 @@ class GoogLeNet(nn.Module):
                     init.trunc_normal_(module.weight, mean=0.0, std=0.01, a=-2, b=2)
 
     def _transform_input(self, x):
-        if not isinstance(x, Var) or x.ndim != 4 or x.shape[1] != 3:
-            got = x.shape if isinstance(x, Var) else type(x).__name__
-            raise ValueError(f"GoogLeNet needs (N, 3, H, W) input, got {got}")
+        check_images("GoogLeNet", x)
         if not self.transform_input:
             return x
         mean, std = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)

@@ -14,8 +14,7 @@ stem scales with ``alpha`` too, as in torchvision's version 2 (the two agree at 
     (1, 10)
 """
 from .. import init, nn
-from ..var import Var
-from ._pretrained import check_pretrained
+from ._pretrained import check_images, check_pretrained
 
 __all__ = ["MNASNet", "mnasnet0_5", "mnasnet0_75", "mnasnet1_0", "mnasnet1_3"]
 
@@ -100,9 +99,7 @@ class MNASNet(nn.Module):
                 init.zero_(module.bias)
 
     def execute(self, x):
-        if not isinstance(x, Var) or x.ndim != 4 or x.shape[1] != 3:
-            got = x.shape if isinstance(x, Var) else type(x).__name__
-            raise ValueError(f"MNASNet needs (N, 3, H, W) input, got {got}")
+        check_images("MNASNet", x)
         return self.classifier(self.layers(x).mean(dims=(2, 3)))
 
 

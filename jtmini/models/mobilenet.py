@@ -11,8 +11,7 @@ An inverted residual expands with a 1x1 convolution (ReLU6), filters with a dept
     (1, 10)
 """
 from .. import init, nn
-from ..var import Var
-from ._pretrained import check_pretrained
+from ._pretrained import check_images, check_pretrained
 
 __all__ = ["MobileNetV2", "InvertedResidual", "ConvBNReLU", "mobilenet_v2"]
 
@@ -107,9 +106,7 @@ class MobileNetV2(nn.Module):
                 init.zero_(module.bias)
 
     def execute(self, x):
-        if not isinstance(x, Var) or x.ndim != 4 or x.shape[1] != 3:
-            got = x.shape if isinstance(x, Var) else type(x).__name__
-            raise ValueError(f"MobileNetV2 needs (N, 3, H, W) input, got {got}")
+        check_images("MobileNetV2", x)
         x = self.features(x).mean(dims=(2, 3))
         return self.classifier(x)
 

@@ -19,8 +19,7 @@ import math
 
 from .. import init, nn
 from ..ops.reindex import concat
-from ..var import Var
-from ._pretrained import check_pretrained
+from ._pretrained import check_images, check_pretrained
 
 __all__ = ["Res2Net", "Bottle2neck", "res2net50", "res2net50_26w_4s", "res2net50_26w_6s",
            "res2net50_26w_8s", "res2net50_48w_2s", "res2net50_14w_8s", "res2net101_26w_4s",
@@ -114,9 +113,7 @@ class Res2Net(nn.Module):
         return nn.Sequential(*layers)
 
     def execute(self, x):
-        if not isinstance(x, Var) or x.ndim != 4 or x.shape[1] != 3:
-            got = x.shape if isinstance(x, Var) else type(x).__name__
-            raise ValueError(f"Res2Net needs (N, 3, H, W) input, got {got}")
+        check_images("Res2Net", x)
         x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
         x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
         x = self.avgpool(x)

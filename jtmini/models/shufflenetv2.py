@@ -14,8 +14,7 @@ then shuffles the channels of the two halves together.
 """
 from .. import nn
 from ..ops.reindex import concat
-from ..var import Var
-from ._pretrained import check_pretrained
+from ._pretrained import check_images, check_pretrained
 
 __all__ = ["ShuffleNetV2", "InvertedResidual", "channel_shuffle", "shufflenet_v2_x0_5",
            "shufflenet_v2_x1_0", "shufflenet_v2_x1_5", "shufflenet_v2_x2_0"]
@@ -105,9 +104,7 @@ class ShuffleNetV2(nn.Module):
         self.fc = nn.Linear(last, num_classes)
 
     def execute(self, x):
-        if not isinstance(x, Var) or x.ndim != 4 or x.shape[1] != 3:
-            got = x.shape if isinstance(x, Var) else type(x).__name__
-            raise ValueError(f"ShuffleNetV2 needs (N, 3, H, W) input, got {got}")
+        check_images("ShuffleNetV2", x)
         x = self.stage4(self.stage3(self.stage2(self.maxpool(self.conv1(x)))))
         return self.fc(self.conv5(x).mean(dims=(2, 3)))
 

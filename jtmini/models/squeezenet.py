@@ -13,8 +13,7 @@ and global average pooling. Max pools use ``ceil_mode``.
 """
 from .. import init, nn
 from ..ops.reindex import concat
-from ..var import Var
-from ._pretrained import check_pretrained
+from ._pretrained import check_images, check_pretrained
 
 __all__ = ["SqueezeNet", "Fire", "squeezenet1_0", "squeezenet1_1"]
 
@@ -86,9 +85,7 @@ class SqueezeNet(nn.Module):
                 init.zero_(module.bias)
 
     def execute(self, x):
-        if not isinstance(x, Var) or x.ndim != 4 or x.shape[1] != 3 or min(x.shape[2:]) < 17:
-            got = x.shape if isinstance(x, Var) else type(x).__name__
-            raise ValueError(f"SqueezeNet needs (N, 3, H, W) input with H, W >= 17, got {got}")
+        check_images("SqueezeNet", x, least=17)
         x = self.classifier(self.features(x))
         return x.reshape(x.shape[0], -1)
 
