@@ -18,6 +18,7 @@ import numbers
 from .. import dtypes
 from .. import init as initializers
 from ..autograd import custom_grad
+from ..ops.compat import expm1
 from ..ops.elementwise import where
 from ..ops.mathfns import erf  # noqa: F401  (nn.erf, as in Jittor)
 from ..var import Var
@@ -74,14 +75,6 @@ def silu(x):
     return x * x.sigmoid()
 
 
-def _expm1(x):
-    """exp(x) - 1, accurate where exp(x) rounds near 1 (Kahan's correction)."""
-    u = x.exp()
-    shrink = u - 1.0
-    ratio = shrink * (x / where(shrink == 0, 1.0, u.log()))
-    return where(shrink == 0, x, where(shrink == -1.0, -1.0, ratio))
-
-
 def elu(x, alpha=1.0):
     """Exponential linear unit: x for x > 0, alpha * (exp(x) - 1) otherwise.
 
@@ -91,7 +84,7 @@ def elu(x, alpha=1.0):
     x, alpha = _float_input(x, "elu"), real("elu", "alpha", alpha)
     # exp reads 0 where x > 0, so a large x makes no inf for the unused branch.
     negative = where(x > 0, 0.0, x)
-    out = where(x > 0, x, _expm1(negative) * alpha)
+    out = where(x > 0, x, expm1(negative) * alpha)
     return custom_grad(out, [x], lambda d: [where(x > 0, d, d * negative.exp() * alpha)])
 
 
