@@ -659,8 +659,6 @@ def _expand_ellipsis(equation, operands, refuse):
     dims of all operands broadcast right-aligned, and lead an implicit output)."""
     lhs, arrow, out = equation.partition("->")
     terms = lhs.split(",")
-    if len(terms) != len(operands) or not operands:
-        raise refuse(f"{len(terms)} terms for {len(operands)} operands")
     free = [c for c in "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz" if c not in equation]
     spans = []
     for term, x in zip(terms, operands):
@@ -687,14 +685,15 @@ def _einsum_terms(equation, operands):
     if not isinstance(equation, str):
         raise TypeError(f"einsum: the equation must be a str, got {type(equation).__name__}")
     compact = equation.replace(" ", "")
+    count = compact.partition("->")[0].count(",") + 1
+    if count != len(operands) or not operands:
+        raise refuse(f"{count} terms for {len(operands)} operands")
     if "." in compact:
         compact = _expand_ellipsis(compact, operands, refuse)
     lhs, arrow, out = compact.partition("->")
     terms = lhs.split(",")
     if not all(c.isalpha() for c in "".join(terms) + out):
         raise refuse("only letters, '...', ',' and '->' are supported")
-    if len(terms) != len(operands) or not operands:
-        raise refuse(f"{len(terms)} terms for {len(operands)} operands")
     if not arrow:        # implicit output: the letters seen once, in alphabetical order
         out = "".join(sorted(c for c in set(lhs) - {","} if lhs.count(c) == 1))
     sizes = {}
