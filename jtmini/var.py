@@ -238,7 +238,16 @@ class Var:
         return self._data is not None
 
     def __repr__(self):
-        value = np.array2string(_host(self._data), threshold=20) if self._data is not None else "<lazy>"
+        """The value, computed if need be, as Jittor prints it (``print(loss)`` shows the number);
+        a Var whose computation fails says so instead of raising from inside a debugger or a message.
+
+            >>> jt.array([1, 2]) + 1
+            jt.Var([2 3], shape=(2,), dtype=int32)
+        """
+        try:
+            value = np.array2string(_host(self.sync()._data), threshold=20)
+        except Exception as e:  # noqa: BLE001 -- repr must not raise; the error shows on fetch
+            value = f"<not computed: {type(e).__name__}>"
         return f"jt.Var({value}, shape={self.shape}, dtype={self.dtype})"
 
     # --- values --------------------------------------------------------------------------------

@@ -1041,6 +1041,21 @@ def test_var_facts(rng):
     assert bool(jt.array(True)) and "shape=(2, 3, 4)" in repr(x)
 
 
+def test_repr_shows_the_value_as_jittor_prints_it(monkeypatch):
+    """print(loss) in a training loop shows the number (Jittor computes on print), not a placeholder;
+    a Var whose computation fails names the error instead of raising from repr."""
+    y = jt.array([1.5, -2.0]) * 2
+    assert not y.is_realized()
+    assert repr(y) == "jt.Var([ 3. -4.], shape=(2,), dtype=float32)" and y.is_realized()
+    assert str(jt.array(7) + 1).startswith("jt.Var(8, shape=(), dtype=int")
+    z = jt.array([1.0]) + 1
+
+    def fail(self, *args, **kwargs):
+        raise RuntimeError("compile failed")
+    monkeypatch.setattr(jt.Var, "sync", fail)
+    assert repr(z) == "jt.Var(<not computed: RuntimeError>, shape=(1,), dtype=float32)"
+
+
 def test_sync_all_and_sync(rng):
     a = jt.array(rng.standard_normal(5).astype(np.float32))
     b, c = a + 1, a * 3
