@@ -147,3 +147,39 @@ def test_a_body_that_does_not_compile_says_so_with_the_compiler_message():
     y = jt.code([3], "float32", [jt.ones(3)], cpu_src="@out(0) = undefined_name;")
     with pytest.raises(CompileError, match="undefined_name"):
         y.numpy()
+
+
+def test_outputs_written_in_place_from_their_values():
+    """Jittor's jt.code(inputs, outputs): the body adds into the outputs' current values."""
+    a, b, c = jt.array([3, 2, 1]), jt.array([1, 2]), jt.array([3, 4, 5, 6])
+    old_b = b * 1                        # built before: still sees b's old value
+    got = jt.code([a], [b, c], cpu_src="""
+        @alias(a, in0)
+        @alias(b, out0)
+        @alias(c, out1)
+        for (int i=0; i<a_shape0; i++) {
+            if (i<b_shape0) @b(i) += @a(i);
+            if (i<c_shape0) @c(i) += @a(i);
+        }""")
+    assert got[0] is b and got[1] is c and b.shape == (2,) and c.shape == (4,)
+    np.testing.assert_array_equal(b.numpy(), [4, 4])
+    np.testing.assert_array_equal(c.numpy(), [6, 6, 6, 6])
+    np.testing.assert_array_equal(old_b.numpy(), [1, 2])
+
+
+def test_indented_includes_and_comments_in_the_header():
+    """Jittor's test_comment / test_multi_output2: a header as an indented Python string."""
+    a = jt.array([3, 2, 1])
+    b = jt.code(a.shape, a.dtype, [a], cpu_header="""
+            #include <algorithm>
+            #include <iostream>
+            // a comment
+            /* and a
+            */
+            using namespace std;""", cpu_src="""
+                /* multi
+                line */
+                @alias(a, in0)
+                for (int i=0; i<a_shape0; i++) @out(i) = @a(i);   // copy
+                std::sort(&@out(0), &@out(a_shape0));""")
+    np.testing.assert_array_equal(b.numpy(), [1, 2, 3])

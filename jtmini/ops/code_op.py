@@ -151,7 +151,7 @@ def _kernel_context(buffers, header, src, keys, who):
     aliases, (header, src) = _aliases([header, src], buffers, who)
     header, src = (_data_refs(_expand(_rename(t, aliases), aliases, buffers, who), keys, who) for t in (header, src))
     typedefs = "\n".join(f"typedef {dtypes.C_TYPES[t]} {n}_type;" for n, t in zip(buffers.names, buffers.dtypes))
-    includes = "".join(line + "\n" for line in header.splitlines() if line.lstrip().startswith("#include"))
+    includes = "".join(line.strip() + "\n" for line in header.splitlines() if line.lstrip().startswith("#include"))
     header = "".join(line + "\n" for line in header.splitlines() if not line.lstrip().startswith("#include"))
     return (("declarations", _declarations(buffers)), ("header", header), ("includes", includes), ("src", src),
             ("typedefs", typedefs))
@@ -184,6 +184,10 @@ def _run(arrays, a, backend):
         packed = [np.zeros(size, np.uint8)]
         results = [packed[0][o:o + math.prod(s) * np.dtype(t).itemsize].view(t).reshape(s)
                    for o, (s, t) in zip(offsets, outs)]
+    if a["n_init"]:         # jt.code(inputs, outputs): the outputs start from the given Vars' values
+        for result, start in zip(results, arrays[len(arrays) - a["n_init"]:]):
+            result[...] = start
+        arrays = arrays[:len(arrays) - a["n_init"]]
     ints = [n for x in arrays + results for n in x.shape]
     threads = backend.thread_count()
     backend.kernel("code", **dict(a["context"])).run(arrays + results, ints, list(a["values"]), threads)
@@ -193,6 +197,7 @@ def _run(arrays, a, backend):
 def _grads(inputs, a, dout, outs, which):
     """Each input's gradient from its ``cpu_grad_src`` body (None where it has none): a code op
     over the inputs, ``dout`` and the outputs (``pout`` the one whose gradient ``dout`` is)."""
+    inputs, starts = inputs[:len(inputs) - a["n_init"]], inputs[len(inputs) - a["n_init"]:]
     n = len(inputs)
     alias = "".join([f"@alias(dout, in{n})\n", f"@alias(pout, in{n + 1 + which})\n"] +
                     [f"@alias(pout{j}, in{n + 1 + j})\n" for j in range(len(outs))])
@@ -200,7 +205,7 @@ def _grads(inputs, a, dout, outs, which):
     return [None if k >= len(a["grad_srcs"]) or not a["grad_srcs"][k] else
             code(x.shape, x.dtype, list(inputs) + [dout] + list(outs), cpu_src=a["grad_srcs"][k],
                  cpu_header=alias + a["raw_header"], data=data)
-            for k, x in enumerate(inputs)]
+            for k, x in enumerate(inputs)] + [None] * len(starts)
 
 
 def _grad(dout, out, inputs, a):
@@ -282,8 +287,9 @@ def code(shape=None, dtype=None, inputs=(), cpu_src="", cpu_grad_src=(), cpu_hea
          cuda_grad_src=(), cuda_header="", data=None, outputs=None):
     """An op computed by the C++ body ``cpu_src`` (Jittor's ``jt.code``; see the module docstring
     for what the body sees). ``shape``, ``dtype``: the output's, or lists of them for several
-    outputs (a list of Vars comes back); ``outputs=[vars]`` takes the shapes and dtypes of
-    ``vars``. ``data``: numbers the body reads as ``data["name"]``.
+    outputs (a list of Vars comes back). ``jt.code(inputs, outputs, ...)`` (or ``outputs=``) writes
+    the Vars ``outputs`` in place: the body's outputs start from their values and they are assigned
+    the results. ``data``: numbers the body reads as ``data["name"]``.
 
         >>> x = jt.array([1.0, 2.0])
         >>> y = jt.code(x.shape, x.dtype, [x], cpu_src="for (int i=0; i<in0_shape0; i++) @out(i) = @in0(i)*2;",
@@ -292,6 +298,8 @@ def code(shape=None, dtype=None, inputs=(), cpu_src="", cpu_grad_src=(), cpu_hea
         (array([2., 4.], dtype=float32), array([2., 2.], dtype=float32))
     """
     who = "jt.code"
+    if outputs is None and _all_vars(dtype) and dtype and _all_vars(shape):
+        inputs, outputs = shape, dtype          # Jittor's jt.code(inputs, outputs, ...)
     if outputs is not None:
         shape, dtype = [tuple(o.shape) for o in outputs], [o.dtype for o in outputs]
     if shape is None or dtype is None and not inputs:
@@ -310,8 +318,17 @@ def code(shape=None, dtype=None, inputs=(), cpu_src="", cpu_grad_src=(), cpu_hea
                        tuple(str(x.dtype) for x in inputs) + tuple(t for _, t in outs))
     attrs = dict(outs=tuple(outs), keys=keys, values=tuple(float(data[k]) for k in keys),
                  context=_kernel_context(buffers, cpu_header, cpu_src, keys, who), raw_header=cpu_header,
-                 grad_srcs=tuple(cpu_grad_src))
-    node = Var.node("code", inputs, **attrs)
-    if not many:
-        return node
-    return [Var.node("code_output", [node] + inputs, index=k, code=_Attrs(attrs)) for k in range(len(outs))]
+                 grad_srcs=tuple(cpu_grad_src), n_init=0 if outputs is None else len(outputs))
+    sources = inputs + ([] if outputs is None else _checked_inputs(outputs, who))
+    node = Var.node("code", sources, **attrs)
+    results = [node] if not many else \
+        [Var.node("code_output", [node] + sources, index=k, code=_Attrs(attrs)) for k in range(len(outs))]
+    if outputs is None:
+        return results if many else node
+    for given, result in zip(outputs, results):     # Jittor's outputs are written in place
+        given.assign(result)
+    return list(outputs)
+
+
+def _all_vars(xs):
+    return isinstance(xs, (list, tuple)) and all(isinstance(x, Var) for x in xs)
