@@ -1171,6 +1171,9 @@ def number_of_lived_ops() -> Any:
 def number_of_lived_vars() -> Any:
     """How many Vars are alive (see the module doc for what counts)."""
 
+def numpy_code(shape: Any, dtype: Any, inputs: Any, forward: Any, backward: Any = ...) -> Any:
+    """An op computed by ``forward(np, data)`` (see the module docstring); ``shape``, ``dtype``:"""
+
 def ones(*shape: Any, dtype: Any = ...) -> Var:
     """Ones of ``shape``, given as dims or as one tuple; Jittor's ``jt.ones(shape, dtype)`` works too."""
 

@@ -28,6 +28,7 @@ Faults the cache survives:
 import atexit
 import concurrent.futures
 import contextlib
+import copy
 import ctypes
 import ctypes.util
 import dataclasses
@@ -387,7 +388,7 @@ def build_kernels(sources):
     _keep(found.kernel_dir, outcomes)
     for key in found.keys:
         if isinstance(outcomes.get(key), BaseException):
-            raise outcomes[key]
+            raise _fresh(outcomes[key])
     # a kernel that start_kernels is compiling is waited for
     return [_entries.get((found.kernel_dir, k)) or Pending(found.kernel_dir, k, _inflight.get((found.kernel_dir, k))).result()
             for k in found.keys]
@@ -441,8 +442,17 @@ class Pending(typing.NamedTuple):
     def result(self):
         outcome = self.future.result()[self.key] if self.future is not None else None
         if isinstance(outcome, BaseException):
-            raise outcome
+            raise _fresh(outcome)
         return _entries[(self.kernel_dir, self.key)] if outcome is None else outcome
+
+
+def _fresh(error):
+    """A copy of a stored build error, to raise: raising the stored one appends the caller's frames
+    to its traceback, which then keeps them (and the graph their locals hold) alive with it."""
+    try:
+        return copy.copy(error).with_traceback(None)
+    except Exception:  # noqa: BLE001 -- an error that cannot be copied is raised as it is
+        return error
 
 
 class _Lookup(typing.NamedTuple):

@@ -21,6 +21,7 @@ every rank (see ``backward`` for what it assumes of the loss).
 """
 import math
 import numbers
+import warnings
 from collections.abc import Iterable
 from typing import NamedTuple
 
@@ -38,7 +39,7 @@ from .ops.elementwise import adam_update, axpby, axpby_square
 from .ops.reindex import stack
 from .ops.softmax import runs_fused
 from .ops.sum_squares import sum_squares_many
-from .var import Var, pending_roots
+from .var import Var, pending_roots, untrack
 
 
 class Optimizer:
@@ -340,7 +341,23 @@ class Optimizer:
         """One schedule for the loss, the new values, pending non-trainable state in the groups
         (BatchNorm statistics) and every other pending root built from this batch."""
         pending_state = [p for g in self.param_groups for p in g["params"] if not p.is_realized()]
-        sync(([loss] if loss is not None else []) + new_values + pending_state + pending_roots())
+        own, others = ([loss] if loss is not None else []) + new_values + pending_state, pending_roots()
+        try:
+            sync(own + others)
+        except Exception as error:
+            if not others:
+                raise
+            sync(own)          # the step's own values fail again here, with their own error
+            # else a Var the user built and kept failed (a body that does not compile, say): it
+            # would fail every later step too, so it is left to fail when it is fetched
+            for v in others:
+                if not v.is_realized():
+                    untrack(v)
+            lines = str(error).splitlines() or [""]
+            why = next((line.strip() for line in lines if "error:" in line), lines[0])[:300]
+            warnings.warn(f"optimizer step: a pending Var that is not part of the step failed to compute "
+                          f"and is left out of later steps ({type(error).__name__}: {why})", RuntimeWarning,
+                          stacklevel=3)
 
     # --- state -----------------------------------------------------------------------------------
     def state_dict(self):

@@ -1,5 +1,8 @@
 """jt.code: Jittor's code op (a kernel body written in C++), values and gradients against numpy,
 Jittor's own examples, and the errors of a body that cannot work."""
+import gc
+import weakref
+
 import numpy as np
 import pytest
 import jtmini as jt
@@ -144,9 +147,22 @@ def test_bad_calls_are_named():
 
 
 def test_a_body_that_does_not_compile_says_so_with_the_compiler_message():
-    y = jt.code([3], "float32", [jt.ones(3)], cpu_src="@out(0) = undefined_name;")
-    with pytest.raises(CompileError, match="undefined_name"):
-        y.numpy()
+    with pytest.raises(CompileError, match="undefined_name") as info:
+        jt.code([3], "float32", [jt.ones(3)], cpu_src="@out(0) = undefined_name;").numpy()
+    del info            # the traceback holds the Var: let it go, so later tests' steps do not meet it
+    gc.collect()
+
+
+def test_a_failed_build_does_not_keep_the_graph_alive():
+    """Raising a stored compile error again must not pin the frames (and Vars) of each caller."""
+    def fetch_and_fail():
+        y = jt.code([3], "float32", [jt.ones(3)], cpu_src="@out(0) = also_undefined;")
+        with pytest.raises(CompileError):
+            y.numpy()
+        return weakref.ref(y)
+    refs = [fetch_and_fail() for _ in range(2)]
+    gc.collect()
+    assert all(r() is None for r in refs)
 
 
 def test_outputs_written_in_place_from_their_values():
@@ -183,3 +199,87 @@ def test_indented_includes_and_comments_in_the_header():
                 for (int i=0; i<a_shape0; i++) @out(i) = @a(i);   // copy
                 std::sort(&@out(0), &@out(a_shape0));""")
     np.testing.assert_array_equal(b.numpy(), [1, 2, 3])
+
+
+# --- jt.numpy_code ---------------------------------------------------------------------------
+def _add_sub(np, data):
+    a, b = data["inputs"]
+    c, d = data["outputs"]
+    np.add(a, b, out=c)
+    np.subtract(a, b, out=d)
+
+
+def _pass_dout(np, data):
+    np.copyto(data["outputs"][0], data["dout"])
+
+
+def _signed_dout(np, data):
+    """d(a - b)/db = -1: the sign depends on which output's gradient this is."""
+    if data["out_index"] == 0:
+        np.copyto(data["outputs"][0], data["dout"])
+    else:
+        np.negative(data["dout"], data["outputs"][0])
+
+
+def test_numpy_code_two_outputs_and_their_gradients(rng):
+    """Jittor's test_multi_input: c = a + b, d = a - b with one backward function per input."""
+    av, bv = rng.standard_normal((5, 1)).astype(np.float32), rng.standard_normal((5, 1)).astype(np.float32)
+    a, b = jt.array(av), jt.array(bv)
+    c, d = jt.numpy_code([a.shape, a.shape], [a.dtype, a.dtype], [a, b], _add_sub, [_pass_dout, _signed_dout])
+    np.testing.assert_array_equal(c.numpy(), av + bv)
+    np.testing.assert_array_equal(d.numpy(), av - bv)
+    w = rng.standard_normal((5, 1)).astype(np.float32)
+    ga, gb = jt.grad((c * 2 + d * jt.array(w)).sum(), [a, b])
+    np.testing.assert_allclose(ga.numpy(), 2 + w, rtol=1e-6)
+    np.testing.assert_allclose(gb.numpy(), 2 - w, rtol=1e-6)
+
+
+def test_numpy_code_in_a_repeated_training_step(rng):
+    """A step whose graph repeats (replayed programs) calls the function every step, on new values."""
+    w = jt.array(rng.standard_normal(4).astype(np.float32))
+    calls = []
+
+    def cube(np, data):
+        calls.append(1)
+        np.power(data["inputs"][0], 3, out=data["outputs"][0])
+
+    def cube_grad(np, data):
+        x = data["inputs"][0]
+        np.multiply(data["dout"], 3 * x * x, out=data["outputs"][0])
+    opt = jt.optim.SGD([w], lr=0.01)
+    for step in range(4):
+        before = w.numpy()
+        loss = jt.numpy_code(w.shape, w.dtype, [w], cube, [cube_grad]).sum()
+        opt.step(loss)
+        np.testing.assert_allclose(w.numpy(), before - 0.01 * 3 * before ** 2, rtol=1e-5)
+    assert len(calls) == 4
+
+
+def test_numpy_code_inputs_are_read_only_and_bad_calls_are_named():
+    def writes_input(np, data):
+        data["inputs"][0][0] = 5
+    x = jt.array([1.0, 2.0])
+    with pytest.raises(ValueError, match="read-only"):
+        jt.numpy_code(x.shape, x.dtype, [x], writes_input).numpy()
+    np.testing.assert_array_equal(x.numpy(), [1.0, 2.0])
+    with pytest.raises(TypeError, match="forward must be a function"):
+        jt.numpy_code(x.shape, x.dtype, [x], "np.add")
+    with pytest.raises(TypeError, match=r"backward\[1\] must be a function or None"):
+        jt.numpy_code(x.shape, x.dtype, [x], _pass_dout, [None, 3])
+
+
+def test_a_kept_var_that_fails_does_not_break_later_optimizer_steps():
+    """A notebook's failed expression stays referenced; the optimizer computes every pending Var
+    with its step, so it must not fail every later step: it warns once and leaves that Var out."""
+    w = jt.array([1.0, 2.0])
+    opt = jt.optim.SGD([w], lr=0.5)
+    broken = jt.code([1], "float32", [w], cpu_src="@out(0) = not_declared;")
+    with pytest.warns(RuntimeWarning, match="left out of later steps.*not_declared"):
+        opt.step((w * w).sum())
+    np.testing.assert_allclose(w.numpy(), [0.0, 0.0])
+    opt.step((w * w + w).sum())                 # no warning, no error: the Var is no longer pending
+    np.testing.assert_allclose(w.numpy(), [-0.5, -0.5])
+    with pytest.raises(CompileError, match="not_declared"):
+        broken.numpy()
+    with pytest.raises(CompileError, match="not_declared"):      # the step's own loss failing still raises
+        opt.step(jt.code([1], "float32", [w], cpu_src="@out(0) = not_declared;").sum() + w.sum())

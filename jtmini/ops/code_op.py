@@ -176,14 +176,7 @@ def _run(arrays, a, backend):
     if backend.name != "cpu":
         raise RuntimeError("jt.code: the op's cpu_src runs on the CPU backend only (jtmini runs no cuda_src)")
     arrays = [np.ascontiguousarray(x) for x in arrays]
-    outs = [(shape, dtypes.NUMPY[dtype]) for shape, dtype in a["outs"]]
-    if len(outs) == 1:
-        packed = results = [np.zeros(*outs[0])]
-    else:
-        offsets, size = _packing(a["outs"])
-        packed = [np.zeros(size, np.uint8)]
-        results = [packed[0][o:o + math.prod(s) * np.dtype(t).itemsize].view(t).reshape(s)
-                   for o, (s, t) in zip(offsets, outs)]
+    packed, results = allocate_outputs(a["outs"])
     if a["n_init"]:         # jt.code(inputs, outputs): the outputs start from the given Vars' values
         for result, start in zip(results, arrays[len(arrays) - a["n_init"]:]):
             result[...] = start
@@ -191,7 +184,19 @@ def _run(arrays, a, backend):
     ints = [n for x in arrays + results for n in x.shape]
     threads = backend.thread_count()
     backend.kernel("code", **dict(a["context"])).run(arrays + results, ints, list(a["values"]), threads)
-    return packed[0]
+    return packed
+
+
+def allocate_outputs(outs):
+    """The zeroed buffer of outputs ``[(shape, dtype)]`` (one output: itself; several: packed
+    bytes) and a view of each output in it."""
+    if len(outs) == 1:
+        out = np.zeros(outs[0][0], dtypes.NUMPY[outs[0][1]])
+        return out, [out]
+    offsets, size = _packing(outs)
+    packed = np.zeros(size, np.uint8)
+    return packed, [packed[at:at + math.prod(s) * dtypes.NUMPY[t].itemsize].view(dtypes.NUMPY[t]).reshape(s)
+                    for at, (s, t) in zip(offsets, outs)]
 
 
 def _grads(inputs, a, dout, outs, which):
@@ -237,9 +242,14 @@ def _output_run(arrays, a, backend):
 
 def _output_grad(dout, out, inputs, a):
     packed, sources, j = inputs[0], inputs[1:], a["index"]
-    outs = [out if k == j else Var.node("code_output", inputs, index=k, code=a["code"])
+    outs = [out if k == j else Var.node("code_output", inputs, index=k, code=a["code"], of=a["of"])
             for k in range(len(a["code"]["outs"]))]
-    return [None] + _grads(sources, a["code"], dout, outs, j)
+    return [None] + OUTPUT_GRADS[a["of"]](sources, a["code"], dout, outs, j)
+
+
+# op -> its rule ``(inputs, attrs, dout, outputs, which) -> [gradient per input]`` for the
+# gradients of its output ``which`` (the op's packed node passes none)
+OUTPUT_GRADS = {"code": _grads}
 
 
 register(OpSpec("code_output", "library", infer=_output_infer, run=_output_run, grad=_output_grad, half=True))
@@ -322,12 +332,18 @@ def code(shape=None, dtype=None, inputs=(), cpu_src="", cpu_grad_src=(), cpu_hea
     sources = inputs + ([] if outputs is None else _checked_inputs(outputs, who))
     node = Var.node("code", sources, **attrs)
     results = [node] if not many else \
-        [Var.node("code_output", [node] + sources, index=k, code=_Attrs(attrs)) for k in range(len(outs))]
+        split_outputs(node, sources, attrs, "code")
     if outputs is None:
         return results if many else node
     for given, result in zip(outputs, results):     # Jittor's outputs are written in place
         given.assign(result)
     return list(outputs)
+
+
+def split_outputs(node, sources, attrs, of):
+    """The outputs of an op of several (``of``: "code", "numpy_code") packed in ``node``."""
+    return [Var.node("code_output", [node] + sources, index=k, code=_Attrs(attrs), of=of)
+            for k in range(len(attrs["outs"]))]
 
 
 def _all_vars(xs):
