@@ -495,12 +495,14 @@ def _check_hyper(optimizer, group):
         need(value("lr").numel() == 1 and dtypes.is_float(value("lr").dtype), "lr",
              "a number >= 0 or a float Var of one element")
     for name in ("lr", "momentum", "weight_decay", "dampening", "eps", "alpha", "lr_decay",
-                 "initial_accumulator_value"):
+                 "initial_accumulator_value", "max_grad_norm"):
         if hasattr(optimizer, name) and not (name == "lr" and isinstance(value(name), Var)):
             need(isinstance(value(name), numbers.Real) and value(name) >= 0, name, "a number >= 0")
     if hasattr(optimizer, "betas"):
         betas = value("betas")
-        need(len(betas) == 2 and all(0 <= b < 1 for b in betas), "betas", "two numbers in [0, 1)")
+        count = getattr(optimizer, "BETAS", 2)        # Adan has three
+        need(len(betas) == count and all(0 <= b < 1 for b in betas), "betas",
+             f"{['two', 'three'][count - 2]} numbers in [0, 1)")
     if hasattr(optimizer, "nesterov") and value("nesterov"):
         # Jittor (unlike PyTorch) also takes dampening with Nesterov: the look-ahead uses the damped buffer
         need(value("momentum") > 0, "nesterov", "used with momentum > 0")
@@ -747,6 +749,49 @@ class Adagrad(Optimizer):
         return out
 
 
+class Adan(Optimizer):
+    """Adan (Xie et al., 2022, arXiv:2208.06677): Nesterov-style moments of the gradient and of its
+    change since the last step, with bias correction, decoupled ``weight_decay`` (``p /= 1 + lr *
+    weight_decay`` after the step) and ``max_grad_norm`` clipping, as Jittor's ``Adan`` (whose
+    first step takes the gradient itself as the change, the previous gradient being zero).
+
+    >>> opt = jt.optim.Adan(model.parameters(), lr=1e-3, betas=(0.98, 0.92, 0.99), weight_decay=0.02)
+    """
+
+    STATE_KEYS = ("m", "v", "d", "pre_grad")
+    BETAS = 3
+
+    def __init__(self, params, lr=1e-3, betas=(0.98, 0.92, 0.99), eps=1e-8, weight_decay=0.0, max_grad_norm=0.0):
+        self.betas, self.eps, self.weight_decay, self.max_grad_norm = tuple(betas), eps, weight_decay, max_grad_norm
+        super().__init__(params, lr)
+
+    def step(self, loss=None, retain_graph=False):
+        if loss is not None:
+            _check_scalar_loss(loss, "Adan.step")
+            self.backward(loss)
+        if self.max_grad_norm > 0:
+            self.clip_grad_norm(self.max_grad_norm)
+        super().step()
+
+    def updates(self, group, grads):
+        lr, eps, decay = self.hyper(group, "lr"), self.hyper(group, "eps"), self.hyper(group, "weight_decay")
+        b1, b2, b3 = self.hyper(group, "betas")
+        out = []
+        params = zip(self.trainable(group), grads, *(self.state(group, k) for k in self.STATE_KEYS),
+                     self.steps_taken(group))
+        for p, g, m, v, d, previous, steps in params:
+            t = steps + 1
+            root_c3 = math.sqrt(1 - b3 ** t)
+            change = g - previous
+            m_new, d_new = axpby(b1, m, 1 - b1, g), axpby(b2, d, 1 - b2, change)
+            v_new = axpby_square(b3, v, 1 - b3, axpby(b2, change, 1, g))
+            step = axpby(lr * root_c3 / (1 - b1 ** t), m_new, lr * b2 * root_c3 / (1 - b2 ** t), d_new)
+            p_new = axpby(1, p, -1, step / (v_new.sqrt() + eps * root_c3))
+            out += [(m, m_new), (v, v_new), (d, d_new), (previous, g),
+                    (p, p_new / (1 + lr * decay) if decay else p_new)]
+        return out
+
+
 def opt_grad(v, optimizer):
     """Jittor's ``jt.optim.opt_grad(v, optimizer)``: the same as ``v.opt_grad(optimizer)``."""
     return optimizer.opt_grad(v)
@@ -830,4 +875,4 @@ class LambdaLR(LRScheduler):
         return [base * f(self.last_epoch) for f, base in zip(self.lr_lambdas, self.base_lrs)]
 
 
-__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "LRScheduler", "LambdaLR", "opt_grad"]
+__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "Adan", "LRScheduler", "LambdaLR", "opt_grad"]

@@ -277,3 +277,46 @@ def test_clip_grad_norm_under_mpirun_uses_the_norm_of_the_summed_gradients(tmp_p
         for p, want in zip(params, ref_params):
             assert rel_err(p, want) <= 1e-5, rank
     assert json.dumps(by_rank[0]["got"]) == json.dumps(by_rank[1]["got"])   # the ranks agree exactly
+
+
+# --- Adan (Jittor's; PyTorch has none: the reference is Jittor's update written in numpy) ---------
+def _adan_reference(w, grads, lr, betas, eps, decay, max_norm):
+    b1, b2, b3 = betas
+    m, v, d, previous = (np.zeros_like(w) for _ in range(4))
+    for n, grad_of in enumerate(grads, start=1):
+        g = grad_of(w)
+        if max_norm:
+            g = g * min(max_norm / (np.linalg.norm(g) + 1e-6), 1.0)
+        change = g - previous
+        m, d = b1 * m + (1 - b1) * g, b2 * d + (1 - b2) * change
+        u = change * b2 + g
+        v = b3 * v + (1 - b3) * u * u
+        root_c3 = np.sqrt(1 - b3 ** n)
+        w = w - (lr * root_c3 / (1 - b1 ** n) * m + lr * b2 * root_c3 / (1 - b2 ** n) * d) / (np.sqrt(v) + eps * root_c3)
+        w, previous = w / (1 + lr * decay), g
+    return w
+
+
+@pytest.mark.parametrize("decay,max_norm", [(0.0, 0.0), (0.05, 0.0), (0.02, 0.5)])
+def test_adan_follows_jittors_update(rng, decay, max_norm):
+    w0 = rng.standard_normal((3, 4)).astype(np.float32)
+    xs = [rng.standard_normal((8, 3)).astype(np.float32) for _ in range(5)]
+    want = _adan_reference(w0.astype(np.float64), [lambda w, x=x: 2 * x.T @ (x @ w) / 8 for x in xs],
+                           3e-2, (0.98, 0.92, 0.99), 1e-8, decay, max_norm)
+    w = jt.array(w0)
+    opt = optim.Adan([w], lr=3e-2, weight_decay=decay, max_grad_norm=max_norm)
+    for x in xs:
+        opt.step(((jt.array(x) @ w) ** 2).sum() / 8)
+    assert rel_err(w.numpy(), want) < REL
+    again = optim.Adan([jt.array(w.numpy())], lr=3e-2)
+    again.load_state_dict(opt.state_dict())
+    assert again.n_step == 5 and np.array_equal(again.param_groups[0]["d"][0].numpy(),
+                                                opt.param_groups[0]["d"][0].numpy())
+
+
+def test_adan_rejects_bad_hyper_parameters():
+    w = jt.ones((2, 3))
+    with pytest.raises(ValueError, match=r"Adan: betas=\(0.9, 0.999\) must be three numbers in \[0, 1\)"):
+        optim.Adan([w], betas=(0.9, 0.999))
+    with pytest.raises(ValueError, match="Adan: max_grad_norm=-1 must be a number >= 0"):
+        optim.Adan([w], max_grad_norm=-1)

@@ -48,7 +48,7 @@ matmul, bmm = _FUNCTIONS["matmul"], _FUNCTIONS["bmm"]
 # and some of its tensor functions: nn.logsumexp, nn.log_sigmoid, nn.sign, nn.tensordot
 logsumexp, log_sigmoid, sign, tensordot = (_FUNCTIONS[n] for n in ("logsumexp", "log_sigmoid", "sign", "tensordot"))
 
-_OPTIMIZERS = ("Optimizer", "SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "LRScheduler", "LambdaLR", "opt_grad")
+_OPTIMIZERS = ("Optimizer", "SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "Adan", "LRScheduler", "LambdaLR", "opt_grad")
 
 
 def __getattr__(name):
