@@ -438,6 +438,18 @@ class Var:
             return Var(None, (), {}, self.shape, self.dtype, self._shareable_data())
         return Var.node("detach", [self])
 
+    def __copy__(self):
+        """``copy.copy(x)``: a new Var with x's value, computed now, and its ``requires_grad``, with
+        no history (Jittor's). Copying the node instead would compute it again: a weight drawn
+        lazily (``jt.randn``) got other numbers in ``copy.deepcopy(model)``."""
+        out = Var(None, (), {}, self.shape, self.dtype, self.numpy())
+        out._stop_grad = self._stop_grad
+        return out
+
+    def __deepcopy__(self, memo):
+        out = memo[id(self)] = self.__copy__()
+        return out
+
     # --- rebinding -----------------------------------------------------------------------------
     def assign(self, value):
         """Make this Var hold ``value``'s value, cast to this Var's dtype, with no gradient history:

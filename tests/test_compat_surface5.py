@@ -517,3 +517,21 @@ def test_assign_takes_a_new_shape_as_jittor_does():
     w = jt.zeros(3)
     assert w.assign(2.5).numpy().tolist() == [2.5] * 3           # a number fills the shape
     assert w.assign(np.ones((2, 2), "float32")).shape == (2, 2)
+
+
+def test_deepcopy_of_a_model_copies_its_values_not_its_lazy_draws():
+    """copy.deepcopy(model) (EMA and teacher models): the copy's weights are the original's, even
+    while they are still lazy random draws, and the two are independent afterwards."""
+    model = jt.nn.Sequential(jt.nn.Linear(3, 4), jt.nn.BatchNorm1d(4), jt.nn.ReLU(), jt.nn.Linear(4, 1))
+    twin = copy.deepcopy(model)
+    x = jt.randn(5, 3)
+    np.testing.assert_array_equal(twin(x).numpy(), model(x).numpy())
+    assert [p.requires_grad for p in twin.parameters()] == [p.requires_grad for p in model.parameters()]
+    before = model[0].weight.numpy()
+    jt.optim.SGD(twin.parameters(), 0.1).step((twin(x) ** 2).sum())
+    np.testing.assert_array_equal(model[0].weight.numpy(), before)
+    assert np.abs(twin[0].weight.numpy() - before).max() > 0
+    w = jt.randn(3).stop_grad()
+    c = copy.copy(w)
+    c.data[0] = 100.0
+    assert w.numpy()[0] != 100.0 and not c.requires_grad
