@@ -450,6 +450,11 @@ class Var:
         out = memo[id(self)] = self.__copy__()
         return out
 
+    def __reduce__(self):
+        """Pickled as its value and ``requires_grad`` (as ``copy``): a pickled node would be computed
+        again when loaded, so a lazily drawn weight came back with other numbers."""
+        return _unpickle, (self.numpy(), self._stop_grad)
+
     # --- rebinding -----------------------------------------------------------------------------
     def assign(self, value):
         """Make this Var hold ``value``'s value, cast to this Var's dtype, with no gradient history:
@@ -566,6 +571,13 @@ def keep_drawn(v, value):
     v._set_value(value)
     v.op, v.attrs = None, {}
     return v._data
+
+
+def _unpickle(value, stop_grad):
+    """A Var from its pickled value (``Var.__reduce__``)."""
+    out = Var(None, (), {}, _shape_of(value.shape), _NAMED[dtypes.numpy_name(value.dtype)], value)
+    out._stop_grad = stop_grad
+    return out
 
 
 def pending_roots():

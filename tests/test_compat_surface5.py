@@ -535,3 +535,16 @@ def test_deepcopy_of_a_model_copies_its_values_not_its_lazy_draws():
     c = copy.copy(w)
     c.data[0] = 100.0
     assert w.numpy()[0] != 100.0 and not c.requires_grad
+
+
+def test_pickle_of_a_var_and_a_model_keeps_values():
+    """pickle (multiprocessing, a user's own cache) carries values, not lazy draws to redo."""
+    import pickle
+    model = jt.nn.Linear(3, 2)
+    back = pickle.loads(pickle.dumps(model))
+    x = jt.randn(4, 3)
+    np.testing.assert_array_equal(back(x).numpy(), model(x).numpy())
+    h = jt.array([1.5, -2.0]).float16().stop_grad()
+    got = pickle.loads(pickle.dumps(h))
+    assert got.dtype == "float16" and got.shape == (2,) and not got.requires_grad
+    np.testing.assert_array_equal(got.numpy(), h.numpy())
