@@ -70,3 +70,26 @@ def test_module_round_trip_through_a_file(tmp_path, rng):
     other.load(str(tmp_path / "m.pkl"))
     for (name, a), (_, b) in zip(model.state_dict().items(), other.state_dict().items()):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=name)
+
+
+def test_load_parameters_skips_what_does_not_fit_as_jittor_does(tmp_path, rng):
+    """Fine-tuning: a checkpoint whose head has another shape, plus a stray entry, loads the rest
+    with one warning naming what was skipped (Jittor's load_parameters and Module.load)."""
+    torch = pytest.importorskip("torch")
+    source = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 10))
+    source.save(str(tmp_path / "pre.pkl"))
+    target = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 2))
+    head = target[2].weight.numpy()
+    with pytest.warns(UserWarning, match=r"2 of 4 entries not loaded: 2.weight has shape \(10, 4\), the module "
+                                         r"expects \(2, 4\); 2.bias has shape"):
+        target.load(str(tmp_path / "pre.pkl"))
+    np.testing.assert_array_equal(target[0].weight.numpy(), source[0].weight.numpy())
+    np.testing.assert_array_equal(target[2].weight.numpy(), head)
+    ref = torch.nn.Linear(3, 4)          # a PyTorch state dict (tensors that require grad) loads too
+    state = dict(ref.state_dict(keep_vars=True), stray=torch.zeros(1))
+    layer = nn.Linear(3, 4)
+    with pytest.warns(UserWarning, match="stray names no Var of the module"):
+        layer.load_parameters(state)
+    np.testing.assert_array_equal(layer.weight.numpy(), ref.weight.detach().numpy())
+    with pytest.raises(KeyError, match="unexpected"):        # load_state_dict stays strict
+        nn.Linear(3, 4).load_state_dict(state)

@@ -18,6 +18,7 @@ whose name starts with ``_`` are private and not walked.
     >>> net.save("/tmp/net.pkl"); net.load("/tmp/net.pkl")
 """
 import collections
+import warnings
 
 import numpy as np
 
@@ -305,7 +306,7 @@ class Module:
         for name, var in own.items():
             if name not in state:
                 continue
-            value = np.asarray(state[name])
+            value = _as_array(state[name])
             if value.shape != var.shape:
                 problems.append(f"{name} has shape {value.shape}, the module expects {var.shape}")
             elif not np.can_cast(value.dtype, var.dtype, casting="same_kind"):
@@ -324,10 +325,34 @@ class Module:
         persist.save(self.state_dict(), path)
 
     def load(self, path):
-        """Load parameters saved by ``save`` (or a pickled dict of name -> array)."""
-        return self.load_state_dict(persist.load_dict(path, f"{type(self).__name__}.load"))
+        """Load parameters saved by ``save`` (or a pickled dict of name -> array) as Jittor does,
+        by ``load_parameters``: entries that do not fit are skipped with a warning."""
+        return self.load_parameters(persist.load_dict(path, f"{type(self).__name__}.load"))
 
-    load_parameters = load_state_dict
+    def load_parameters(self, params):
+        """Jittor's lenient load: each entry of ``params`` (arrays, Vars or PyTorch tensors) whose
+        name, shape and dtype fit a Var of this module is loaded; the others are skipped with one
+        warning naming them (fine-tuning loads a checkpoint whose head has another shape). Vars
+        without an entry keep their values. ``load_state_dict`` is the strict form.
+
+            >>> model.load_parameters(torch_model.state_dict())
+        """
+        own, fits, skipped = dict(self._persistent()), {}, []
+        for name, value in params.items():
+            value = _as_array(value)
+            if name not in own:
+                if not name.endswith("num_batches_tracked"):       # PyTorch's BatchNorm counter
+                    skipped.append(f"{name} names no Var of the module")
+            elif value.shape != own[name].shape:
+                skipped.append(f"{name} has shape {value.shape}, the module expects {own[name].shape}")
+            elif not np.can_cast(value.dtype, own[name].dtype, casting="same_kind"):
+                skipped.append(f"{name} has dtype {value.dtype}, which does not cast to {own[name].dtype}")
+            else:
+                fits[name] = value
+        if skipped:
+            warnings.warn(f"load_parameters: {len(skipped)} of {len(params)} entries not loaded: "
+                          + "; ".join(skipped), UserWarning, stacklevel=2)
+        return self.load_state_dict(fits, strict=False)
 
     def mpi_param_broadcast(self, root=0):
         """Under mpirun, give every rank ``root``'s value of every Var of the tree (parameters and
@@ -337,6 +362,15 @@ class Module:
             >>> model.mpi_param_broadcast(root=0)   # rank 0: unchanged    rank 1: rank 0's weights
         """
         broadcast_in_place(self.parameters(), root)
+
+
+def _as_array(value):
+    """A state entry as a numpy array: arrays, lists, Vars, and PyTorch tensors (detached)."""
+    if isinstance(value, Var):
+        return value.numpy()
+    if hasattr(value, "detach") and hasattr(value, "cpu"):     # a torch.Tensor, without importing torch
+        return value.detach().cpu().numpy()
+    return np.asarray(value)
 
 
 def make_module(func, exec_n_args=1):
