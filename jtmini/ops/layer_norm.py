@@ -171,7 +171,7 @@ def standardize_rows(x, eps, lead=1):
     the result at its own index, so it merges into the kernel that computes it).
 
     >>> standardize_rows(jt.randn(2, 3, 8), 1e-5, lead=2).shape
-    [2, 3, 8]
+    (2, 3, 8)
     """
     rows, values = math.prod(x.shape[:lead]), math.prod(x.shape[lead:])
     flat = x if lead == 1 and x.ndim == 2 else x.reshape(rows, values)
