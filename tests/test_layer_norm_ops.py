@@ -100,3 +100,56 @@ def test_a_finished_layer_norm_leaves_no_pending_root_behind(rng):
         if gc_was_on:
             gc.enable()
     assert left == [], [(v.op, v.shape) for v in left]
+
+
+@pytest.mark.parametrize("shape,normalized", [((2, 3, 4, 5), (5,)), ((2, 3, 4, 5), (4, 5)), ((3, 2, 1, 6), (6,))])
+def test_rows_over_several_leading_dims_match_pytorch(shape, normalized, rng):
+    """Rows numbered by 2 or 3 leading dims (``per_row``'s ``lead``), read through a transposed
+    view: values, the three gradients and the second derivative against PyTorch."""
+    x_np = (rng.standard_normal(shape) * 2 + 1).astype(np.float64)
+    w_np, b_np = rng.standard_normal(normalized), rng.standard_normal(normalized)
+    up = rng.standard_normal(shape)
+    x = jt.array(np.ascontiguousarray(x_np.swapaxes(0, 1))).transpose(1, 0, 2, 3)
+    w, b = jt.array(w_np), jt.array(b_np)
+    tx, tw, tb = (torch.tensor(a, requires_grad=True) for a in (x_np, w_np, b_np))
+    y, ty = nn.layer_norm(x, normalized, w, b), torch.nn.functional.layer_norm(tx, normalized, tw, tb)
+    np.testing.assert_allclose(y.numpy(), ty.detach().numpy(), **TOL["float64"])
+    grads = jt.grad((y * jt.array(up)).sum(), [x, w, b])
+    tgrads = torch.autograd.grad((ty * torch.tensor(up)).sum(), [tx, tw, tb], create_graph=True)
+    for g, tg in zip(grads, tgrads):
+        np.testing.assert_allclose(g.numpy(), tg.detach().numpy(), **TOL["float64"])
+    second = jt.grad((grads[0] * grads[0]).sum(), x)
+    tsecond, = torch.autograd.grad((tgrads[0] * tgrads[0]).sum(), tx)
+    np.testing.assert_allclose(second.numpy(), tsecond.numpy(), **TOL["float64"])
+
+
+def test_broadcast_input_rows(rng):
+    """A row broadcast over the leading dims: its gradient sums over the copies."""
+    row_np, w_np = rng.standard_normal((1, 1, 8)), rng.standard_normal(8)
+    row, w = jt.array(row_np), jt.array(w_np)
+    trow, tw = torch.tensor(row_np, requires_grad=True), torch.tensor(w_np, requires_grad=True)
+    up = rng.standard_normal((3, 4, 8))
+    y = nn.layer_norm(row.broadcast_to((3, 4, 8)) * jt.array(up), (8,), w)
+    ty = torch.nn.functional.layer_norm(trow.expand(3, 4, 8) * torch.tensor(up), (8,), tw)
+    np.testing.assert_allclose(y.numpy(), ty.detach().numpy(), **TOL["float64"])
+    g = jt.grad((y * y).sum(), [row, w])
+    tg = torch.autograd.grad((ty * ty).sum(), [trow, tw])
+    for a, b in zip(g, tg):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), **TOL["float64"])
+
+
+def test_scale_and_shift_merge_into_the_standardization(rng):
+    """A (N, T, D) LayerNorm before a product, as in a transformer: xhat and y = xhat * w + b
+    are one kernel (the scale-and-shift map reads xhat at its own index, no reshape between), so
+    forward and backward take 5 generated kernels (6 when the rows were reshaped to 2-D)."""
+    x = jt.array(rng.standard_normal((4, 6, 32)).astype(np.float32))
+    layer, w = nn.LayerNorm(32), jt.array(rng.standard_normal((32, 8)).astype(np.float32))
+    jt.reset_stats()
+    jt.sync(jt.grad((layer(x) @ w).sum(), [x, layer.weight, layer.bias]))
+    assert jt.stats()["kernels_run"] <= 5, jt.stats()
+
+
+def test_per_row_refuses_a_table_that_does_not_match_the_leading_dims():
+    with pytest.raises(ValueError, match=r"per_row: cannot spread row 0 of a \(2, 6\) table over \(2, 4, 5\) "
+                                         r"\(2 leading dims as its rows\)"):
+        ln.per_row(jt.ones(2, 6), 0, (2, 4, 5), lead=2)

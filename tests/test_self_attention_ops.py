@@ -249,3 +249,24 @@ def test_multihead_attention_fused_matches_pytorch(batch_first, rng):
     t_grads = torch.autograd.grad(t_out.sum(), [tx] + [dict(ref.named_parameters())[n] for n in names])
     for g, tg in zip(grads, t_grads):
         np.testing.assert_allclose(g.numpy(), tg.numpy(), **GRAD_TOL["float32"])
+
+
+@pytest.mark.parametrize("kind", ["prefix", "scattered", "window"])
+def test_small_heads_with_masks_that_end_rows_early(kind, rng):
+    """The small-head kernels skip the vectors of a row past its last unmasked score (and, in the
+    backward pass, the zero probabilities' products): masks whose rows end at random columns,
+    masks with holes and a sliding window (rows start late), against PyTorch."""
+    length, heads, head_dim = 32, 2, 16
+    cols = np.arange(length)
+    if kind == "prefix":
+        ends = rng.integers(1, length + 1, length)                 # row l keeps columns < ends[l]
+        mask = cols[None, :] >= ends[:, None]
+    elif kind == "scattered":
+        mask = rng.random((length, length)) < 0.6
+        mask[np.arange(length), rng.integers(0, length, length)] = False   # no row fully masked
+    else:
+        mask = (cols[None, :] > cols[:, None]) | (cols[None, :] < cols[:, None] - 5)
+    qkv = rng.standard_normal((3, length, 3 * heads * head_dim))
+    check_grad(lambda x: sa.packed_self_attention(x, heads, 1, bias=additive(mask, "float32")),
+               lambda t: torch_attention(t, heads, 1, mask), [qkv], layouts=["transposed"])
+    assert (length, head_dim) in _small_kernels_used()

@@ -85,7 +85,10 @@ def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
                          f"got input of shape {x.shape}")
     weight = _affine_arg("layer_norm", "weight", weight, shape)
     bias = _affine_arg("layer_norm", "bias", bias, shape)
-    y = _standardize(x, tuple(range(x.ndim - k, x.ndim)), eps)
+    if x.ndim - k > 1:      # rows over several leading dims, kept: the scale and shift merge into xhat's kernel
+        y = standardize_rows(x, eps, lead=x.ndim - k)
+    else:
+        y = _standardize(x, tuple(range(x.ndim - k, x.ndim)), eps)
     return _scale_shift(y, weight, bias, shape)
 
 

@@ -17,6 +17,7 @@ so the layer can be differentiated twice. The GPU runtime runs the two kernels o
     >>> standardize_rows(jt.randn(4, 8), 1e-5).mean(dims=1).numpy().round(6)
     array([0., 0., 0., 0.], dtype=float32)
 """
+import math
 import weakref
 
 import numpy as np
@@ -56,26 +57,40 @@ def _rows_input(who, x):
 
 
 # --- per_row: row ``row`` of a (rows, R) table, read at every element of row r of an (R, D) tensor ---
+# (or of a tensor whose first ``lead`` dims number the R rows in C order: LayerNorm then needs no
+# reshape between its standardization and the scale and shift that follow, which merge into it)
 def _per_row_infer(inputs, a):
-    table, shape = inputs[0], a["shape"]
-    if table.ndim != 2 or len(shape) != 2 or shape[0] != table.shape[1] or not 0 <= a["row"] < table.shape[0]:
-        raise ValueError(f"per_row: cannot spread row {a['row']} of a {table.shape} table over {shape}")
+    table, shape, lead = inputs[0], a["shape"], a.get("lead", 1)
+    if table.ndim != 2 or not 1 <= lead < len(shape) or math.prod(shape[:lead]) != table.shape[1] \
+            or not 0 <= a["row"] < table.shape[0]:
+        raise ValueError(f"per_row: cannot spread row {a['row']} of a {table.shape} table over {shape} "
+                         f"({lead} leading dims as its rows)")
     return shape, table.dtype
 
 
 def _per_row_grad(d, out, inputs, a):
-    table = inputs[0]
-    return [Var.node("pad", [d.sum(dims=(1,)).reshape(1, table.shape[1])],
+    table, lead = inputs[0], a.get("lead", 1)
+    return [Var.node("pad", [d.sum(dims=tuple(range(lead, d.ndim))).reshape(1, table.shape[1])],
                      pads=((a["row"], table.shape[0] - 1 - a["row"]), (0, 0)), value=0)]
 
 
-register(OpSpec("per_row", "reindex", infer=_per_row_infer, grad=_per_row_grad,
-                index=lambda a, nin, nout: IndexMap((a["row"], sym("i0"))), view=True))
+def _per_row_index(a, nin, nout):
+    """(row, the flat row number of the first ``lead`` output indices)."""
+    flat = sym("i0")
+    for k in range(1, a.get("lead", 1)):
+        flat = flat * sym(f"yshape{k}") + sym(f"i{k}")
+    return IndexMap((a["row"], flat))
 
 
-def per_row(table, row, shape):
-    """``out[r, j] = table[row, r]``: a per-row coefficient read inside the kernel that uses it."""
-    return Var.node("per_row", [table], row=int(row), shape=tuple(shape))
+register(OpSpec("per_row", "reindex", infer=_per_row_infer, grad=_per_row_grad, index=_per_row_index, view=True))
+
+
+def per_row(table, row, shape, lead=1):
+    """``out[r, j] = table[row, r]``: a per-row coefficient read inside the kernel that uses it;
+    with ``lead`` > 1, r is the flat index of ``out``'s first ``lead`` dims."""
+    if lead == 1:           # the 2-D form's attrs, so its plans and recipes stay as they were
+        return Var.node("per_row", [table], row=int(row), shape=tuple(shape))
+    return Var.node("per_row", [table], row=int(row), shape=tuple(shape), lead=int(lead))
 
 
 # --- layer_norm_stats -------------------------------------------------------------------------
@@ -149,18 +164,27 @@ def layer_norm_grad_sums(g, x, table):
     return Var.node("layer_norm_grad_sums", [g, x, table])
 
 
-def standardize_rows(x, eps):
-    """``(x - mean) / sqrt(var + eps)`` of each row of the (R, D) float ``x``, with the closed-form
-    gradient (see the module doc)."""
-    table = layer_norm_stats(x, eps)
-    rstd = per_row(table, 1, x.shape)
-    xhat = (x - per_row(table, 0, x.shape)) * rstd
+def standardize_rows(x, eps, lead=1):
+    """``(x - mean) / sqrt(var + eps)`` of each row of the float ``x``, with the closed-form
+    gradient (see the module doc). Rows are those of the (R, D) ``x``, or, with ``lead`` > 1, the
+    elements of its first ``lead`` dims (``x`` keeps its shape: a following elementwise op reads
+    the result at its own index, so it merges into the kernel that computes it).
+
+    >>> standardize_rows(jt.randn(2, 3, 8), 1e-5, lead=2).shape
+    (2, 3, 8)
+    """
+    rows, values = math.prod(x.shape[:lead]), math.prod(x.shape[lead:])
+    flat = x if lead == 1 and x.ndim == 2 else x.reshape(rows, values)
+    table = layer_norm_stats(flat, eps)
+    rstd = per_row(table, 1, x.shape, lead)
+    xhat = (x - per_row(table, 0, x.shape, lead)) * rstd
     # The rule reads xhat through a weak reference: a strong one would be a cycle (xhat -> its
     # rule -> xhat) that outlives the step, and an unconsumed live xhat is a pending root, so
     # the next optimizer step computed the last step's forward again up to this LayerNorm.
     xhat_ref = weakref.ref(xhat)
 
     def rule(g):
-        sums = layer_norm_grad_sums(g.cast(x.dtype), x, table)
-        return [(g - per_row(sums, 0, x.shape) - xhat_ref() * per_row(sums, 1, x.shape)) * rstd]
+        g_flat = g.cast(x.dtype)
+        sums = layer_norm_grad_sums(g_flat if flat is x else g_flat.reshape(rows, values), flat, table)
+        return [(g - per_row(sums, 0, x.shape, lead) - xhat_ref() * per_row(sums, 1, x.shape, lead)) * rstd]
     return custom_grad(xhat, [x], rule)
