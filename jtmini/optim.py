@@ -171,6 +171,9 @@ class Optimizer:
         packed = self._packed_update(grads, coef)
         if packed is not None:
             self._realize(loss, [packed.flat])
+            # read by no gradient: letting go of its inputs lets the states it read take their new
+            # values without a copy of the old node each (Var._rebind)
+            packed.flat.inputs = ()
             for var, new in packed.assignments():
                 var._rebind(None, new)
         else:
