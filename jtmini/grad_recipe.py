@@ -29,6 +29,7 @@ forward node does not count: the key leaves those inputs out), or when a rule bu
 import collections
 from typing import NamedTuple
 
+from . import native_walk
 from .flags import flags
 from .ops.registry import OPS
 from .state import HashedKey, register_cache
@@ -85,9 +86,22 @@ def key(order, targets):
 
 
 def graph_and_key(loss, targets):
-    """``(order, key)``: ``autograd._graph(loss)`` and ``key(order, targets)`` from one walk (each
-    node's row is written as the walk places it, its inputs placed before it); two walks cost
-    ~2 us a node of a GAN step, ~a third of it the second loop."""
+    """``(order, key)``: ``autograd._graph(loss)`` and ``key(order, targets)`` from one walk, in C
+    where ``native_walk`` is built (the Python walks cost ~2 us a node of a GAN step)."""
+    keyed = flags.lazy_execution and not flags.profile_memory_enable
+    walked = native_walk.grad_walk(loss, targets if type(targets) is list else list(targets), keyed)
+    if walked is None:
+        return _graph_and_key_py(loss, targets)
+    order, rows, places = walked
+    if rows is None:
+        return order, None
+    wanted = tuple([(k, t.shape, t.dtype, t._stop_grad) for k, t in zip(places, targets)])
+    return order, _hashed(rows, wanted)
+
+
+def _graph_and_key_py(loss, targets):
+    """``graph_and_key`` in Python: each node's row is written as the walk places it, its
+    inputs placed before it."""
     order, seen, place, rows, stack = [], set(), {}, [], [loss]
     keyed = flags.lazy_execution and not flags.profile_memory_enable
     while stack:
@@ -125,9 +139,12 @@ def _add_row(v, place, rows):
 
 
 def _key_of(rows, targets, place):
-    wanted = tuple((place.get(id(t), -1), t.shape, t.dtype, t._stop_grad) for t in targets)
+    return _hashed(tuple(rows), tuple((place.get(id(t), -1), t.shape, t.dtype, t._stop_grad) for t in targets))
+
+
+def _hashed(rows, wanted):
     try:
-        return HashedKey((tuple(rows), wanted, flags.no_grad, flags.amp_reg, flags.auto_convert_64_to_32,
+        return HashedKey((rows, wanted, flags.no_grad, flags.amp_reg, flags.auto_convert_64_to_32,
                           flags.backend, flags.use_cuda))
     except TypeError:                   # an attr that cannot be hashed
         return None
