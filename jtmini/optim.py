@@ -171,9 +171,6 @@ class Optimizer:
         packed = self._packed_update(grads, coef)
         if packed is not None:
             self._realize(loss, [packed.flat])
-            # read by no gradient: letting go of its inputs lets the states it read take their new
-            # values without a copy of the old node each (Var._rebind)
-            packed.flat.inputs = ()
             for var, new in packed.assignments():
                 var._rebind(None, new)
         else:
@@ -643,7 +640,8 @@ def _packed_adam(optimizer, grads, coef):
                           1 - lr * decay if decay else 1.0))
             params.append(p), ms.append(m), vs.append(v)
     dtype = params[0].dtype
-    if dtype not in ("float32", "float64") or any(x.dtype != dtype or x.shape != p.shape
+    # shapes are mostly one shared object (var._shape_of): identity first, Shape.__ne__ is Python
+    if dtype not in ("float32", "float64") or any(x.dtype != dtype or (x.shape is not p.shape and x.shape != p.shape)
                                                   for p, g in zip(params, grads) for x in (p, g)):
         return None
     if coef is not None and coef.dtype != dtype:
