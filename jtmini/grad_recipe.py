@@ -33,7 +33,7 @@ from . import native_walk
 from .flags import flags
 from .ops.registry import OPS
 from .state import HashedKey, register_cache
-from .var import Var, _ids, _pending, untrack
+from .var import _ids, _pending, made, untrack
 
 CAPACITY = 16                       # forward graphs remembered (the losses of a few optimizers)
 _recipes = collections.OrderedDict()  # HashedKey -> Recipe
@@ -64,8 +64,10 @@ class Recipe(NamedTuple):
         built = []
         sources = (order, built, self.shared)
         for op, attrs, shape, dtype, stop_grad, tracked, inputs in self.nodes:
-            v = Var(op, [sources[where][k] for where, k in inputs], dict(attrs), shape, dtype)
-            v._stop_grad = stop_grad
+            # shape and dtype are a recorded Var's own: already a shared Shape and a named dtype
+            v = made(op, tuple([sources[where][k] for where, k in inputs]), dict(attrs), shape, dtype)
+            if stop_grad:
+                v._stop_grad = True
             if not tracked:
                 untrack(v)
             built.append(v)

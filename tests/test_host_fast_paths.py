@@ -197,3 +197,20 @@ def test_adam_state_rebinds_keep_values_identical_to_the_general_update(rng):
         results.append([p.numpy() for p in params] + [m.numpy() for m in opt.param_groups[0]["m"]])
     for a, b in zip(*results):
         np.testing.assert_array_equal(a, b)
+
+
+def test_made_sets_what_var_init_sets():
+    """``var.made`` (Var.node's and grad recipes' constructor) leaves a node as ``Var(...)`` does."""
+    import importlib
+    var_module = importlib.import_module("jtmini.var")      # jt.var is a function
+    x = jt.ones((2, 3))
+    one = var_module.Var("exp", [x], {}, (2, 3), "float32")
+    two = var_module.made("exp", (x,), {}, var_module._shape_of((2, 3)), var_module._NAMED["float32"])
+    for name in var_module.Var.__slots__:
+        if name in ("id", "__weakref__", "__dict__", "_consumers"):
+            continue
+        assert getattr(one, name) == getattr(two, name) if name != "inputs" else one.inputs == (x,) == two.inputs
+    assert type(two.dtype) is type(one.dtype) and two.shape is one.shape and two.id == one.id + 1
+    assert two._consumers == [] and sum(r() is two for r in x._consumers) == 1
+    assert any(v is two for v in var_module.pending_roots())
+    np.testing.assert_allclose(two.numpy(), np.exp(np.ones((2, 3))), rtol=1e-6)
