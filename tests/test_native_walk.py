@@ -123,3 +123,39 @@ def test_gradients_through_the_compiled_walk_match_the_rules(rng):
     first, second = grads(), grads()
     for a, b in zip(first, second):
         np.testing.assert_array_equal(a, b)
+
+
+def _train(rng, clear_every_step):
+    """A small loop whose graph changes every few steps (another branch, a frozen layer, a new
+    learning rate, a batch of another size): losses and weights, with the plans and gradient
+    recipes kept, or forgotten every step (everything planned and differentiated afresh)."""
+    from jtmini import grad_recipe, nn
+    jt.seed(3)
+    first, second = nn.Linear(4, 8), nn.Linear(8, 1)
+    opt = nn.Adam(first.parameters() + second.parameters(), lr=0.01)
+    data = rng.standard_normal((10, 4)).astype("float32")
+    losses = []
+    for step in range(12):
+        if clear_every_step:
+            replay.clear()
+            grad_recipe.clear()
+        x = jt.array(data[:8] if step % 5 != 4 else data)          # another batch size now and then
+        h = first(x)
+        h = h.relu() if step % 3 else nn.leaky_relu(h, 0.2)          # another branch every third step
+        if step in (6, 7):
+            h = h.detach()                                           # the first layer frozen two steps
+        if step == 9:
+            opt.lr = 0.003                                           # a new learning rate
+        loss = (second(h) ** 2).mean()
+        opt.step(loss)
+        losses.append(loss.item())
+    return losses, [p.numpy() for p in first.parameters() + second.parameters()]
+
+
+def test_a_loop_whose_graph_changes_gives_the_uncached_values(rng):
+    seed = int(rng.integers(1 << 30))
+    cached = _train(np.random.default_rng(seed), False)
+    fresh = _train(np.random.default_rng(seed), True)
+    np.testing.assert_array_equal(cached[0], fresh[0])
+    for a, b in zip(cached[1], fresh[1]):
+        np.testing.assert_array_equal(a, b)
