@@ -129,12 +129,12 @@ def _add_row(v, place, rows):
     """Append ``v``'s key row (see ``key``); False where the graph gets no key."""
     if v._backward is not None:
         return False
-    try:
+    try:    # a stop_grad node's inputs are not walked (a node reading them is not kept, see record)
         inputs = () if v._stop_grad else tuple([place[id(i)] for i in v.inputs])
-    except KeyError:
+    except KeyError:                # not an order _graph makes: no recipe rather than a wrong one
         return False
     attrs = v.attrs
-    if "seq" in attrs and OPS[v.op].stateful:
+    if "seq" in attrs and OPS[v.op].stateful:   # a draw's order, new every step and read by no rule
         attrs = {n: a for n, a in attrs.items() if n != "seq"}
     rows.append((v.op, tuple(attrs.items()), v.shape, v.dtype, v._stop_grad, v._data is None, inputs))
     return True
