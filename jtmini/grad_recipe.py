@@ -163,6 +163,7 @@ def find(key_):
         return None
     recipe = _recipes.get(key_)
     if recipe is not None:
+        native_walk.enable()            # a forward graph repeats: walk the next ones in C
         try:
             _recipes.move_to_end(key_)
         except KeyError:                # dropped by another thread in between: still a valid recipe

@@ -6,6 +6,10 @@ Walking a step's graph in Python costs ~1.5-2 us a Var (a GAN step: ~200 Vars wa
 ~2.5); the C walk reads the same attributes through the C API. It is built once per interpreter
 and machine (the disk cache keys it by the source, which names the interpreter's headers and
 version); where it cannot be built or loaded, ``walk`` returns None and the Python walk runs.
+It is used once a graph repeats (``enable``, called by a replay or gradient-recipe hit): building
+it on an empty disk cache takes ~1-4 s of compiler, which a cold first step, or a process that
+never repeats a graph, should not wait for. Both walks give the same keys, so the switch keeps
+every stored plan and recipe.
 
     >>> rows, order, leaves, places = walk([y])       # y: a pending Var
     >>> order, rows, places = grad_walk(loss, [w], True)
@@ -21,6 +25,13 @@ from . import compiler
 from .ops.registry import OPS
 
 _log = logging.getLogger(__name__)
+_enabled = False
+
+
+def enable():
+    """Walk in C from now on (the library is built, or loaded from the disk cache, on the next walk)."""
+    global _enabled
+    _enabled = True
 
 
 @functools.lru_cache(maxsize=None)
@@ -47,8 +58,8 @@ def _library():
 
 
 def _walker():
-    """``jt_signature_walk(targets, ops)``, or None where it cannot be built."""
-    library = _library()
+    """``jt_signature_walk(targets, ops)``, or None where it cannot be built or is not enabled."""
+    library = _library() if _enabled else None
     return None if library is None else library.jt_signature_walk
 
 
@@ -63,6 +74,6 @@ def walk(targets):
 def grad_walk(loss, targets, keyed):
     """``(order, rows, places)``: ``autograd._graph(loss)``, the key rows ``grad_recipe`` writes
     for it (None when ``keyed`` is false or the graph gets no key) and each target's place in
-    the order (-1 when absent); None when the compiled walk is unavailable."""
-    library = _library()
+    the order (-1 when absent); None when the compiled walk is unavailable or not enabled."""
+    library = _library() if _enabled else None
     return None if library is None else library.jt_grad_walk(loss, targets, OPS, int(bool(keyed)))

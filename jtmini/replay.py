@@ -115,6 +115,7 @@ def find(targets, runtime):
     if template is not None:
         _cache.move_to_end(key)
         counters.bump("plans_reused")
+        native_walk.enable()                            # a graph repeats: sign the next ones in C
         return Hit(template, vars_)
     steps, compiled = _plan_and_build(targets, runtime)
     _cache[key] = _Template(steps, compiled, {id(v): k for k, v in enumerate(vars_)}, targets, n_order)

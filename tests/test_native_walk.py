@@ -11,6 +11,12 @@ from jtmini.var import Var, untrack
 RUNTIME = base.get("cpu")
 
 
+@pytest.fixture(autouse=True)
+def compiled_walks():
+    """Walk in C in these tests (a process otherwise starts to once a graph repeats)."""
+    native_walk.enable()
+
+
 def _graphs(rng):
     """Lists of targets: chains, diamonds, shared inputs, realized Vars among pending ones,
     runtime attrs (constants, slices), several targets reading one another."""
@@ -33,13 +39,13 @@ def _same(walked, expected):
         all(x is y for x, y in zip(vars_, vars_py))
 
 
-@pytest.mark.skipif(native_walk._walker() is None, reason="no compiled walk on this interpreter")
+@pytest.mark.skipif(native_walk._library() is None, reason="no compiled walk on this interpreter")
 def test_the_compiled_walk_gives_the_python_walks_signature(rng):
     for targets in _graphs(rng):
         assert _same(replay._signature(targets, RUNTIME), replay._signature_py(targets, RUNTIME))
 
 
-@pytest.mark.skipif(native_walk._walker() is None, reason="no compiled walk on this interpreter")
+@pytest.mark.skipif(native_walk._library() is None, reason="no compiled walk on this interpreter")
 def test_runtime_attrs_are_left_out_and_compiled_ones_kept(rng):
     x = jt.array(rng.standard_normal(5).astype("float32"))
     one, two = replay._signature([x * 0.5 + 1.0], RUNTIME), replay._signature([x * 0.25 + 3.0], RUNTIME)
@@ -48,7 +54,7 @@ def test_runtime_attrs_are_left_out_and_compiled_ones_kept(rng):
     assert one[0] != replay._signature([x.reshape(1, 5) * 0.5 + 1.0], RUNTIME)[0]
 
 
-@pytest.mark.skipif(native_walk._walker() is None, reason="no compiled walk on this interpreter")
+@pytest.mark.skipif(native_walk._library() is None, reason="no compiled walk on this interpreter")
 def test_an_unregistered_op_raises_as_in_python():
     bogus = untrack(Var("no_such_op", [jt.ones(2)], {}, (2,), "float32"))     # no later sync meets it
     with pytest.raises(KeyError):
@@ -60,7 +66,7 @@ def test_an_unregistered_op_raises_as_in_python():
 def test_without_the_compiled_walk_the_python_walk_runs(rng, monkeypatch):
     targets = _graphs(rng)[3]
     expected = replay._signature_py(targets, RUNTIME)
-    monkeypatch.setattr(native_walk, "_walker", lambda: None)
+    monkeypatch.setattr(native_walk, "_library", lambda: None)
     assert native_walk.walk(targets) is None
     assert _same(replay._signature(targets, RUNTIME), expected)
 
@@ -159,3 +165,22 @@ def test_a_loop_whose_graph_changes_gives_the_uncached_values(rng):
     np.testing.assert_array_equal(cached[0], fresh[0])
     for a, b in zip(cached[1], fresh[1]):
         np.testing.assert_array_equal(a, b)
+
+
+def test_the_compiled_walks_start_once_a_graph_repeats():
+    """A process loads (or builds) the library only after a replay or recipe hit: a cold first
+    step does not wait for the compiler."""
+    import subprocess
+    import sys
+    script = (
+        "import jtmini as jt\n"
+        "from jtmini import native_walk\n"
+        "def step():\n"
+        "    x = jt.array([1.0, 2.0, 3.0])\n"
+        "    return ((x * 2 + 1).exp() * 3).sum().item()\n"
+        "first = step()\n"
+        "assert native_walk._library.cache_info().misses == 0, 'built before a graph repeated'\n"
+        "assert step() == first and step() == first\n"
+        "assert native_walk._enabled and native_walk._library.cache_info().misses == 1\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
