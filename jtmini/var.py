@@ -221,8 +221,7 @@ class Var:
         """Build a node of the registered op ``op_name``; shape and dtype are inferred (and
         checked) now, the value later."""
         shape, dtype = OPS[op_name].infer(inputs, attrs)
-        v = made(op_name, tuple(inputs), attrs, shape if type(shape) is Shape else _shape_of(shape),
-                 _NAMED.get(dtype, dtype))
+        v = Var(op_name, inputs, attrs, shape, dtype)      # a Var(...) call: tools/gen_stub.py proves the type
         if flags.no_grad:           # built under jt.no_grad(): no backward through it
             v._stop_grad = True
         if flags.profile_memory_enable:
@@ -610,8 +609,8 @@ _object_new = object.__new__
 def made(op, inputs, attrs, shape, dtype):
     """The pending node ``Var(op, inputs, attrs, shape, dtype)`` from parts already in form
     (``inputs`` a tuple, ``shape`` the shared ``Shape``, ``dtype`` named), without the class
-    call and ``__init__``'s conversions: ~0.7 us less a Var, and a GAN step makes ~150
-    (``Var.node``, ``grad_recipe``). Sets every slot ``__init__`` sets."""
+    call and ``__init__``'s conversions: ~0.7 us less a Var, and a GAN step's gradient recipes
+    make ~65 (``grad_recipe``). Sets every slot ``__init__`` sets."""
     v = _object_new(Var)
     v.op = op
     v.inputs = inputs
