@@ -104,8 +104,7 @@ def grad(loss, targets, retain_graph=True):
             raise TypeError(f"grad: target {k} must be a float Var, got dtype {t.dtype} (shape {t.shape})")
     if not dtypes.is_float(loss.dtype):
         raise TypeError(f"grad: the loss must be a float Var, got dtype {loss.dtype} (shape {loss.shape})")
-    order = _graph(loss)
-    key = grad_recipe.key(order, targets)
+    order, key = grad_recipe.graph_and_key(loss, targets)
     recipe = grad_recipe.find(key)
     if recipe is not None:              # this forward graph was met before: its nodes, made directly
         result = recipe.build(order)

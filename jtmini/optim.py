@@ -659,7 +659,8 @@ def _packed_adam(optimizer, grads, coef):
                           1 - lr * decay if decay else 1.0))
             params.append(p), ms.append(m), vs.append(v)
     dtype = params[0].dtype
-    if dtype not in ("float32", "float64") or any(x.dtype != dtype or x.shape != p.shape
+    # shapes are mostly one shared object (var._shape_of): identity first, Shape.__ne__ is Python
+    if dtype not in ("float32", "float64") or any(x.dtype != dtype or (x.shape is not p.shape and x.shape != p.shape)
                                                   for p, g in zip(params, grads) for x in (p, g)):
         return None
     if coef is not None and coef.dtype != dtype:

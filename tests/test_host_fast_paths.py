@@ -109,3 +109,108 @@ def test_sum_to_a_list_shape(rng):
     x = jt.array(rng.standard_normal((4, 3)).astype("float32"))
     assert matmul_module.sum_to(x, [4, 3]) is x
     np.testing.assert_allclose(matmul_module.sum_to(x, [1, 3]).numpy(), x.numpy().sum(0, keepdims=True), rtol=1e-6)
+
+
+# --- nn.linear of a matrix: the nodes of x @ weight.T + bias, made directly -----------------------
+def _same_graph(a, b):
+    """Whether two lazy results were built as the same graph (op, attrs, shape, dtype, wiring)."""
+    from jtmini import replay
+    from jtmini.runtime import base
+    runtime = base.get("cpu")
+    return replay._signature([a], runtime)[0] == replay._signature([b], runtime)[0]
+
+
+@pytest.mark.parametrize("case", ["bias", "no bias", "one output", "one row", "bias float64",
+                                  "x float64", "bias 2-D", "bias pending const", "weight pending transpose"])
+def test_linear_builds_the_general_paths_nodes(rng, case):
+    from jtmini import nn
+    rows, cols, outs = (1 if case == "one row" else 6), 4, (1 if case == "one output" else 3)
+    x = jt.array(rng.standard_normal((rows, cols)).astype("float64" if case == "x float64" else "float32"))
+    w = jt.array(rng.standard_normal((outs, cols)).astype("float32"))
+    if case == "weight pending transpose":
+        w = jt.array(rng.standard_normal((cols, outs)).astype("float32")).transpose(1, 0)
+    b = {"no bias": None, "bias float64": jt.array(rng.standard_normal(outs)),
+         "bias 2-D": jt.array(rng.standard_normal((1, outs)).astype("float32")),
+         "bias pending const": jt.zeros(outs)}.get(case, jt.array(rng.standard_normal(outs).astype("float32")))
+    fast = nn.linear(x, w, b)
+    general = x @ w.transpose(1, 0)
+    general = general + b if b is not None else general
+    assert _same_graph(fast, general)
+    expected = x.numpy() @ w.numpy().T + (0 if b is None else b.numpy())
+    np.testing.assert_allclose(fast.numpy(), expected, rtol=1e-6, atol=1e-6)
+    assert fast.dtype == general.dtype and fast.shape == general.shape
+
+
+@pytest.mark.parametrize("layout_x", ["contig", "transposed", "sliced"])
+@pytest.mark.parametrize("layout_w", ["contig", "transposed", "sliced"])
+def test_linear_values_and_gradients(rng, layout_x, layout_w):
+    from jtmini import nn
+    x, w, b = rng.standard_normal((5, 7)), rng.standard_normal((3, 7)), rng.standard_normal(3)
+    check_grad(nn.linear, torch.nn.functional.linear, [x, w, b], [layout_x, layout_w, "contig"], rng=rng)
+    check_grad(nn.linear, torch.nn.functional.linear, [x, w], [layout_x, layout_w], rng=rng)
+
+
+def test_linear_errors_name_the_shapes():
+    from jtmini import nn
+    with pytest.raises(ValueError, match=r"\(2, 3\) and \(4, 5\) do not line up \(3 != 4\)"):
+        nn.linear(jt.ones((2, 3)), jt.ones((5, 4)))
+    with pytest.raises(ValueError, match=r"shapes \(2, 5\) and \(4,\) cannot be broadcast"):
+        nn.linear(jt.ones((2, 3)), jt.ones((5, 3)), jt.ones(4))
+
+
+# --- Var._rebind of a computed handle that no live node reads: no copy of the old node ----------
+def test_rebind_without_readers_takes_the_value_in_place():
+    x = jt.array(np.arange(3, dtype="float32"))
+    version = x._version
+    assert x._rebind(None, np.full(3, 7, "float32")) is None
+    assert x.is_realized() and x.op is None and x._version == version + 1
+    np.testing.assert_array_equal(x.numpy(), [7, 7, 7])
+    from jtmini.var import pending_roots
+    assert not any(v is x for v in pending_roots())
+
+
+def test_rebind_with_a_live_reader_keeps_the_old_value_for_it():
+    x = jt.array(np.arange(3, dtype="float32"))
+    y = x * 2
+    old = x._rebind(None, np.full(3, 7, "float32"))
+    assert old is not None and y.inputs[0] is old
+    np.testing.assert_array_equal(y.numpy(), [0, 2, 4])
+    np.testing.assert_array_equal(x.numpy(), [7, 7, 7])
+    z = x * 2                       # a reader that died does not keep the copy
+    del z
+    assert x._rebind(None, np.zeros(3, "float32")) is None
+
+
+def test_adam_state_rebinds_keep_values_identical_to_the_general_update(rng):
+    """The packed Adam (its states rebound without copies) against the per-parameter update."""
+    from jtmini import nn, optim
+    values = [rng.standard_normal((4, 3)).astype("float32"), rng.standard_normal(4).astype("float32")]
+    data = rng.standard_normal((8, 3)).astype("float32")
+    results = []
+    for packed in (True, False):
+        params = [jt.array(v) for v in values]
+        opt = nn.Adam(params, lr=0.01)
+        if not packed:
+            opt._packed_update = lambda grads, coef: None
+        for _ in range(4):
+            opt.step(((jt.array(data) @ params[0].transpose(1, 0) + params[1]) ** 2).mean())
+        results.append([p.numpy() for p in params] + [m.numpy() for m in opt.param_groups[0]["m"]])
+    for a, b in zip(*results):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_made_sets_what_var_init_sets():
+    """``var.made`` (Var.node's and grad recipes' constructor) leaves a node as ``Var(...)`` does."""
+    import importlib
+    var_module = importlib.import_module("jtmini.var")      # jt.var is a function
+    x = jt.ones((2, 3))
+    one = var_module.Var("exp", [x], {}, (2, 3), "float32")
+    two = var_module.made("exp", (x,), {}, var_module._shape_of((2, 3)), var_module._NAMED["float32"])
+    for name in var_module.Var.__slots__:
+        if name in ("id", "__weakref__", "__dict__", "_consumers"):
+            continue
+        assert getattr(one, name) == getattr(two, name) if name != "inputs" else one.inputs == (x,) == two.inputs
+    assert type(two.dtype) is type(one.dtype) and two.shape is one.shape and two.id == one.id + 1
+    assert two._consumers == [] and sum(r() is two for r in x._consumers) == 1
+    assert any(v is two for v in var_module.pending_roots())
+    np.testing.assert_allclose(two.numpy(), np.exp(np.ones((2, 3))), rtol=1e-6)

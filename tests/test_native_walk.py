@@ -1,0 +1,186 @@
+"""The compiled replay-signature walk (``native_walk``) gives exactly the Python walk's key, Vars
+and order on graphs of every shape of wiring, and the Python walk runs where it is unavailable."""
+import numpy as np
+import pytest
+
+import jtmini as jt
+from jtmini import native_walk, replay
+from jtmini.runtime import base
+from jtmini.var import Var, untrack
+
+RUNTIME = base.get("cpu")
+
+
+@pytest.fixture(autouse=True)
+def compiled_walks():
+    """Walk in C in these tests (a process otherwise starts to once a graph repeats)."""
+    native_walk.enable()
+
+
+def _graphs(rng):
+    """Lists of targets: chains, diamonds, shared inputs, realized Vars among pending ones,
+    runtime attrs (constants, slices), several targets reading one another."""
+    a = jt.array(rng.standard_normal((4, 3)).astype("float32"))
+    b = jt.array(rng.standard_normal((3,)).astype("float32"))
+    realized = (a * 2).sync()
+    h = (a + b).relu()
+    diamond = h * h + h.exp()
+    sliced = a[1:3, ::2] * 1.5 + realized[0:2, 0:2]
+    reduced = (a @ a.transpose(1, 0)).sum(dims=1) + 0.25
+    shared = a + 1.0
+    return [[diamond], [sliced], [reduced], [diamond, reduced, sliced], [shared, shared * shared],
+            [h, diamond], [jt.zeros((2, 2)) + jt.ones((2, 2)) * 3.0], [(a.reshape(12) * b.sum()).mean()]]
+
+
+def _same(walked, expected):
+    key, vars_, n_order = walked
+    key_py, vars_py, n_order_py = expected
+    return key == key_py and n_order == n_order_py and len(vars_) == len(vars_py) and \
+        all(x is y for x, y in zip(vars_, vars_py))
+
+
+@pytest.mark.skipif(native_walk._library() is None, reason="no compiled walk on this interpreter")
+def test_the_compiled_walk_gives_the_python_walks_signature(rng):
+    for targets in _graphs(rng):
+        assert _same(replay._signature(targets, RUNTIME), replay._signature_py(targets, RUNTIME))
+
+
+@pytest.mark.skipif(native_walk._library() is None, reason="no compiled walk on this interpreter")
+def test_runtime_attrs_are_left_out_and_compiled_ones_kept(rng):
+    x = jt.array(rng.standard_normal(5).astype("float32"))
+    one, two = replay._signature([x * 0.5 + 1.0], RUNTIME), replay._signature([x * 0.25 + 3.0], RUNTIME)
+    assert one[0] == two[0]                         # constants' values are read at launch
+    assert replay._signature([x[1:3] + 1.0], RUNTIME)[0] == replay._signature([x[2:4] + 1.0], RUNTIME)[0]
+    assert one[0] != replay._signature([x.reshape(1, 5) * 0.5 + 1.0], RUNTIME)[0]
+
+
+@pytest.mark.skipif(native_walk._library() is None, reason="no compiled walk on this interpreter")
+def test_an_unregistered_op_raises_as_in_python():
+    bogus = untrack(Var("no_such_op", [jt.ones(2)], {}, (2,), "float32"))     # no later sync meets it
+    with pytest.raises(KeyError):
+        native_walk.walk([bogus])
+    with pytest.raises(KeyError):
+        replay._signature_py([bogus], RUNTIME)
+
+
+def test_without_the_compiled_walk_the_python_walk_runs(rng, monkeypatch):
+    targets = _graphs(rng)[3]
+    expected = replay._signature_py(targets, RUNTIME)
+    monkeypatch.setattr(native_walk, "_library", lambda: None)
+    assert native_walk.walk(targets) is None
+    assert _same(replay._signature(targets, RUNTIME), expected)
+
+
+def test_replayed_values_match_a_fresh_plan(rng):
+    """A hit found through the compiled walk computes what planning afresh computes."""
+    x = rng.standard_normal((6, 4)).astype("float32")
+    w = rng.standard_normal((3, 4)).astype("float32")
+
+    def compute(value):
+        return ((jt.array(value) @ jt.array(w).transpose(1, 0)).relu().sum(dims=0) * 0.5).numpy()
+
+    compute(x)
+    replayed = compute(x + 1)
+    replay.clear()
+    np.testing.assert_array_equal(replayed, compute(x + 1))
+
+
+def _losses(rng):
+    """(loss, targets) pairs: plain, shared, stop_grad and detach fences, a rule of its own
+    (no key), random draws (their order left out of the key), a target the loss does not read."""
+    w = jt.array(rng.standard_normal((3, 4)).astype("float32"))
+    b = jt.array(rng.standard_normal(3).astype("float32"))
+    x = jt.array(rng.standard_normal((5, 4)).astype("float32"))
+    h = (x @ w.transpose(1, 0) + b).relu()
+    unused = jt.array(np.ones(2, "float32"))
+    from jtmini.autograd import custom_grad
+    custom = custom_grad(h * 2, [h], lambda d: [d * 2])
+    noisy = (h + jt.randn(5, 3)).sum()
+    return [((h * h).mean(), [w, b]), ((h + h.detach() * 3).sum(), [w, b, unused]),
+            ((h.stop_grad() * w.sum()).sum(), [w]), (custom.sum(), [w, b]), (noisy, [w, b, x]),
+            ((h.exp() + h).sum() * 0.5, [x, unused])]
+
+
+@pytest.mark.skipif(native_walk._library() is None, reason="no compiled walk on this interpreter")
+def test_the_compiled_grad_walk_gives_the_python_walks_order_and_key(rng):
+    from jtmini import autograd, grad_recipe
+    for loss, targets in _losses(rng):
+        order, key = grad_recipe.graph_and_key(loss, targets)
+        order_py, key_py = grad_recipe._graph_and_key_py(loss, targets)
+        assert len(order) == len(order_py) and all(a is b for a, b in zip(order, order_py))
+        assert all(a is b for a, b in zip(order, autograd._graph(loss)))
+        assert key == key_py and (key is None) == (key_py is None)
+        assert key == grad_recipe.key(order_py, targets)
+        with jt.flag_scope(lazy_execution=0):
+            assert grad_recipe.graph_and_key(loss, targets)[1] is None
+
+
+def test_gradients_through_the_compiled_walk_match_the_rules(rng):
+    """The second step of a graph (a recipe hit, found through the compiled key) gives the rules'
+    gradients bit for bit."""
+    from jtmini import grad_recipe
+    w = jt.array(rng.standard_normal((3, 4)).astype("float32"))
+    x = jt.array(rng.standard_normal((5, 4)).astype("float32"))
+
+    def grads():
+        return [g.numpy() for g in jt.grad(((x @ w.transpose(1, 0)).relu() ** 2).mean(), [w, x])]
+
+    grad_recipe.clear()
+    first, second = grads(), grads()
+    for a, b in zip(first, second):
+        np.testing.assert_array_equal(a, b)
+
+
+def _train(rng, clear_every_step):
+    """A small loop whose graph changes every few steps (another branch, a frozen layer, a new
+    learning rate, a batch of another size): losses and weights, with the plans and gradient
+    recipes kept, or forgotten every step (everything planned and differentiated afresh)."""
+    from jtmini import grad_recipe, nn
+    jt.seed(3)
+    first, second = nn.Linear(4, 8), nn.Linear(8, 1)
+    opt = nn.Adam(first.parameters() + second.parameters(), lr=0.01)
+    data = rng.standard_normal((10, 4)).astype("float32")
+    losses = []
+    for step in range(12):
+        if clear_every_step:
+            replay.clear()
+            grad_recipe.clear()
+        x = jt.array(data[:8] if step % 5 != 4 else data)          # another batch size now and then
+        h = first(x)
+        h = h.relu() if step % 3 else nn.leaky_relu(h, 0.2)          # another branch every third step
+        if step in (6, 7):
+            h = h.detach()                                           # the first layer frozen two steps
+        if step == 9:
+            opt.lr = 0.003                                           # a new learning rate
+        loss = (second(h) ** 2).mean()
+        opt.step(loss)
+        losses.append(loss.item())
+    return losses, [p.numpy() for p in first.parameters() + second.parameters()]
+
+
+def test_a_loop_whose_graph_changes_gives_the_uncached_values(rng):
+    seed = int(rng.integers(1 << 30))
+    cached = _train(np.random.default_rng(seed), False)
+    fresh = _train(np.random.default_rng(seed), True)
+    np.testing.assert_array_equal(cached[0], fresh[0])
+    for a, b in zip(cached[1], fresh[1]):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_the_compiled_walks_start_once_a_graph_repeats():
+    """A process loads (or builds) the library only after a replay or recipe hit: a cold first
+    step does not wait for the compiler."""
+    import subprocess
+    import sys
+    script = (
+        "import jtmini as jt\n"
+        "from jtmini import native_walk\n"
+        "def step():\n"
+        "    x = jt.array([1.0, 2.0, 3.0])\n"
+        "    return ((x * 2 + 1).exp() * 3).sum().item()\n"
+        "first = step()\n"
+        "assert native_walk._library.cache_info().misses == 0, 'built before a graph repeated'\n"
+        "assert step() == first and step() == first\n"
+        "assert native_walk._enabled and native_walk._library.cache_info().misses == 1\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
