@@ -9,6 +9,7 @@ buckets carry windows sent without their zeros, where the ranks agree on them an
 not, and again into recycled buffers that keep the zeros around the windows. A failed check raises, which aborts the job; each rank prints ``{"rank": r, "checked": k}``.
 """
 import json
+import os
 import sys
 
 import numpy as np
@@ -86,7 +87,7 @@ def recycled_zeros(dtype, salt):
             check(f"{dtype} plain bucket between", out.numpy(), rank_order_sum(whole, "add"))
             del out
         checked += windowed_bucket(dtype, True, salt + turn)
-    if not runtime._zeros_kept:
+    if not runtime._zeros_kept and os.environ.get("JTMINI_MPI_SPLIT_NODES") != "1":
         raise AssertionError(f"rank {RANK}: no recycled buffer kept its zeros")
     return checked
 
