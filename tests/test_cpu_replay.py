@@ -7,7 +7,7 @@ import pytest
 
 import jtmini as jt
 from jtmini import nn, replay, schedule
-from jtmini.runtime import cpu, cpu_replay
+from jtmini.runtime import cpu, cpu_replay, cpu_table
 
 rng = np.random.default_rng(11)
 
@@ -148,11 +148,15 @@ def test_a_profiled_hit_runs_the_plan_steps(prepared_runs):
     assert not prepared_runs and report.rows
 
 
-def test_a_plan_with_a_collective_has_no_program():
-    class Template:              # one stored collective step: it runs through executor._run
+def test_a_plan_with_a_collective_runs_it_from_its_program():
+    class Template:              # one stored collective step: a Call that issues it through MPI
         rows = [replay.StepRow(schedule.Collective, 0, (1,), ((),))]
         compiled, targets, n_order = [None], (0,), 1
-    assert cpu_replay.prepare(Template, [None, None], cpu.BACKEND) is None
+    out, source = jt.array(np.zeros((2, 3), "float32")), jt.array(np.ones((2, 3), "float32"))
+    program = cpu_replay.prepare(Template, [out, source], cpu.BACKEND)
+    (call,) = program.steps
+    assert call.run is cpu_table.collective and call.sources == (1,) and not call.stateful
+    assert call.output == cpu_replay.Output(0, (2, 3), np.dtype("float32"), True)
 
 
 def test_memory_profiling_runs_the_plan_steps(prepared_runs):

@@ -20,6 +20,7 @@ from mpi_launch import launch, needs_mpirun, reports, run_mpi
 REL_ERR = 1e-4              # float32, 20 steps
 # per step: 2 BatchNorms x (statistics forward + their gradient backward) + 1 gradient bucket
 CALLS_PER_STEP = 5
+STEPS_FROM_PROGRAM = 14     # of the 20
 
 
 @needs_mpirun
@@ -31,6 +32,9 @@ def test_training_matches_one_process_on_the_whole_batch(ranks):
         for name, errors in report["configs"].items():
             assert errors["ranks_agree"] <= 1e-6, (rank, name, errors)
             assert errors["mpi_calls_per_step"] == CALLS_PER_STEP, (rank, name, errors)
+            # each step's update, collectives and all, runs from a prepared program (a plain
+            # process's path) once its plan is stored; a new batch shape stores a new plan
+            assert errors["prepared_steps"] >= STEPS_FROM_PROGRAM, (rank, name, errors)
             if rank == 0:
                 assert max(errors["loss"], errors["vars"], errors["eval"]) <= REL_ERR, (name, errors)
 

@@ -59,7 +59,8 @@ class Launch(NamedTuple):
 
 
 class Call(NamedTuple):
-    """A library call (``run`` the op's), or a view (``run`` None: its value is the source's view)."""
+    """A library call (``run`` the op's), a view (``run`` None: its value is the source's view), or
+    a collective (``run`` is ``cpu_table.collective``)."""
     run: object
     root: int
     sources: tuple          # positions of the buffers it reads
@@ -78,7 +79,8 @@ class Program(NamedTuple):
 
 def prepare(template, vars_, backend):
     """The ``Program`` of ``template`` (a ``replay._Template``) given ``vars_``, the Vars of one
-    of its hits; None when a step is a collective (those run through ``executor._run``)."""
+    of its hits. A collective is a ``Call`` whose ``run`` is ``cpu_table.collective``: a training
+    step under mpirun runs from a program (and a launch table) as it does in one process."""
     targets, last = set(template.targets), {}
     for n, (row, compiled) in enumerate(zip(template.rows, template.compiled)):
         for k in (row.inputs if compiled is not None else row.sources):    # only kernels are built
@@ -91,14 +93,12 @@ def prepare(template, vars_, backend):
     for n, (row, compiled) in enumerate(zip(template.rows, template.compiled)):
         if compiled is not None:
             steps.append(_launch(row, compiled, vars_, targets, tuple(drops[n])))
-        elif row.cls in (schedule.LibraryCall, schedule.View):
+        else:
             root = vars_[row.root]
             library = row.cls is schedule.LibraryCall
-            steps.append(Call(OPS[root.op].run if library else None, row.root, row.sources, row.views,
-                              _output(row.root, vars_, targets), tuple(drops[n]),
-                              library and OPS[root.op].stateful))
-        else:
-            return None
+            run = cpu_table.collective if row.cls is schedule.Collective else OPS[root.op].run if library else None
+            steps.append(Call(run, row.root, row.sources, row.views, _output(row.root, vars_, targets),
+                              tuple(drops[n]), library and OPS[root.op].stateful))
     return Program(tuple(steps), template.n_order, backend, {})
 
 
@@ -153,7 +153,7 @@ def run(program, vars_):
                 buffers[output.at] = out
         else:
             out = cpu_table.run_call(step, buffers, vars_, program.backend)
-            calls += step.run is not None
+            calls += step.run is not None and step.run is not cpu_table.collective
             if step.stateful:
                 buffers[step.output.at] = keep_drawn(vars_[step.root], out)
             else:

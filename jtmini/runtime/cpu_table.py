@@ -184,7 +184,7 @@ def _build(program, vars_, threads):
         elif not _add_gemm(b, step):
             b.python(step, [step.output.at])
             b.late_library.add(step.output.at)
-            b.calls += 1
+            b.calls += step.run is not collective
             if step.output.target and not step.stateful:    # a draw is kept by ``keep_drawn``
                 b.targets.append((step.output.at, False))
     b.flush()
@@ -522,13 +522,23 @@ def _rebuild(table, vars_):
     return keep
 
 
+def collective(v, arrays):
+    """Issue the collective node ``v`` on ``arrays`` (as ``cpu.run_collective``): the ``run`` of a
+    prepared collective step, which ``run_call`` hands its Var. It keeps its value on ``v``."""
+    from . import mpi        # MPI is started by the first collective, never before
+    return mpi.run_collective(v, arrays)
+
+
 def run_call(step, buffers, vars_, backend):
-    """A prepared library call's or view's value (as ``cpu.run_library`` and ``cpu.source_arrays``
-    make it); the step-by-step programs (``cpu_replay``) run theirs with it too."""
+    """A prepared library call's, view's or collective's value (as ``cpu.run_library``,
+    ``cpu.source_arrays`` and ``cpu.run_collective`` make it); the step-by-step programs
+    (``cpu_replay``) run theirs with it too."""
     arrays = [numpy_views.chain_view(buffers[k], [vars_[c] for c in chain]) if chain else buffers[k]
               for k, chain in zip(step.sources, step.views)]
     if step.run is None:
         return arrays[0]
+    if step.run is collective:
+        return collective(vars_[step.root], arrays)
     out, output = step.run(arrays, vars_[step.root].attrs, backend), step.output
     if out.dtype != output.dtype or out.shape != output.shape or not out.flags.c_contiguous:
         out = np.ascontiguousarray(out, dtype=output.dtype).reshape(output.shape)

@@ -39,6 +39,7 @@ import functools
 import math
 import sys
 import time
+import weakref
 from pathlib import Path
 
 import numpy as np
@@ -77,7 +78,13 @@ _RECYCLE_SHAPES = 16          # (shape, dtype) keys kept, two buffers each
 _recycled = {}
 
 _NO_LAYOUT = np.zeros(0, np.int64)
-_summed = np.zeros(1, np.int64)     # values the last packed all-reduce summed (windows or whole)
+# values the last packed all-reduce summed (windows or whole), and 1 if it left its sums in zeros
+# of its layout (see ``_zeros_kept``)
+_summed = np.zeros(2, np.int64)
+# id of a recycled output buffer -> (a weak reference to it, the layout whose zeros it holds around
+# its windows): the buffer's last packed all-reduce left them there, so the next one with the same
+# layout need not write them again. Nothing else writes a pooled buffer: a Var holds it read-only.
+_zeros_kept = {}
 _pending = collections.deque()      # collective Vars created and not yet issued, oldest first
 _comm = None
 _issued = 0                         # collectives this rank has issued: the same sequence on every rank
@@ -195,7 +202,8 @@ def issue(v, arrays):
     host); returns the output."""
     arrays = [np.ascontiguousarray(_host(a)) for a in arrays]
     out = _output(v.shape, v.dtype)
-    args = _arguments(v, arrays, out)
+    layout = _bucket_layout(v, out) if v.op == "mpi_all_reduce_packed" else None
+    args = _arguments(v, arrays, out, layout)
     mpi_guard.check_same(comm(), lambda: describe(v))
     index = next_collective()
     kernels = _kernels()
@@ -203,6 +211,8 @@ def issue(v, arrays):
         _set_wait(kernels, flags.mpi_spin_us)
     with mpi_guard.watch(lambda: f"{describe(v)} on rank {world.rank}", collective=index):
         err = kernels[v.op](*args)
+    if v.op == "mpi_all_reduce_packed":
+        _note_zeros(out, layout if _summed[1] else None)
     if err == _ABSENT:
         _raise_absent(v, index)
     if err != 0:
@@ -266,8 +276,16 @@ def _output(shape, dtype):
     return pool[-1]
 
 
-def _arguments(v, arrays, out):
-    """The kernel's arguments (see the prototypes in templates/cpu/collective.cc.j2)."""
+def _bucket_layout(v, out):
+    """The layout a packed all-reduce into ``out`` sends (``_layout``; empty below 1 MB)."""
+    placements = v.attrs.get("placements")
+    assert not placements or out.nbytes >= WINDOWS_FROM_BYTES, "windows in a bucket that checks no layout"
+    return _layout(tuple(x.shape for x in v.inputs), placements) if out.nbytes >= WINDOWS_FROM_BYTES else _NO_LAYOUT
+
+
+def _arguments(v, arrays, out, layout=None):
+    """The kernel's arguments (see the prototypes in templates/cpu/collective.cc.j2); ``layout``:
+    a packed all-reduce's (``_bucket_layout``)."""
     codes = (_DTYPE_CODES[v.dtype], _OP_CODES[v.attrs.get("op", "add")], v.attrs.get("root", 0))
     if v.op in _PACKED:
         count = out.size
@@ -275,17 +293,29 @@ def _arguments(v, arrays, out):
         counts = (ctypes.c_int64 * len(arrays))(*[a.size for a in arrays])
         args = (pointers, counts, len(arrays), address(out), *codes)
         if v.op == "mpi_all_reduce_packed":
-            placements = v.attrs.get("placements")
-            assert not placements or out.nbytes >= WINDOWS_FROM_BYTES, "windows in a bucket that checks no layout"
-            layout = _layout(tuple(x.shape for x in v.inputs), placements) \
-                if out.nbytes >= WINDOWS_FROM_BYTES else _NO_LAYOUT
-            args += (address(layout), layout.size, address(_summed))
+            args += (address(layout), layout.size, address(_summed), _holds_zeros(out, layout))
     else:
         count = _ENTRIES[v.op][1](arrays[0].size, out.size, world.world_size)
         args = (address(arrays[0]), address(out), count, *codes)
     if count > _INT_MAX:
         raise ValueError(f"{describe(v)}: {count} elements per rank exceed MPI's int count limit")
     return args
+
+
+def _holds_zeros(out, layout):
+    """1 if ``out`` (a recycled buffer) holds zeros of ``layout`` around its windows, else 0."""
+    kept = _zeros_kept.get(id(out))
+    return int(kept is not None and kept[0]() is out and kept[1] is layout and layout.size > 0)
+
+
+def _note_zeros(out, layout):
+    """After a packed all-reduce into ``out``: ``layout`` (or None) is what zeros it now holds."""
+    if layout is None or out.nbytes < _RECYCLE_BYTES:
+        _zeros_kept.pop(id(out), None)
+        return
+    _zeros_kept[id(out)] = (weakref.ref(out), layout)
+    while len(_zeros_kept) > 2 * _RECYCLE_SHAPES:        # forget buffers no longer pooled, oldest first
+        del _zeros_kept[next(iter(_zeros_kept))]
 
 
 @functools.lru_cache(maxsize=256)
@@ -314,7 +344,7 @@ def _kernels():
     codes = [ctypes.c_int] * 3      # type, op, root
     single = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, *codes]
     packed = [ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_int64), ctypes.c_int, ctypes.c_void_p, *codes]
-    with_layout = packed + [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p]
+    with_layout = packed + [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int]
     entries = [(op, entry, single) for op, (entry, _) in _ENTRIES.items()]
     entries += [(op, entry, with_layout if op == "mpi_all_reduce_packed" else packed) for op, entry in _PACKED.items()]
     kernels = {"set_wait": lib.jt_set_wait}

@@ -6,9 +6,10 @@ on one node sum through shared memory in rank order, ``((x0 + x1) + x2) + ...``.
 its result against that sum exactly; at np 2 it is also MPI's own ``Allreduce`` to the bit. Sizes
 grow, shrink and grow again (the shared segments are reallocated, then reused in alternation), and
 buckets carry windows sent without their zeros, where the ranks agree on them and where they do
-not. A failed check raises, which aborts the job; each rank prints ``{"rank": r, "checked": k}``.
+not, and again into recycled buffers that keep the zeros around the windows. A failed check raises, which aborts the job; each rank prints ``{"rank": r, "checked": k}``.
 """
 import json
+import os
 import sys
 
 import numpy as np
@@ -73,6 +74,24 @@ def windowed_bucket(dtype, agree, salt):
     return 2
 
 
+def recycled_zeros(dtype, salt):
+    """The same windowed bucket summed again into its recycled output buffer, whose zeros around
+    the windows the last sum left there (they are not written again), and after a plain bucket of
+    the same size wrote every value of that buffer (they are written again)."""
+    from jtmini.runtime import mpi as runtime
+    checked = 0
+    for turn, plain_between in enumerate((False, True, False, False)):
+        if plain_between:          # a bucket of the same shape and dtype: recycles the same buffer
+            whole = world_inputs(((256 * 256 * 9 + 600 * 700),), dtype, salt + 10)
+            (out,) = mpi_all_reduce_many([jt.array(whole[RANK])], "add")
+            check(f"{dtype} plain bucket between", out.numpy(), rank_order_sum(whole, "add"))
+            del out
+        checked += windowed_bucket(dtype, True, salt + turn)
+    if not runtime._zeros_kept and os.environ.get("JTMINI_MPI_SPLIT_NODES") != "1":
+        raise AssertionError(f"rank {RANK}: no recycled buffer kept its zeros")
+    return checked
+
+
 def main():
     checked = 0
     for salt, dtype in enumerate(("float32", "float64", "int32", "int64")):
@@ -80,6 +99,7 @@ def main():
             checked += plain_buckets(dtype, op, 100 * salt)
         for agree in (True, False):
             checked += windowed_bucket(dtype, agree, 100 * salt + 50)
+        checked += recycled_zeros(dtype, 100 * salt + 70)
     sys.stdout.write(json.dumps({"rank": RANK, "checked": checked}) + "\n")
     sys.stdout.flush()
 

@@ -13,7 +13,8 @@ Rank 0 compares the global loss of every step, every final Var (parameters and B
 statistics) and the eval-mode output with the reference; every rank compares its final Vars with
 rank 0's. Relative errors are ``|a - b| / |b|`` of whole tensors. Each rank prints one JSON line:
 ``{"rank": r, "configs": {name: {"loss": err, "vars": err, "eval": err, "ranks_agree": err,
-"mpi_calls_per_step": k}}}``.
+"mpi_calls_per_step": k, "prepared_steps": n}}}``, ``n`` the steps whose update (with its
+collectives) ran from a prepared program, as in one process (``runtime/cpu_replay.py``).
 """
 import json
 import sys
@@ -23,6 +24,19 @@ import numpy as np
 import jtmini as jt
 from jtmini import nn
 from jtmini.dataset import Dataset
+from jtmini.runtime import cpu_replay
+
+PREPARED_RUNS = [0]
+_run_prepared = cpu_replay.run
+
+
+def _counted_run(program, vars_):
+    """cpu_replay.run, counted: how many realizes ran from a prepared program."""
+    PREPARED_RUNS[0] += 1
+    return _run_prepared(program, vars_)
+
+
+cpu_replay.run = _counted_run
 
 STEPS = 20
 SAMPLES = 100          # 20 steps cross epoch ends, so short last batches are trained on too
@@ -84,11 +98,13 @@ def train(batch_size, make_optimizer, seed):
     model = make_model(seed)
     optimizer = make_optimizer(model.parameters())
     shard_losses, shard_sizes = [], []
-    calls_before = jt.stats().get("mpi_calls", 0)
+    calls_before, prepared_steps = jt.stats().get("mpi_calls", 0), 0
     while len(shard_losses) < STEPS:
         for images, labels in Blobs(batch_size):
             loss = nn.cross_entropy_loss(model(images), labels)
+            prepared = PREPARED_RUNS[0]
             optimizer.step(loss)
+            prepared_steps += PREPARED_RUNS[0] > prepared
             shard_losses.append(loss.item())
             shard_sizes.append(len(labels))
             if len(shard_losses) == STEPS:
@@ -99,7 +115,7 @@ def train(batch_size, make_optimizer, seed):
     losses = weighted.numpy() / jt.array(sizes).mpi_all_reduce("add").numpy()
     model.eval()
     output = model(jt.array(IMAGES[:10])).numpy()
-    return losses, model.state_dict(), output, calls_per_step
+    return losses, model.state_dict(), output, calls_per_step, prepared_steps
 
 
 def rel_err(got, want):
@@ -119,10 +135,10 @@ def agreement_with_rank0(state):
 def check(name):
     batch_size, make_optimizer = CONFIGS[name]
     ref = reference(batch_size, make_optimizer)                  # None on ranks other than 0
-    losses, state, output, calls = train(batch_size, make_optimizer, seed=0 if jt.rank == 0 else 100 + jt.rank)
-    report = {"ranks_agree": agreement_with_rank0(state), "mpi_calls_per_step": calls}
+    losses, state, output, calls, prepared = train(batch_size, make_optimizer, seed=0 if jt.rank == 0 else 100 + jt.rank)
+    report = {"ranks_agree": agreement_with_rank0(state), "mpi_calls_per_step": calls, "prepared_steps": prepared}
     if ref is not None:
-        ref_losses, ref_state, ref_output, _ = ref
+        ref_losses, ref_state, ref_output, _, _ = ref
         report["loss"] = max(rel_err([a], [b]) for a, b in zip(losses, ref_losses))
         report["vars"] = max(rel_err(state[k], ref_state[k]) for k in ref_state)
         report["eval"] = rel_err(output, ref_output)
