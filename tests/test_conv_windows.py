@@ -119,6 +119,13 @@ TEMPLATE_GEOMETRIES = [
     ((2, 2, 1, 9), (3, 3), (1, 1), (1, 1), (1, 1)),
     ((1, 3, 4, 17), (1, 1), (2, 2), (0, 0), (1, 1)),
     ((2, 2, 7, 10), (7, 3), (1, 1), (3, 1), (1, 1)),
+    # rows as wide as x's at stride 1 (the shifted-plane copy): dilated, padding past the taps'
+    # reach, taps trimmed to the live ones, a map narrower than the kernel
+    ((2, 3, 8, 8), (3, 3), (1, 1), (1, 1), (1, 1)),
+    ((2, 2, 9, 10), (3, 3), (1, 1), (2, 2), (2, 2)),
+    ((1, 2, 5, 8), (5, 5), (1, 1), (2, 2), (1, 1)),
+    ((2, 2, 2, 9), (5, 3), (1, 1), (2, 1), (1, 1)),
+    ((1, 1, 3, 8), (1, 9), (1, 1), (0, 4), (1, 1)),
 ]
 
 
@@ -179,6 +186,10 @@ GRAD_GEOMETRIES = [
     ((2, 3, 7, 7), (1, 1), (2, 2), (0, 0), (1, 1)),         # 1x1 stride 2: one tap, gaps
     ((2, 2, 2, 2), (3, 3), (1, 1), (1, 1), (1, 1)),         # live taps 1..2 of 3
     ((1, 2, 5, 4), (5, 3), (1, 1), (2, 3), (1, 1)),         # padding wider than some taps reach
+    ((2, 3, 9, 8), (3, 3), (1, 1), (2, 2), (2, 2)),         # stride 1, rows as wide as x's, dilated
+    ((2, 3, 5, 4), (3, 3), (1, 1), (1, 1), (1, 1)),         # the same on rows of 4
+    ((1, 2, 3, 8), (5, 9), (1, 1), (2, 4), (1, 1)),         # taps wider than the map, all rows
+    ((2, 2, 6, 8), (1, 3), (1, 1), (0, 1), (1, 1)),         # one tap row
 ]
 
 

@@ -161,3 +161,57 @@ def test_relu_output_read_elsewhere_keeps_relu_grad():
     loss = nn.max_pool2d(h, 2).sum() + (h * h).sum()       # the ReLU's gradient sums two parts
     ops = [s.root.op for s in schedule.plan(jt.grad(loss, [x]))]
     assert "max_pool_route" in ops
+
+
+# --- windows that tile the plane: the frame-free kernel ------------------------------------------
+TILED = [(2, None, 0, 1, False), ((2, 3), (2, 3), 0, 1, False), (3, 3, 0, 1, False), (1, 1, 0, 1, False)]
+
+
+def _tiled_input(rng, dtype=np.float64):
+    """(2, 3, 12, 12) with ties (zeros and -0 from a ReLU, repeated integers), -inf windows and NaNs."""
+    x = np.maximum(rng.integers(-3, 4, (2, 3, 12, 12)), 0).astype(dtype)
+    x[0, 0, :6] = rng.standard_normal((6, 12))
+    x[0, 1, :3] = -0.0
+    x[1, 0, :6, :6] = -np.inf
+    x[1, 1, 4, 5] = x[1, 2, 7, 7] = x[1, 2, 7, 8] = np.nan
+    return x
+
+
+@pytest.mark.parametrize("geometry", TILED, ids=[str(g) for g in TILED])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_tiling_windows_match_pytorch_exactly(geometry, threads, rng):
+    from jtmini.ops.pooling import tiles
+    kernel = (geometry[0],) * 2 if isinstance(geometry[0], int) else geometry[0]
+    assert tiles((kernel, kernel, (0, 0), (1, 1)), (12, 12), (12 // kernel[0], 12 // kernel[1]))
+    got, expected = run_both(_tiled_input(rng), geometry, threads)
+    for name, g, e in zip(("out", "dx", "d(dx)/dw"), got, expected):
+        np.testing.assert_array_equal(g, e, err_msg=name)
+        assert (np.signbit(g) == np.signbit(e)).all(), name
+
+
+@pytest.mark.parametrize("geometry", TILED[:2], ids=[str(g) for g in TILED[:2]])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32])
+def test_tiling_kernel_gives_the_frame_kernels_bits(geometry, dtype, rng, monkeypatch):
+    """Pick, route and route with ReLU's mask, tiled against the general (frame) kernel."""
+    from jtmini.ops import pooling
+    x = _tiled_input(rng, np.float64)
+    if np.dtype(dtype).kind == "i":
+        x = np.nan_to_num(x, posinf=7, neginf=-7)
+    x, results = x.astype(dtype), []
+    shape = nn.max_pool2d(jt.array(x), *geometry).shape
+    g = rng.standard_normal(shape).astype(dtype) if np.dtype(dtype).kind == "f" else rng.integers(-9, 9, shape).astype(dtype)
+    if np.dtype(dtype).kind == "f":
+        g[0, 0, 0] = -0.0                   # a -0 gradient routed: the frame kernel's 0 + -0 is +0
+    for tiled in (True, False):
+        monkeypatch.setattr(pooling, "tiles", lambda *args, tiled=tiled: tiled)
+        jt.clear_caches()
+        jx = jt.array(x)
+        out = nn.max_pool2d(jx, *geometry)
+        a = dict(out.attrs)
+        route = jt.Var.node("max_pool_route", [jx, jt.array(g)], **a)
+        masked = jt.Var.node("max_pool_route", [jx, jt.array(g)], relu_mask=True, **a)
+        results.append([v.numpy() for v in (out, route, masked)])
+    for name, g, e in zip(("pick", "route", "masked route"), *results):
+        np.testing.assert_array_equal(g, e, err_msg=name)
+        assert (np.signbit(g) == np.signbit(e)).all(), name
+

@@ -85,7 +85,19 @@ def kernel_context(mode, ctype, geometry, in_hw, out_hw, relu_mask=False):
     phase_h, phase_w = -(-frame_h // sh), -(-frame_w // sw)
     return dict(mode=mode, ctype=ctype, kh=kh, kw=kw, sh=sh, sw=sw, ph=ph, pw=pw, dh=dh, dw=dw,
                 height=in_hw[0], width=in_hw[1], ho=out_hw[0], wo=out_hw[1], phase_h=phase_h, phase_w=phase_w,
-                relu_mask=relu_mask)
+                relu_mask=relu_mask, tiled=tiles(geometry, in_hw, out_hw))
+
+
+def tiles(geometry, in_hw, out_hw):
+    """Whether the windows tile the plane exactly: stride = kernel, no padding, no dilation and
+    sizes that divide (the kernel then scans each window in place, without the phase frame).
+
+    >>> tiles(((2, 2), (2, 2), (0, 0), (1, 1)), (32, 32), (16, 16)), tiles(((3, 3), (2, 2), (1, 1), (1, 1)), (8, 8), (4, 4))
+    (True, False)
+    """
+    (kh, kw), (sh, sw), (ph, pw), (dh, dw) = geometry
+    return ((kh, kw) == (sh, sw) and (ph, pw, dh, dw) == (0, 0, 1, 1)
+            and tuple(in_hw) == (out_hw[0] * kh, out_hw[1] * kw))
 
 
 def _run(mode):
