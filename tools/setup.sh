@@ -9,6 +9,9 @@ need_apt=()
 command -v mpicc >/dev/null || need_apt+=(openmpi-bin libopenmpi-dev)
 command -v g++ >/dev/null || need_apt+=(g++)
 python3 -m pip --version >/dev/null 2>&1 || need_apt+=(python3-pip python3-dev)
+# Python's headers: jtmini compiles its graph walks against them (without, it walks in Python)
+python3 -c 'import sysconfig, os, sys; sys.exit(not os.path.isfile(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' \
+  || need_apt+=(python3-dev)
 if [ ${#need_apt[@]} -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
