@@ -52,32 +52,6 @@ def register_hook(var, hook):
     var._backward = ((old,), lambda d: [d if (g := hook(d)) is None else g])
 
 
-def _grad_inputs(v):
-    return v._backward[0] if v._backward is not None else v.inputs
-
-
-def _graph(loss):
-    """Nodes on which the loss depends (inputs before consumers), not crossing stop_grad.
-
-    A node stays on the stack while its inputs go first and is placed when it is back on top
-    (the order of a DFS pushing (node, expanded) pairs, without a tuple per push)."""
-    order, seen, placed, stack = [], set(), set(), [loss]
-    while stack:
-        v = stack[-1]
-        vid = id(v)
-        if vid not in seen:
-            seen.add(vid)
-            if not v._stop_grad:
-                stack.extend([inp for inp in (v._backward[0] if v._backward is not None else v.inputs)
-                              if id(inp) not in seen])
-            continue
-        stack.pop()
-        if vid not in placed:
-            placed.add(vid)
-            order.append(v)
-    return order
-
-
 def _input_grads(v, d):
     """``(inputs, [gradient per input | None])`` of node ``v`` given its output gradient ``d``."""
     if v._backward is not None:
@@ -116,7 +90,7 @@ def grad(loss, targets, retain_graph=True):
 
 
 def _apply_rules(order, loss, targets):
-    """The gradients of ``loss`` for ``targets`` by each op's rule, over ``order`` (``_graph(loss)``)."""
+    """The gradients of ``loss`` for ``targets`` by each op's rule, over ``order`` (``grad_recipe.forward_order(loss)``)."""
     wanted = {id(t) for t in targets if not t._stop_grad}
     needed = set()                       # nodes with a wanted target among their inputs' ancestry
     for v in order:

@@ -4,12 +4,12 @@ A training loop's forward graph is the same every step: ops, attrs, shapes and w
 Vars. ``jt.grad`` applies each op's gradient rule to it in reverse order, and the rules build the
 same backward nodes every step (~1 ms of Python a GAN step). So the first time a forward graph is
 met, ``record`` writes down the nodes the rules built, each with its inputs as references: a
-forward node (by its place in ``autograd._graph``'s order), an earlier recorded node, or a shared
+forward node (by its place in ``forward_order``'s order), an earlier recorded node, or a shared
 constant made before; a later graph with the same ``key`` gets the same nodes made directly by
 ``Recipe.build`` (``Var(op, inputs, attrs, shape, dtype)``), with none of the rules' Python.
 Nodes the rules built that no gradient reads are not rebuilt (30 of the GAN step's 259 Vars).
 ``grad`` took 565 us of CPU a GAN step against 1110 (``tools/step_phases.py``, loaded 2-core VM;
-MLP: 136 against 281), with ``autograd._graph``'s walk made cheaper at the same time.
+MLP: 136 against 281), with the forward walk made cheaper at the same time.
 
 The key holds, per forward node, all a rule may look at: op, every attr (runtime ones too: a
 rule may turn a constant's value into another node's), shape, dtype, stop_grad, whether it has a
@@ -75,7 +75,7 @@ class Recipe(NamedTuple):
 
 
 def key(order, targets):
-    """The recipe key of the forward graph ``order`` (``autograd._graph(loss)``, loss last) and
+    """The recipe key of the forward graph ``order`` (``forward_order(loss)``, loss last) and
     ``targets``; None when its gradient must be built by the rules (see the module doc)."""
     if not flags.lazy_execution or flags.profile_memory_enable:   # eager, or each node's frames wanted
         return None
@@ -88,7 +88,7 @@ def key(order, targets):
 
 
 def graph_and_key(loss, targets):
-    """``(order, key)``: ``autograd._graph(loss)`` and ``key(order, targets)`` from one walk, in C
+    """``(order, key)``: ``forward_order(loss)`` and ``key(order, targets)`` from one walk, in C
     where ``native_walk`` is built (the Python walks cost ~2 us a node of a GAN step)."""
     keyed = flags.lazy_execution and not flags.profile_memory_enable
     walked = native_walk.grad_walk(loss, targets if type(targets) is list else list(targets), keyed)
@@ -101,11 +101,18 @@ def graph_and_key(loss, targets):
     return order, _hashed(rows, wanted)
 
 
-def _graph_and_key_py(loss, targets):
+def forward_order(loss):
+    """The nodes on which ``loss`` depends, inputs before consumers, not crossing stop_grad: the
+    order ``jt.grad`` runs the rules in (backward), as ``graph_and_key`` walks it."""
+    return _graph_and_key_py(loss, (), keyed=False)[0]
+
+
+def _graph_and_key_py(loss, targets, keyed=True):
     """``graph_and_key`` in Python: each node's row is written as the walk places it, its
-    inputs placed before it."""
+    inputs placed before it. A node stays on the stack while its inputs go first and is placed
+    when it is back on top (a DFS of (node, expanded) pairs without a tuple per push)."""
     order, seen, place, rows, stack = [], set(), {}, [], [loss]
-    keyed = flags.lazy_execution and not flags.profile_memory_enable
+    keyed = keyed and flags.lazy_execution and not flags.profile_memory_enable
     while stack:
         v = stack[-1]
         vid = id(v)

@@ -72,7 +72,7 @@ def walk(targets):
 
 
 def grad_walk(loss, targets, keyed):
-    """``(order, rows, places)``: ``autograd._graph(loss)``, the key rows ``grad_recipe`` writes
+    """``(order, rows, places)``: ``grad_recipe.forward_order(loss)``, the key rows ``grad_recipe`` writes
     for it (None when ``keyed`` is false or the graph gets no key) and each target's place in
     the order (-1 when absent); None when the compiled walk is unavailable or not enabled."""
     library = _library() if _enabled else None
