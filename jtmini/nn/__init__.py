@@ -12,6 +12,11 @@ The optimizers live in ``jtmini.optim`` and are re-exported here (``nn.SGD``), a
 """
 from .activation import (ELU, GELU, Hardtanh, LogSoftmax, Mish, PReLU, ReLU6, SiLU, Softmax, Softplus, elu, gelu,
                          hardtanh, mish, relu6, silu, softplus)
+from .activation_more import (CELU, GLU, SELU, CosineSimilarity, Hardshrink, Hardsigmoid, Hardswish, HuberLoss, LogSigmoid,
+                              PairwiseDistance, SoftMarginLoss, Softmin, Softshrink, Softsign, Tanhshrink, Threshold,
+                              Unflatten, celu, cosine_similarity, glu, hardshrink, hardsigmoid, hardswish, huber_loss,
+                              pairwise_distance, selu, soft_margin_loss, softmin, softshrink, softsign, tanhshrink,
+                              threshold, unflatten)
 from .attention import MultiheadAttention
 from .containers import ModuleDict, ModuleList, ParameterDict, ParameterList
 from .conv import Conv, Conv2d, conv2d
@@ -47,6 +52,7 @@ from ..ops.registry import FUNCTIONS as _FUNCTIONS
 matmul, bmm = _FUNCTIONS["matmul"], _FUNCTIONS["bmm"]
 # and some of its tensor functions: nn.logsumexp, nn.log_sigmoid, nn.sign, nn.tensordot
 logsumexp, log_sigmoid, sign, tensordot = (_FUNCTIONS[n] for n in ("logsumexp", "log_sigmoid", "sign", "tensordot"))
+logsigmoid = log_sigmoid       # PyTorch's F.logsigmoid
 
 _OPTIMIZERS = ("Optimizer", "SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "Adan", "LRScheduler", "LambdaLR", "opt_grad")
 
@@ -60,6 +66,6 @@ def __getattr__(name):
 
 
 __all__ = sorted(name for name in dir() if not name.startswith("_")
-                 and name not in ("activation", "arguments", "attention", "containers", "conv", "conv_more", "ctc", "functional", "grid",
+                 and name not in ("activation", "activation_more", "arguments", "attention", "containers", "conv", "conv_more", "ctc", "functional", "grid",
                                   "layers", "losses", "module", "norm", "persist", "pool", "products", "resample", "rnn", "sparse", "volumetric"))
 __all__ += list(_OPTIMIZERS)
