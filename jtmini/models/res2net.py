@@ -20,6 +20,7 @@ import math
 from .. import init, nn
 from ..ops.reindex import concat
 from ._pretrained import check_images, check_pretrained
+from .resnet import ResNet
 
 __all__ = ["Res2Net", "Bottle2neck", "res2net50", "res2net50_26w_4s", "res2net50_26w_6s",
            "res2net50_26w_8s", "res2net50_48w_2s", "res2net50_14w_8s", "res2net101_26w_4s",
@@ -73,7 +74,7 @@ class Bottle2neck(nn.Module):
         return self.relu(out + residual)
 
 
-class Res2Net(nn.Module):
+class Res2Net(ResNet):
     """Res2Net with ``layers`` blocks per stage (4 stages), ``baseWidth`` and ``scale``, for
     ``num_classes``. Weights start as in the reference (He normal fan_out convolutions).
 
@@ -84,40 +85,18 @@ class Res2Net(nn.Module):
     def __init__(self, block, layers, baseWidth=26, scale=4, num_classes=1000):
         if len(layers) != 4:
             raise ValueError(f"Res2Net: layers must give 4 stages' block counts, got {list(layers)}")
-        self.inplanes, self.baseWidth, self.scale = 64, baseWidth, scale
-        self.conv1 = nn.Conv2d(3, 64, kernel_size=7, stride=2, padding=3, bias=False)
-        self.bn1 = nn.BatchNorm2d(64)
-        self.relu = nn.ReLU()
-        self.maxpool = nn.MaxPool2d(kernel_size=3, stride=2, padding=1)
-        self.layer1 = self._make_layer(block, 64, layers[0])
-        self.layer2 = self._make_layer(block, 128, layers[1], stride=2)
-        self.layer3 = self._make_layer(block, 256, layers[2], stride=2)
-        self.layer4 = self._make_layer(block, 512, layers[3], stride=2)
-        self.avgpool = nn.AdaptiveAvgPool2d(1)
-        self.fc = nn.Linear(512 * block.expansion, num_classes)
+        self.baseWidth, self.scale = baseWidth, scale
+        super().__init__(block, layers, num_classes=num_classes)
         for module in self.modules():
             if isinstance(module, nn.Conv2d):
                 init.kaiming_normal_(module.weight, mode="fan_out", nonlinearity="relu")
 
-    def _make_layer(self, block, planes, blocks, stride=1):
-        downsample = None
-        if stride != 1 or self.inplanes != planes * block.expansion:
-            downsample = nn.Sequential(
-                nn.Conv2d(self.inplanes, planes * block.expansion, kernel_size=1, stride=stride, bias=False),
-                nn.BatchNorm2d(planes * block.expansion))
-        layers = [block(self.inplanes, planes, stride, downsample=downsample, stype="stage",
-                        baseWidth=self.baseWidth, scale=self.scale)]
-        self.inplanes = planes * block.expansion
-        layers += [block(self.inplanes, planes, baseWidth=self.baseWidth, scale=self.scale)
-                   for _ in range(1, blocks)]
-        return nn.Sequential(*layers)
+    def _block_shape(self, first):
+        return dict(baseWidth=self.baseWidth, scale=self.scale, stype="stage" if first else "normal")
 
     def execute(self, x):
         check_images("Res2Net", x)
-        x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
-        x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
-        x = self.avgpool(x)
-        return self.fc(x.reshape(x.shape[0], -1))
+        return super().execute(x)
 
 
 def _res2net(name, layers, base_width, scale, pretrained, kwargs):

@@ -106,11 +106,14 @@ class ResNet(nn.Module):
         if stride != 1 or self.inplanes != planes * block.expansion:
             downsample = nn.Sequential(conv1x1(self.inplanes, planes * block.expansion, stride),
                                        nn.BatchNorm2d(planes * block.expansion))
-        shape = dict(groups=self.groups, base_width=self.base_width)
-        layers = [block(self.inplanes, planes, stride, downsample, **shape)]
+        layers = [block(self.inplanes, planes, stride, downsample, **self._block_shape(first=True))]
         self.inplanes = planes * block.expansion
-        layers += [block(self.inplanes, planes, **shape) for _ in range(1, blocks)]
+        layers += [block(self.inplanes, planes, **self._block_shape(first=False)) for _ in range(1, blocks)]
         return nn.Sequential(*layers)
+
+    def _block_shape(self, first):
+        """The keyword arguments of a stage's blocks (``first``: the stage's first block)."""
+        return dict(groups=self.groups, base_width=self.base_width)
 
     def execute(self, x):
         x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
