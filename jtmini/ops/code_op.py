@@ -166,7 +166,8 @@ def _packing(outs):
     return offsets, max(at, 1)
 
 
-def _infer(inputs, a):
+def infer_outputs(inputs, a):
+    """(shape, dtype) of an op of outputs ``a["outs"]``: its one output, or the packed bytes."""
     if len(a["outs"]) == 1:
         return a["outs"][0]
     return (_packing(a["outs"])[1],), "uint8"
@@ -193,10 +194,14 @@ def allocate_outputs(outs):
     if len(outs) == 1:
         out = np.zeros(outs[0][0], dtypes.NUMPY[outs[0][1]])
         return out, [out]
-    offsets, size = _packing(outs)
-    packed = np.zeros(size, np.uint8)
-    return packed, [packed[at:at + math.prod(s) * dtypes.NUMPY[t].itemsize].view(dtypes.NUMPY[t]).reshape(s)
-                    for at, (s, t) in zip(offsets, outs)]
+    packed = np.zeros(_packing(outs)[1], np.uint8)
+    return packed, _views(packed, outs)
+
+
+def _views(packed, outs):
+    """Each output ``(shape, dtype)`` of ``outs`` as a view of the packed bytes holding them all."""
+    return [packed[at:at + math.prod(s) * dtypes.NUMPY[t].itemsize].view(dtypes.NUMPY[t]).reshape(s)
+            for at, (s, t) in zip(_packing(outs)[0], outs)]
 
 
 def _grads(inputs, a, dout, outs, which):
@@ -213,10 +218,15 @@ def _grads(inputs, a, dout, outs, which):
             for k, x in enumerate(inputs)] + [None] * len(starts)
 
 
-def _grad(dout, out, inputs, a):
-    if len(a["outs"]) > 1:        # the packed buffer: its outputs' nodes carry the gradients
-        return [None] * len(inputs)
-    return _grads(inputs, a, dout, [out], 0)
+def grad_rule(grads):
+    """The grad rule of an op whose inputs' gradients ``grads(inputs, attrs, dout, outputs, which)``
+    gives: for one output, its gradient's; for several, none through the packed buffer (each
+    output's ``code_output`` node carries its own)."""
+    def rule(dout, out, inputs, a):
+        if len(a["outs"]) > 1:
+            return [None] * len(inputs)
+        return grads(inputs, a, dout, [out], 0)
+    return rule
 
 
 def _planned(inputs, a, backend):
@@ -224,7 +234,7 @@ def _planned(inputs, a, backend):
     return [("code", dict(a["context"]))]
 
 
-register(OpSpec("code", "library", infer=_infer, run=_run, grad=_grad, reads_view=_contiguous, half=True,
+register(OpSpec("code", "library", infer=infer_outputs, run=_run, grad=grad_rule(_grads), reads_view=_contiguous, half=True,
                 runtime_attrs=("values",), kernels=_planned))
 
 
@@ -234,10 +244,7 @@ def _output_infer(inputs, a):
 
 def _output_run(arrays, a, backend):
     """Output ``index`` of a multi-output code op, copied out of its packed buffer."""
-    shape, dtype = a["code"]["outs"][a["index"]]
-    t = np.dtype(dtypes.NUMPY[dtype])
-    at = _packing(a["code"]["outs"])[0][a["index"]]
-    return arrays[0][at:at + math.prod(shape) * t.itemsize].view(t).reshape(shape).copy()
+    return _views(arrays[0], a["code"]["outs"])[a["index"]].copy()
 
 
 def _output_grad(dout, out, inputs, a):

@@ -15,14 +15,9 @@ fills ``data["outputs"][0]``, input k's gradient, from ``data["dout"]`` (the gra
 import numpy as np
 
 from ..var import Var
-from .code_op import OUTPUT_GRADS, _Attrs, _checked_inputs, _outputs, _packing, allocate_outputs, split_outputs
+from .code_op import (OUTPUT_GRADS, _Attrs, _checked_inputs, _outputs, allocate_outputs, grad_rule, infer_outputs,
+                      split_outputs)
 from .registry import OpSpec, export, register
-
-
-def _infer(inputs, a):
-    if len(a["outs"]) == 1:
-        return a["outs"][0]
-    return (_packing(a["outs"])[1],), "uint8"
 
 
 def _read_only(x):
@@ -53,13 +48,7 @@ def _grads(inputs, a, dout, outs, which):
             for k, x in enumerate(inputs)]
 
 
-def _grad(dout, out, inputs, a):
-    if len(a["outs"]) > 1:        # the packed buffer: its outputs' nodes carry the gradients
-        return [None] * len(inputs)
-    return _grads(inputs, a, dout, [out], 0)
-
-
-register(OpSpec("numpy_code", "library", infer=_infer, run=_run, grad=_grad, half=True))
+register(OpSpec("numpy_code", "library", infer=infer_outputs, run=_run, grad=grad_rule(_grads), half=True))
 OUTPUT_GRADS["numpy_code"] = _grads
 
 
