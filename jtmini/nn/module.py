@@ -307,11 +307,9 @@ class Module:
             if name not in state:
                 continue
             value = _as_array(state[name])
-            if value.shape != var.shape:
-                problems.append(f"{name} has shape {value.shape}, the module expects {var.shape}")
-            elif not np.can_cast(value.dtype, var.dtype, casting="same_kind"):
-                problems.append(f"{name} has dtype {value.dtype}, which does not cast to the "
-                                f"module's {var.dtype} (only within a kind, or int to float)")
+            problem = _misfit(name, value, var)
+            if problem:
+                problems.append(problem)
             else:
                 values[name] = value
         if problems:
@@ -343,10 +341,8 @@ class Module:
             if name not in own:
                 if not name.endswith("num_batches_tracked"):       # PyTorch's BatchNorm counter
                     skipped.append(f"{name} names no Var of the module")
-            elif value.shape != own[name].shape:
-                skipped.append(f"{name} has shape {value.shape}, the module expects {own[name].shape}")
-            elif not np.can_cast(value.dtype, own[name].dtype, casting="same_kind"):
-                skipped.append(f"{name} has dtype {value.dtype}, which does not cast to {own[name].dtype}")
+            elif problem := _misfit(name, value, own[name]):
+                skipped.append(problem)
             else:
                 fits[name] = value
         if skipped:
@@ -362,6 +358,17 @@ class Module:
             >>> model.mpi_param_broadcast(root=0)   # rank 0: unchanged    rank 1: rank 0's weights
         """
         broadcast_in_place(self.parameters(), root)
+
+
+def _misfit(name, value, var):
+    """Why the array ``value`` cannot be loaded into ``var`` (shape, or a dtype that does not cast
+    within its kind, or int to float); None where it can."""
+    if value.shape != var.shape:
+        return f"{name} has shape {value.shape}, the module expects {var.shape}"
+    if not np.can_cast(value.dtype, var.dtype, casting="same_kind"):
+        return (f"{name} has dtype {value.dtype}, which does not cast to the module's {var.dtype} "
+                f"(only within a kind, or int to float)")
+    return None
 
 
 def _as_array(value):
