@@ -457,9 +457,7 @@ class Var:
         """``copy.copy(x)``: a new Var with x's value, computed now, and its ``requires_grad``, with
         no history (Jittor's). Copying the node instead would compute it again: a weight drawn
         lazily (``jt.randn``) got other numbers in ``copy.deepcopy(model)``."""
-        out = Var(None, (), {}, self.shape, self.dtype, self.numpy())
-        out._stop_grad = self._stop_grad
-        return out
+        return _leaf(self.numpy(), self._stop_grad)
 
     def __deepcopy__(self, memo):
         out = memo[id(self)] = self.__copy__()
@@ -468,7 +466,7 @@ class Var:
     def __reduce__(self):
         """Pickled as its value and ``requires_grad`` (as ``copy``): a pickled node would be computed
         again when loaded, so a lazily drawn weight came back with other numbers."""
-        return _unpickle, (self.numpy(), self._stop_grad)
+        return _leaf, (self.numpy(), self._stop_grad)
 
     # --- rebinding -----------------------------------------------------------------------------
     def assign(self, value):
@@ -605,8 +603,8 @@ def keep_drawn(v, value):
     return v._data
 
 
-def _unpickle(value, stop_grad):
-    """A Var from its pickled value (``Var.__reduce__``)."""
+def _leaf(value, stop_grad):
+    """A leaf Var holding the array ``value`` (a copy's, or a pickled Var's, see ``Var.__copy__``)."""
     out = Var(None, (), {}, _shape_of(value.shape), _NAMED[dtypes.numpy_name(value.dtype)], value)
     out._stop_grad = stop_grad
     return out
