@@ -21,7 +21,7 @@ import sys
 import sysconfig
 from pathlib import Path
 
-from . import compiler
+from . import codegen, compiler
 from .ops.registry import OPS
 
 _log = logging.getLogger(__name__)
@@ -41,11 +41,8 @@ def _library():
     if not (include / "Python.h").is_file() or '"' in str(include):
         return None
     try:
-        import jinja2
-        env = jinja2.Environment(loader=jinja2.FileSystemLoader(Path(compiler.__file__).with_name("templates")),
-                                 undefined=jinja2.StrictUndefined)
-        source = env.get_template("cpu/signature_walk.cc.j2").render(
-            python_include=str(include), python_version=sys.version.replace("\n", " "))
+        source = codegen.render("cpu", "signature_walk", python_include=str(include),
+                                python_version=sys.version.replace("\n", " "))
         library = ctypes.PyDLL(compiler.build(source))
         signature, grad = library.jt_signature_walk, library.jt_grad_walk
     except (compiler.CompileError, compiler.ToolchainError, OSError, AttributeError) as e:
