@@ -88,3 +88,33 @@ def test_a_remembered_plan_serves_only_operands_laid_out_alike():
             np.testing.assert_allclose(blas.matmul(x, b, 2), np.matmul(x.astype("float64"), b),
                                        rtol=1e-4, atol=1e-3, err_msg=what)
     assert blas._team_plan.cache_info().hits >= 3
+
+
+def _python(code, **env):
+    import os
+    import subprocess
+    import sys
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600,
+                          env=dict(os.environ, **env))
+
+
+def test_jtmini_blas_chooses_the_library_and_rejects_other_names():
+    done = _python("from jtmini.runtime import blas; print(blas.library().name)", JTMINI_BLAS="numpy")
+    assert done.stdout.split()[-1] == "numpy", done.stderr
+    done = _python("from jtmini.runtime import blas; blas.library()", JTMINI_BLAS="openblas2")
+    assert done.returncode != 0 and "JTMINI_BLAS must be 'mkl' or 'numpy'" in done.stderr and "openblas2" in done.stderr
+
+
+def test_the_other_blas_passes_the_product_tests_too():
+    """These tests and the launch tables' run in this process with one BLAS; the other one (where
+    it is installed) must pass them as well: each product of a table is that BLAS's own call."""
+    import os
+    import sys
+    other = "numpy" if blas.library().name == "mkl" else "mkl"
+    if other == "mkl" and blas._mkl_path() is None:
+        pytest.skip("MKL is not installed here (pip install mkl): only numpy's BLAS can be tested")
+    here = os.path.dirname(__file__)
+    done = _python(f"import sys, pytest; sys.exit(pytest.main(['-q', '-p', 'no:cacheprovider', "
+                   f"'-k', 'not other_blas and not rejects_other', {os.path.join(here, 'test_blas.py')!r}, "
+                   f"{os.path.join(here, 'test_cpu_table.py')!r}]))", JTMINI_BLAS=other)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]

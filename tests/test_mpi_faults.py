@@ -130,8 +130,11 @@ DIFFER = {
     "sizes_differ": ["[jtmini rank 0/2]", "mpi_all_reduce(op='add') float32 (3,) (collective 2 of this rank) failed on "
                      "rank 0: MPI error code 15", "MPI_ERR_TRUNCATE", "ranks probably issued different collectives",
                      "JTMINI_MPI_DEBUG=1"],
-    "extra": ["[jtmini rank 1/2]", "mpi_all_reduce(op='add') float32 (3,) (collective 2 of this rank) failed on "
-              "rank 1: MPI error code 15", "one skipped a call or made an extra one", "JTMINI_MPI_DEBUG=1"],
+    # both ranks' calls see the truncation; the one that aborts first may cut the other's message
+    "extra": [("[jtmini rank 1/2]", "[jtmini rank 0/2]"),
+              ("mpi_all_reduce(op='add') float32 (3,) (collective 2 of this rank) failed on rank 1: MPI error code 15",
+               "mpi_all_reduce(op='add') float32 (1000,) (collective 2 of this rank) failed on rank 0: MPI error code 15"),
+              "one skipped a call or made an extra one", "JTMINI_MPI_DEBUG=1"],
 }
 
 
@@ -140,8 +143,8 @@ DIFFER = {
 def test_ranks_issuing_different_collectives_are_stopped_naming_it(scenario):
     done, seconds = launch(2, "faults.py", scenario, timeout=60)
     assert done.returncode != 0
-    for text in DIFFER[scenario]:
-        assert text in done.stderr, done.stderr
+    for text in DIFFER[scenario]:           # a tuple: any one of its texts
+        assert any(t in done.stderr for t in ((text,) if isinstance(text, str) else text)), done.stderr
     steps = [line for line in done.stdout.splitlines() if '"step"' in line]
     assert len(steps) <= 2 * 8, done.stdout         # ops_differ: stopped within seconds, not after 30 s
     assert seconds < 30

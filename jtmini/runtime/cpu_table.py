@@ -4,7 +4,7 @@ A replayed GAN step launched ~50 tiny kernels and ~30 small products from Python
 (new output arrays, pointer arrays, ctypes calls), several times what the kernels took. Here the
 program's intermediate buffers live in one arena kept with the program, so their addresses are
 the same on every hit, and a table of entries (a kernel: its function, pointer block, int and
-float arguments, thread count; a product: the CBLAS gemm call ``np.matmul`` makes) runs from one
+float arguments, thread count; a product: the CBLAS gemm call ``blas.matmul`` makes) runs from one
 C call (``templates/cpu/table_runner.cc.j2``). Per hit Python only writes the addresses that
 change into the pointer blocks: the realized inputs, the targets (allocated afresh: a Var handed
 to the user owns its buffer), the views of those, and what the steps left in Python return.
@@ -12,7 +12,7 @@ to the user owns its buffer), the views of those, and what the steps left in Pyt
 Left in Python, in order between runs of the table: library ops other than a product numpy
 would make with one gemm (gemv shapes, split products, float16), draws, and views of a buffer a
 Python step makes. The kernels, their arguments and thread counts, and the gemm calls are those
-of ``cpu_replay.run`` (each product is checked bit for bit against ``np.matmul`` when the table
+of ``cpu_replay.run`` (each product is checked bit for bit against ``blas.matmul`` when the table
 is built), so values are identical. A program gets no table while a kernel's thread count is
 still being timed (``thread_choice``), or when its arena would pass ``MAX_ARENA`` bytes or all
 arenas alive ``MAX_ARENAS`` (big graphs gain little and would hold their intermediates between
@@ -263,7 +263,7 @@ class _LateView(NamedTuple):
 
 
 def _add_gemm(b, step):
-    """Add a product as a gemm or gemv entry where ``np.matmul`` makes exactly that one BLAS
+    """Add a product as a gemm or gemv entry where ``blas.matmul`` makes exactly that one BLAS
     call; False if not."""
     if step.run is not OPS["matmul"].run or step.stateful:
         return False
@@ -273,8 +273,8 @@ def _add_gemm(b, step):
               for k, chain in zip(step.sources, step.views)]
     bases = [b.base.get(k, k) for k in step.sources]
     distinct = bases[0] != bases[1] and max(bases) < b.program.n_order     # computed here: own buffers
-    call = _numpy_gemm(*arrays, step.output, b.threads, distinct)
-    if call is None or not _same_as_numpy(call, *arrays):
+    call = _product_call(*arrays, step.output, b.threads, distinct)
+    if call is None or not _same_as_product(call, *arrays):
         return False
     operands = [_operand(b, k, chain, array) for k, chain, array in zip(step.sources, step.views, arrays)]
     b.place(step.output)
@@ -324,16 +324,18 @@ class _GemmCall(NamedTuple):
     swap: bool              # gemv of a row vector times a matrix: the matrix is BLAS's A
 
 
-def _numpy_gemm(a, b, output, threads, distinct=False):
-    """The one CBLAS call ``np.matmul(a, b)`` makes (numpy's matmul loop: a gemm when both
-    operands and the output are "blasable", neither a vector, not a matrix times its own
-    transpose; a gemv when one is a vector), or None (a dot, a loop without BLAS, a split)."""
+def _product_call(a, b, output, threads, distinct=False):
+    """The one CBLAS call ``blas.matmul(a, b)`` makes unsplit: with numpy's BLAS, numpy's matmul
+    loop (a gemm when both operands and the output are "blasable", neither a vector, not a matrix
+    times its own transpose; a gemv when one is a vector); with MKL, a gemm. None for a dot, a
+    loop without BLAS, a split."""
     if a.ndim != 2 or b.ndim != 2 or a.dtype != b.dtype or a.dtype not in _GEMM_KIND or output.dtype != a.dtype:
         return None
     m, k, n = a.shape[0], a.shape[1], b.shape[1]
     if (threads > 1 and not blas.runs_unsplit(a.shape, b.shape, threads)) or k == 0 or (m == 1 and n == 1):
         return None
-    if m == 1 or n == 1:
+    numpys = blas.library().name == "numpy"        # with MKL every product is one gemm call
+    if (m == 1 or n == 1) and numpys:
         return _numpy_gemv(a, b, m, k, n)
     cblas = blas.cblas_gemm(a.dtype)
     size = a.itemsize
@@ -341,7 +343,7 @@ def _numpy_gemm(a, b, output, threads, distinct=False):
     layout_b = _blasable(b.strides, (k, n), size)
     if cblas is None or layout_a is None or layout_b is None or max(m, n, k) > blas._INT_MAX[cblas.int_type]:
         return None
-    if not distinct and layout_a[0] != layout_b[0] and m == n and a.strides[0] == b.strides[1] and a.strides[1] == b.strides[0]:
+    if numpys and not distinct and layout_a[0] != layout_b[0] and m == n and a.strides[0] == b.strides[1] and a.strides[1] == b.strides[0]:
         return None                     # numpy takes syrk when both are one buffer
     ints = np.array([layout_a[0], layout_b[0], m, n, k, layout_a[1], layout_b[1], n], np.int64)
     return _GemmCall(_GEMM_KIND[a.dtype], cblas.address, ints, False)
@@ -439,12 +441,12 @@ def _runner():
     return fn
 
 
-def _same_as_numpy(call, a, b):
-    """Whether the gemm entry gives ``np.matmul``'s bits on random operands of ``a``'s and ``b``'s
+def _same_as_product(call, a, b):
+    """Whether the gemm entry gives ``blas.matmul``'s bits on random operands of ``a``'s and ``b``'s
     layouts: a wrong guess at numpy's call must leave the product to numpy."""
     rng = np.random.default_rng(0)
     x, y = (_random_like(rng, array) for array in (a, b))
-    want = np.matmul(x, y)
+    want = blas.matmul(x, y, 1)
     got = np.full_like(want, np.nan)
     slots = np.array([address(y), address(x), address(got)] if call.swap else [address(x), address(y), address(got)], np.int64)
     entry = np.array([[call.kind, call.fn, address(slots), address(call.ints), 0, 1]], np.int64)
