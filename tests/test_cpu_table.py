@@ -63,6 +63,8 @@ def test_training_from_tables_matches_programs_and_plan_steps_bit_for_bit(thread
     with_tables = _gan_like(threads=threads, steps=8)
     assert len(table_runs) >= 4
     assert any(e[0] != 0 for t in table_runs for e in t.entries)          # products ran as gemm entries
+    # the Adams (one adam_many call each, new step sizes every hit) ran as kernel entries
+    assert not [p for t in table_runs for p in t.pieces if type(p) is cpu_table.PyStep]
     monkeypatch.setattr(cpu_table, "enabled", False)
     _assert_same(with_tables, _gan_like(threads=threads, steps=8))
     monkeypatch.setattr(type(cpu.BACKEND), "prepare", lambda self, template, vars_: None)
@@ -136,6 +138,37 @@ def test_tables_wait_for_the_thread_choice(table_runs):
     assert table_runs                           # once every launch site chose its thread count
     for v in values[1:]:
         np.testing.assert_array_equal(v, values[0])
+
+
+def _classifier(steps=6, threads=1, smoothing=0.0):
+    """Losses and parameters of a small classifier trained with cross entropy (a library op with
+    one kernel each way), one ignored label a batch."""
+    jt.sync_all()
+    replay.clear()
+    jt.seed(5)
+    jt.flags.num_threads = threads
+    try:
+        model, data, losses = nn.Sequential(nn.Linear(6, 32), nn.ReLU(), nn.Linear(32, 7)), np.random.default_rng(5), []
+        opt = nn.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        for _ in range(steps):
+            x = jt.array(data.standard_normal((50, 6)).astype("float32"))
+            y = data.integers(0, 7, 50).astype("int32")
+            y[3] = -1
+            loss = nn.cross_entropy_loss(model(x), jt.array(y), ignore_index=-1, label_smoothing=smoothing)
+            opt.step(loss)
+            losses.append(loss.item())
+        return losses, [p.numpy() for p in model.parameters()]
+    finally:
+        jt.flags.num_threads = 1
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_cross_entropy_runs_as_kernel_entries_with_the_same_bits(threads, table_runs, monkeypatch):
+    with_tables = _classifier(threads=threads, smoothing=0.1)
+    assert len(table_runs) >= 2
+    assert not [p for t in table_runs for p in t.pieces if type(p) is cpu_table.PyStep]   # no Python step left
+    monkeypatch.setattr(cpu_table, "enabled", False)
+    _assert_same(with_tables, _classifier(threads=threads, smoothing=0.1))
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])

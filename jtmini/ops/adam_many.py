@@ -18,12 +18,10 @@ decoupled decay factor ``1 - lr * weight_decay`` (used with ``decay``); ``coef``
 """
 import math
 
-import numpy as np
-
 from .. import dtypes
 from ..state import register_cache
 from ..var import Var
-from .registry import OpSpec, register
+from .registry import OpSpec, TableKernel, kernel_run, register
 from .sum_squares import _contiguous
 
 _kernels = {}        # (backend, dtype, clip, decay) -> HandKernel
@@ -64,15 +62,20 @@ def _infer(inputs, a):
     return (3 * sum(math.prod(p.shape) for p in params),), dtype
 
 
-def _run(arrays, a, backend):
+def _hyper(a):
+    return [float(h) for row in a["hyper"] for h in row]
+
+
+def _call(arrays, a, backend):
+    """The ``TableKernel`` of the update: its hyper-parameters are read again on every hit."""
     k = a["count"]
-    xs = [np.ascontiguousarray(x) for x in arrays]
-    sizes = [x.size for x in xs[3 * k:4 * k]]
-    out = np.empty(3 * sum(sizes), xs[0].dtype)
-    floats = [float(h) for row in a["hyper"] for h in row]
-    _kernel(backend, dtypes.numpy_name(xs[0].dtype), a["clip"], a["decay"]).run(
-        xs + [out], [k] + sizes, floats, backend.thread_count())
-    return out
+    sizes = [x.size for x in arrays[3 * k:4 * k]]
+    return TableKernel(_kernel(backend, dtypes.numpy_name(arrays[0].dtype), a["clip"], a["decay"]), [k] + sizes,
+                       _hyper(a), threads=backend.thread_count(), hit_floats=_hyper)
+
+
+def _output(arrays, a):
+    return (3 * sum(x.size for x in arrays[3 * a["count"]:4 * a["count"]]),), arrays[0].dtype
 
 
 def _no_grad(d, out, inputs, a):
@@ -81,8 +84,8 @@ def _no_grad(d, out, inputs, a):
 
 # the hyper-parameters change every step (bias corrections, a learning-rate schedule): launch
 # arguments, so the step's graph and plan stay the same
-register(OpSpec("adam_many", "library", infer=_infer, run=_run, grad=_no_grad, reads_view=_contiguous,
-                runtime_attrs=("hyper",), kernels=lambda inputs, a, backend: _planned(inputs[0].dtype, a["clip"], a["decay"])))
+register(OpSpec("adam_many", "library", infer=_infer, run=kernel_run(_call, _output), grad=_no_grad, reads_view=_contiguous,
+                runtime_attrs=("hyper",), table_kernel=_call, kernels=lambda inputs, a, backend: _planned(inputs[0].dtype, a["clip"], a["decay"])))
 
 
 def adam_many(grads, ms, vs, ps, coef, hyper, decay=False):

@@ -14,11 +14,11 @@ written with other ops.
     >>> cross_entropy_rows(jt.array([[2.0, 0.0]]), jt.array([0]), None, 0.0).numpy()   # log(1 + e^-2)
     array([0.126928], dtype=float32)
 """
-import numpy as np
+import functools
 
 from .. import creation, dtypes
 from ..var import Var
-from .registry import OpSpec, register
+from .registry import OpSpec, TableKernel, kernel_run, register
 from .softmax import _contiguous, _kernel, planned, softmax_last, softmax_rows_grad
 
 
@@ -37,14 +37,22 @@ def _check(who, x, target, extra=()):
                          + "".join(f", {v.shape} {v.dtype}" for v, _ in extra))
 
 
-def _run(mode, arrays, a, backend):
-    x, target = np.ascontiguousarray(arrays[0]), np.ascontiguousarray(arrays[1])
-    rest = [np.ascontiguousarray(arr) for arr in arrays[2:]]
-    out = np.empty(x.shape[:1] if mode == "xent_forward" else x.shape, x.dtype)
+_ORDER = {"xent_forward": (0, 1), "xent_backward": (1, 2, 0)}     # the kernels' buffers: x, target[, g]
+
+
+def _call(mode, arrays, a, backend):
+    """The ``TableKernel`` of the op's one kernel call on its inputs ``arrays`` (the op's order)."""
+    x, target = (arrays[k] for k in _ORDER[mode][:2])
     ints, floats = _kernel_args(x, target, a)
     fn = _kernel(backend, mode, False, False, dtypes.numpy_name(x.dtype), ttype=dtypes.C_TYPES[target.dtype.name])
-    fn.run_fastest([x, target] + rest + [out], ints, floats, x.size)
-    return out
+    return TableKernel(fn, ints, floats, size=x.size, order=_ORDER[mode])
+
+
+def _output(mode):
+    def output(arrays, a):
+        x = arrays[_ORDER[mode][0]]
+        return (x.shape[:1] if mode == "xent_forward" else x.shape), x.dtype
+    return output
 
 
 # --- cross_entropy_rows -------------------------------------------------------------------------
@@ -60,7 +68,8 @@ def _planned(mode, x, target):
 
 register(OpSpec("cross_entropy_rows", "library", infer=_rows_infer, reads_view=_contiguous,
                 kernels=lambda inputs, a, backend: _planned("xent_forward", inputs[0], inputs[1]),
-                run=lambda arrays, a, backend: _run("xent_forward", arrays, a, backend),
+                run=kernel_run(functools.partial(_call, "xent_forward"), _output("xent_forward")),
+                table_kernel=functools.partial(_call, "xent_forward"),
                 grad=lambda d, out, inputs, a: [cross_entropy_rows_grad(d, *inputs, a["ignore_index"],
                                                                         a["smoothing"]), None]))
 
@@ -99,7 +108,8 @@ def _grad_grad(c, out, inputs, a):
 
 register(OpSpec("cross_entropy_rows_grad", "library", infer=_grad_infer, reads_view=_contiguous,
                 kernels=lambda inputs, a, backend: _planned("xent_backward", inputs[1], inputs[2]),
-                run=lambda arrays, a, backend: _run("xent_backward", [arrays[1], arrays[2], arrays[0]], a, backend),
+                run=kernel_run(functools.partial(_call, "xent_backward"), _output("xent_backward")),
+                table_kernel=functools.partial(_call, "xent_backward"),
                 grad=_grad_grad))
 
 

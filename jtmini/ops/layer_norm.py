@@ -20,14 +20,12 @@ so the layer can be differentiated twice. The GPU runtime runs the two kernels o
 import math
 import weakref
 
-import numpy as np
-
 from .. import dtypes
 from ..state import register_cache
 from ..autograd import custom_grad
 from ..symbolic import sym
 from ..var import Var
-from .registry import IndexMap, OpSpec, register
+from .registry import IndexMap, OpSpec, TableKernel, kernel_run, register
 from .reindex import stack
 
 _kernels = {}        # (backend, mode, dtype) -> HandKernel
@@ -99,11 +97,14 @@ def _stats_infer(inputs, a):
     return (2, inputs[0].shape[0]), inputs[0].dtype
 
 
-def _stats_run(arrays, a, backend):
-    x = np.ascontiguousarray(arrays[0])
-    out = np.empty((2, x.shape[0]), x.dtype)
-    _kernel(backend, "stats", dtypes.numpy_name(x.dtype)).run_fastest([x, out], list(x.shape), [a["eps"]], x.size)
-    return out
+def _stats_call(arrays, a, backend):
+    x = arrays[0]
+    return TableKernel(_kernel(backend, "stats", dtypes.numpy_name(x.dtype)), list(x.shape), [a["eps"]], size=x.size)
+
+
+def _table_of(arrays, a):
+    """The (2, R) output of both ops, R the rows of x (their last input)."""
+    return (2, arrays[-1].shape[0]), arrays[-1].dtype
 
 
 def _stats_grad(d, out, inputs, a):
@@ -115,7 +116,8 @@ def _stats_grad(d, out, inputs, a):
     return [per_row(d, 0, x.shape) / n - per_row(d, 1, x.shape) * rstd * rstd * rstd * (x - mean) / n]
 
 
-register(OpSpec("layer_norm_stats", "library", infer=_stats_infer, run=_stats_run, grad=_stats_grad,
+register(OpSpec("layer_norm_stats", "library", infer=_stats_infer, run=kernel_run(_stats_call, _table_of),
+                grad=_stats_grad, table_kernel=_stats_call,
                 kernels=lambda inputs, a, backend: _planned(inputs[0].dtype)))
 
 
@@ -134,12 +136,9 @@ def _grad_sums_infer(inputs, a):
     return (2, x.shape[0]), x.dtype
 
 
-def _grad_sums_run(arrays, a, backend):
-    g, x, table = (np.ascontiguousarray(arr) for arr in arrays)
-    out = np.empty((2, x.shape[0]), x.dtype)
-    _kernel(backend, "grad_sums", dtypes.numpy_name(x.dtype)).run_fastest([g, x, table, out], list(x.shape), [],
-                                                                          x.size)
-    return out
+def _grad_sums_call(arrays, a, backend):
+    x = arrays[1]
+    return TableKernel(_kernel(backend, "grad_sums", dtypes.numpy_name(x.dtype)), list(x.shape), [], size=x.size)
 
 
 def _grad_sums_grad(c, out, inputs, a):
@@ -155,8 +154,9 @@ def _grad_sums_grad(c, out, inputs, a):
     return [d_g, d_x, d_table]
 
 
-register(OpSpec("layer_norm_grad_sums", "library", infer=_grad_sums_infer, run=_grad_sums_run,
-                grad=_grad_sums_grad))
+register(OpSpec("layer_norm_grad_sums", "library", infer=_grad_sums_infer, grad=_grad_sums_grad,
+                run=kernel_run(_grad_sums_call, lambda arrays, a: ((2, arrays[1].shape[0]), arrays[1].dtype)),
+                table_kernel=_grad_sums_call))
 
 
 def layer_norm_grad_sums(g, x, table):

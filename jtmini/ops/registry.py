@@ -18,7 +18,7 @@ collective      MPI collectives (never fused, issued in program order)
 import dataclasses
 import functools
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Callable, NamedTuple, Optional
 
 import numpy as np
 
@@ -58,6 +58,10 @@ class OpSpec:
     ``kernels(inputs, attrs, backend) -> [(template, context), ...]`` (library): the hand-written
     kernels ``run`` will ask ``backend`` for, from the input Vars' shapes and dtypes; the CPU runtime starts
     compiling them when it plans the op, beside the plan's generated kernels, rather than when it runs.
+    ``table_kernel(arrays, attrs, backend) -> TableKernel | None`` (library): the one hand-written
+    kernel call ``run`` makes on these C-contiguous input arrays (its output a new C-contiguous
+    array of the inferred shape), so a CPU launch table can make that call itself instead of
+    returning to Python for it (``runtime/cpu_table.py``).
     """
     name: str
     kind: str
@@ -74,12 +78,48 @@ class OpSpec:
     half: bool = False
     stateful: bool = False
     kernels: Optional[Callable] = None
+    table_kernel: Optional[Callable] = None
 
     def __post_init__(self):
         if self.kind not in KINDS:
             raise ValueError(f"op {self.name}: unknown kind {self.kind!r}")
         if (self.runtime_ints is None) != (self.int_ranges is None):
             raise ValueError(f"op {self.name}: runtime_ints and int_ranges go together")
+
+
+class TableKernel(NamedTuple):
+    """A library op's one kernel call (``OpSpec.table_kernel``): the backend's hand-written
+    ``kernel`` (its ``fn``), its int and float arguments; ``size``: its thread count is the one
+    ``run_fastest`` chose at that size, else (None) ``threads``, or all of them; ``order``: which
+    input each of its buffers before the output is (None: the inputs in order); ``hit_floats``:
+    for floats made from runtime attrs, ``attrs -> floats``, called again on every hit."""
+    kernel: object
+    ints: list
+    floats: list
+    size: Optional[int] = None
+    threads: Optional[int] = None
+    order: Optional[tuple] = None
+    hit_floats: Optional[Callable] = None
+
+    def launch(self, arrays):
+        """Make the call on ``arrays`` (the inputs in ``order``, then the output), as ``run`` does."""
+        if self.size is not None:
+            self.kernel.run_fastest(arrays, self.ints, self.floats, self.size)
+        else:
+            self.kernel.run(arrays, self.ints, self.floats, self.threads or 1)
+
+
+def kernel_run(call, output):
+    """The ``run`` of a library op that is one hand-written kernel call: ``call(arrays, attrs,
+    backend) -> TableKernel`` on its C-contiguous inputs (also its ``OpSpec.table_kernel``),
+    ``output(arrays, attrs) -> (shape, dtype)`` of the array it writes."""
+    def run(arrays, a, backend):
+        arrays = [np.ascontiguousarray(x) for x in arrays]
+        made = call(arrays, a, backend)
+        out = np.empty(*output(arrays, a))
+        made.launch([arrays[k] for k in made.order or range(len(arrays))] + [out])
+        return out
+    return run
 
 
 def arg(k):

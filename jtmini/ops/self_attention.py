@@ -31,15 +31,13 @@ the composed form is used.
 import math
 from typing import NamedTuple
 
-import numpy as np
-
 from .. import dtypes
 from ..flags import flags
 from ..autograd import custom_grad, grad
 from ..state import register_cache
 from ..var import Var
 from .matmul import matmul
-from .registry import OpSpec, register
+from .registry import OpSpec, TableKernel, kernel_run, register
 from .softmax import _contiguous, runs_fused, softmax_last
 
 _kernels = {}        # (backend, mode, bias, dtype, small sizes) -> (HandKernel, gemm address)
@@ -115,15 +113,15 @@ def _planned_for(mode):
     return kernels
 
 
-def _launch(backend, mode, arrays, out, a):
-    """Run ``mode``'s kernel on C-contiguous ``arrays`` (qkv's geometry from attrs ``a``)."""
-    qkv = arrays[0] if mode == "probs" else arrays[-1]
-    g = _geometry(qkv.shape, a["heads"], a["seq"])
-    kernel, gemm = _kernel(backend, mode, mode == "probs" and len(arrays) == 2, dtypes.numpy_name(qkv.dtype),
-                           _small(g, qkv.itemsize))
-    kernel.run([np.ascontiguousarray(x) for x in arrays] + [out], list(g) + [gemm], [a["scale"]],
-               backend.thread_count())
-    return out
+def _call(mode):
+    """``TableKernel`` of ``mode``'s kernel on C-contiguous ``arrays`` (qkv's geometry from attrs)."""
+    def call(arrays, a, backend):
+        qkv = arrays[0] if mode == "probs" else arrays[-1]
+        g = _geometry(qkv.shape, a["heads"], a["seq"])
+        kernel, gemm = _kernel(backend, mode, mode == "probs" and len(arrays) == 2, dtypes.numpy_name(qkv.dtype),
+                               _small(g, qkv.itemsize))
+        return TableKernel(kernel, list(g) + [gemm], [a["scale"]], threads=backend.thread_count())
+    return call
 
 
 def _check_qkv(who, qkv, heads, seq):
@@ -145,9 +143,9 @@ def _probs_infer(inputs, a):
     return (g.n, g.heads, g.length, g.length), qkv.dtype
 
 
-def _probs_run(arrays, a, backend):
+def _probs_output(arrays, a):
     g = _geometry(arrays[0].shape, a["heads"], a["seq"])
-    return _launch(backend, "probs", arrays, np.empty((g.n, g.heads, g.length, g.length), arrays[0].dtype), a)
+    return (g.n, g.heads, g.length, g.length), arrays[0].dtype
 
 
 def _no_grad(op):
@@ -156,8 +154,9 @@ def _no_grad(op):
     return rule
 
 
-register(OpSpec("attention_probs", "library", infer=_probs_infer, run=_probs_run, grad=_no_grad("attention_probs"),
-                reads_view=_contiguous, kernels=_planned_for("probs")))
+register(OpSpec("attention_probs", "library", infer=_probs_infer, run=kernel_run(_call("probs"), _probs_output),
+                grad=_no_grad("attention_probs"), reads_view=_contiguous, kernels=_planned_for("probs"),
+                table_kernel=_call("probs")))
 
 
 # --- attention_out -----------------------------------------------------------------------------
@@ -171,13 +170,14 @@ def _out_infer(inputs, a):
     return qkv.shape[:2] + (qkv.shape[2] // 3,), qkv.dtype
 
 
-def _out_run(arrays, a, backend):
+def _out_output(arrays, a):
     qkv = arrays[1]
-    return _launch(backend, "out", arrays, np.empty(qkv.shape[:2] + (qkv.shape[2] // 3,), qkv.dtype), a)
+    return qkv.shape[:2] + (qkv.shape[2] // 3,), qkv.dtype
 
 
-register(OpSpec("attention_out", "library", infer=_out_infer, run=_out_run, grad=_no_grad("attention_out"),
-                reads_view=_contiguous, kernels=_planned_for("out")))
+register(OpSpec("attention_out", "library", infer=_out_infer, run=kernel_run(_call("out"), _out_output),
+                grad=_no_grad("attention_out"), reads_view=_contiguous, kernels=_planned_for("out"),
+                table_kernel=_call("out")))
 
 
 # --- attention_grad ----------------------------------------------------------------------------
@@ -189,8 +189,6 @@ def _grad_infer(inputs, a):
     return qkv.shape, dtype
 
 
-def _grad_run(arrays, a, backend):
-    return _launch(backend, "grad", arrays, np.empty_like(arrays[2]), a)
 
 
 def _stand_in(v):
@@ -212,8 +210,9 @@ def _grad_grad(c, res, inputs, a):
     return [d_d, None, d_qkv]
 
 
-register(OpSpec("attention_grad", "library", infer=_grad_infer, run=_grad_run, grad=_grad_grad,
-                reads_view=_contiguous, kernels=_planned_for("grad")))
+register(OpSpec("attention_grad", "library", infer=_grad_infer, grad=_grad_grad, reads_view=_contiguous,
+                run=kernel_run(_call("grad"), lambda arrays, a: (arrays[2].shape, arrays[2].dtype)),
+                kernels=_planned_for("grad"), table_kernel=_call("grad")))
 
 
 # --- front end ---------------------------------------------------------------------------------

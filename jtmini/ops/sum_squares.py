@@ -8,12 +8,10 @@ bit for bit. The GPU keeps the composed form.
     >>> sum_squares_many([jt.array([3.0, 4.0]), jt.array([[1.0], [2.0]])]).numpy()
     array([25.,  5.], dtype=float32)
 """
-import numpy as np
-
 from .. import dtypes
 from ..state import register_cache
 from ..var import Var
-from .registry import OpSpec, register
+from .registry import OpSpec, TableKernel, kernel_run, register
 from .reindex import stack
 from .softmax import runs_fused
 
@@ -46,12 +44,9 @@ def _contiguous(shape, strides):
     return True
 
 
-def _run(arrays, a, backend):
-    xs = [np.ascontiguousarray(x).reshape(-1) for x in arrays]
-    out = np.empty(len(xs), xs[0].dtype)
-    _kernel(backend, dtypes.numpy_name(xs[0].dtype)).run(xs + [out], [len(xs)] + [x.size for x in xs], [],
-                                                         backend.thread_count())
-    return out
+def _call(arrays, a, backend):
+    return TableKernel(_kernel(backend, dtypes.numpy_name(arrays[0].dtype)), [len(arrays)] + [x.size for x in arrays],
+                       [], threads=backend.thread_count())
 
 
 def _grad(d, out, inputs, a):
@@ -64,8 +59,8 @@ def _planned(inputs, a, backend):
     return [("sum_squares", dict(ctype=dtypes.C_TYPES[inputs[0].dtype]))]
 
 
-register(OpSpec("sum_squares_many", "library", infer=_infer, run=_run, grad=_grad, reads_view=_contiguous,
-                kernels=_planned))
+register(OpSpec("sum_squares_many", "library", infer=_infer, grad=_grad, reads_view=_contiguous, kernels=_planned,
+                run=kernel_run(_call, lambda arrays, a: ((len(arrays),), arrays[0].dtype)), table_kernel=_call))
 
 
 def sum_squares_many(xs):

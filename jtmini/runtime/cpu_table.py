@@ -9,9 +9,10 @@ C call (``templates/cpu/table_runner.cc.j2``). Per hit Python only writes the ad
 change into the pointer blocks: the realized inputs, the targets (allocated afresh: a Var handed
 to the user owns its buffer), the views of those, and what the steps left in Python return.
 
-Left in Python, in order between runs of the table: library ops other than a product numpy
-would make with one gemm (gemv shapes, split products, float16), draws, and views of a buffer a
-Python step makes. The kernels, their arguments and thread counts, and the gemm calls are those
+A library op whose ``run`` is one hand-written kernel call on contiguous inputs
+(``OpSpec.table_kernel``: cross entropy) is an entry too. Left in Python, in order between runs of
+the table: other library ops, products ``blas.matmul`` would not make with one gemm (gemv shapes
+under MKL aside, split products, float16), draws, and views of a buffer a Python step makes. The kernels, their arguments and thread counts, and the gemm calls are those
 of ``cpu_replay.run`` (each product is checked bit for bit against ``blas.matmul`` when the table
 is built), so values are identical. A program gets no table while a kernel's thread count is
 still being timed (``thread_choice``), or when its arena would pass ``MAX_ARENA`` bytes or all
@@ -80,6 +81,7 @@ class Table(NamedTuple):
     late: dict              # position a PyStep makes -> its slots (patched after it runs)
     floats: np.ndarray      # float64: every kernel's float constants
     float_nodes: tuple      # the positions whose ``value`` attrs fill ``floats``
+    hit_floats: tuple       # (array, position, attrs -> floats): library entries' runtime floats
     rebuilt: tuple          # (entry, code, row) of kernels whose int arguments are made per hit
     targets: tuple          # (position, copy) per target; copy: a view of the arena
     counts: tuple           # (kernels, library calls) a hit runs
@@ -127,7 +129,7 @@ class _Builder:
         self.known = set(range(program.n_order, len(vars_)))     # positions whose buffer a hit has at start
         self.fresh, self.views, self.targets, self.late = [], [], [], {}
         self.entries, self.slot_of, self.slots, self.pieces = [], [], [], []
-        self.floats, self.float_nodes, self.rebuilt, self.keep = [], [], [], []
+        self.floats, self.float_nodes, self.rebuilt, self.keep, self.hit_floats = [], [], [], [], []
         self.pending = []           # entries since the last Python step
         self.kernels = self.calls = 0
         self.extra = 0              # gemm operand views: positions past the Vars'
@@ -181,7 +183,7 @@ def _build(program, vars_, threads):
             _add_kernel(b, step)
         elif step.run is None:
             _add_view(b, step)
-        elif not _add_gemm(b, step):
+        elif not _add_gemm(b, step) and not _add_library_kernel(b, step, program.backend):
             b.python(step, [step.output.at])
             b.late_library.add(step.output.at)
             b.calls += step.run is not collective
@@ -282,6 +284,38 @@ def _add_gemm(b, step):
         operands.reverse()
     b.entry(call.kind, call.fn, operands + [step.output.at], call.ints, 0, 1)
     b.calls += 1
+    return True
+
+
+def _add_library_kernel(b, step, backend):
+    """Add a library op as the one kernel entry its ``run`` would call (``OpSpec.table_kernel``),
+    where its inputs are C-contiguous buffers of known layout; False if not."""
+    spec = OPS[b.vars[step.root].op]
+    if spec.table_kernel is None or step.stateful or any(k not in b.known for k in step.sources):
+        return False
+    arrays = [numpy_views.chain_view(_build_value(b, k), [b.vars[c] for c in chain]) if chain else _build_value(b, k)
+              for k, chain in zip(step.sources, step.views)]
+    if not all(array.flags.c_contiguous for array in arrays):
+        return False
+    call = spec.table_kernel(arrays, b.vars[step.root].attrs, backend)
+    if call is None:
+        return False
+    operands = [_operand(b, k, chain, array) for k, chain, array in zip(step.sources, step.views, arrays)]
+    b.place(step.output)
+    ints, floats = np.asarray(call.ints, np.int64), np.asarray(call.floats, np.float64)
+    b.keep.append(floats)               # its address goes in the entry as it is (a positive one)
+    if call.hit_floats is not None:
+        b.hit_floats.append((floats, step.root, call.hit_floats))
+    fn = call.kernel.fn
+    if call.size is None:
+        threads = call.threads or 1
+    else:                               # the count run_fastest chose (all threads while it has not)
+        chosen = 1 if b.threads == 1 else _thread_trials.get((id(fn), call.size, b.threads))
+        threads = chosen if chosen.__class__ is int else b.threads
+    order = call.order or range(len(operands))
+    b.entry(_KERNEL, ctypes.cast(fn, ctypes.c_void_p).value, [operands[k] for k in order] + [step.output.at],
+            ints, address(floats) if len(floats) else 0, threads)
+    b.kernels += 1
     return True
 
 
@@ -413,7 +447,7 @@ def _finish(b):
     views = tuple(_address_only(b, view) for view in b.views)
     return Table(entries, tuple(b.pieces), slots, static, tuple(b.fresh), views,
                  np.array(patch_slots, np.intp), np.array(patch_from, np.intp), tuple(dynamic), late, floats,
-                 tuple(b.float_nodes), tuple(b.rebuilt), tuple(b.targets), (b.kernels, b.calls), arena,
+                 tuple(b.float_nodes), tuple(b.hit_floats), tuple(b.rebuilt), tuple(b.targets), (b.kernels, b.calls), arena,
                  b.n_vars, b.program.n_order, b.keep, threading.Lock())
 
 
@@ -495,6 +529,8 @@ def _run(table, vars_, backend):
         slots[table.patch_slots] = np.array(addresses, np.int64)[table.patch_from]
     if table.float_nodes:
         table.floats[:len(table.float_nodes)] = [float(vars_[k].attrs["value"]) for k in table.float_nodes]
+    for floats, k, made in table.hit_floats:
+        floats[:] = made(vars_[k].attrs)
     runner, entries = _runner(), address(table.entries)
     for piece in table.pieces:
         if type(piece) is Segment:
