@@ -140,7 +140,7 @@ def test_tables_wait_for_the_thread_choice(table_runs):
         np.testing.assert_array_equal(v, values[0])
 
 
-def _classifier(steps=6, threads=1, smoothing=0.0):
+def _classifier(steps=6, threads=1, smoothing=0.0, width=6):
     """Losses and parameters of a small classifier trained with cross entropy (a library op with
     one kernel each way), one ignored label a batch."""
     jt.sync_all()
@@ -148,10 +148,10 @@ def _classifier(steps=6, threads=1, smoothing=0.0):
     jt.seed(5)
     jt.flags.num_threads = threads
     try:
-        model, data, losses = nn.Sequential(nn.Linear(6, 32), nn.ReLU(), nn.Linear(32, 7)), np.random.default_rng(5), []
+        model, data, losses = nn.Sequential(nn.Linear(width, 32), nn.ReLU(), nn.Linear(32, 7)), np.random.default_rng(5), []
         opt = nn.SGD(model.parameters(), lr=0.1, momentum=0.9)
         for _ in range(steps):
-            x = jt.array(data.standard_normal((50, 6)).astype("float32"))
+            x = jt.array(data.standard_normal((50, width)).astype("float32"))
             y = data.integers(0, 7, 50).astype("int32")
             y[3] = -1
             loss = nn.cross_entropy_loss(model(x), jt.array(y), ignore_index=-1, label_smoothing=smoothing)
@@ -169,6 +169,17 @@ def test_cross_entropy_runs_as_kernel_entries_with_the_same_bits(threads, table_
     assert not [p for t in table_runs for p in t.pieces if type(p) is cpu_table.PyStep]   # no Python step left
     monkeypatch.setattr(cpu_table, "enabled", False)
     _assert_same(with_tables, _classifier(threads=threads, smoothing=0.1))
+
+
+def test_products_split_over_threads_run_as_entries_with_the_same_bits(table_runs, monkeypatch):
+    """(50, 1024) x (1024, 32) and the weight's gradient are split over two threads: each is one
+    entry of the task runner, with the bits of ``blas.matmul``'s split."""
+    with_tables = _classifier(threads=2, width=1024)
+    split_fns = {gemm.entry for gemm in blas._team_gemm().values()}
+    assert sum(e[1] in split_fns for t in table_runs for e in t.entries) >= 2
+    assert not [p for t in table_runs for p in t.pieces if type(p) is cpu_table.PyStep]
+    monkeypatch.setattr(cpu_table, "enabled", False)
+    _assert_same(with_tables, _classifier(threads=2, width=1024))
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])

@@ -90,7 +90,7 @@ class OpSpec:
 class TableKernel(NamedTuple):
     """A library op's one kernel call (``OpSpec.table_kernel``): the backend's hand-written
     ``kernel`` (its ``fn``), its int and float arguments; ``size``: its thread count is the one
-    ``run_fastest`` chose at that size, else (None) ``threads``, or all of them; ``order``: which
+    ``run_fastest`` chose at that size, else (None) ``threads`` (None: one); ``order``: which
     input each of its buffers before the output is (None: the inputs in order); ``hit_floats``:
     for floats made from runtime attrs, ``attrs -> floats``, called again on every hit."""
     kernel: object

@@ -229,10 +229,12 @@ def _direct_call_works(dtype, entry):
 
 
 class _Gemm:
-    """The compiled task runner for one dtype, with the CBLAS gemm it calls."""
+    """The compiled task runner for one dtype, with the CBLAS gemm it calls, and the address of
+    its launch-table entry form (``split_entry``)."""
 
-    def __init__(self, runner, cblas, int_type):
+    def __init__(self, runner, entry, cblas, int_type):
         self.runner, self.cblas, self.int_type = runner, ctypes.cast(cblas, ctypes.c_void_p), int_type
+        self.entry = ctypes.cast(entry, ctypes.c_void_p).value
         runner.restype = None
         runner.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_int64,
                            ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64,
@@ -253,6 +255,32 @@ def _on_team(gemm, a, b, batch, threads):
     gemm.runner(gemm.cblas, plan.trans_a, plan.trans_b, plan.k, address(a), plan.lda, address(b), plan.ldb,
                 address(out), plan.n, address(plan.table), len(plan.table), threads)
     return out
+
+
+class SplitEntry(NamedTuple):
+    """A split product as one launch-table kernel entry (``templates/cpu/gemm.cc.j2``): the
+    function's address, its int arguments (they hold the task table's address: keep ``plan``)."""
+    fn: int
+    ints: np.ndarray
+    plan: object
+
+
+def split_entry(a, b, threads):
+    """The ``SplitEntry`` of the product ``matmul(a, b, threads)`` makes over threads for operands
+    of ``a``'s and ``b``'s shapes and strides, or None where it makes it otherwise (unsplit,
+    another dtype, an operand copied first)."""
+    if threads <= 1 or a.ndim < 2 or b.ndim < 2 or a.dtype != b.dtype or runs_unsplit(a.shape, b.shape, threads):
+        return None
+    gemm = _team_gemm().get(a.dtype)
+    if gemm is None:
+        return None
+    batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) if a.ndim > 2 or b.ndim > 2 else ()
+    plan = _team_plan(a.shape, a.strides, b.shape, b.strides, batch, threads, a.itemsize, gemm.int_type)
+    if plan is None or plan.copy_a or plan.copy_b:
+        return None
+    ints = np.array([gemm.cblas.value, plan.trans_a, plan.trans_b, plan.k, plan.lda, plan.ldb, plan.n,
+                     address(plan.table), len(plan.table)], np.int64)
+    return SplitEntry(gemm.entry, ints, plan)
 
 
 class _TeamPlan(NamedTuple):
@@ -339,8 +367,8 @@ def _team_gemm():
         return {}
     cblas, int_type = found
     runners = ctypes.CDLL(compiler.build(_source(int_type)))
-    gemms = {np.dtype("float32"): _Gemm(runners.jt_sgemm_tasks, cblas[0], int_type),
-             np.dtype("float64"): _Gemm(runners.jt_dgemm_tasks, cblas[1], int_type)}
+    gemms = {np.dtype("float32"): _Gemm(runners.jt_sgemm_tasks, runners.jt_sgemm_entry, cblas[0], int_type),
+             np.dtype("float64"): _Gemm(runners.jt_dgemm_tasks, runners.jt_dgemm_entry, cblas[1], int_type)}
     return gemms if _reproduces_numpy(gemms) else {}
 
 

@@ -10,10 +10,11 @@ change into the pointer blocks: the realized inputs, the targets (allocated afre
 to the user owns its buffer), the views of those, and what the steps left in Python return.
 
 A library op whose ``run`` is one hand-written kernel call on contiguous inputs
-(``OpSpec.table_kernel``: cross entropy) is an entry too. Left in Python, in order between runs of
-the table: other library ops, products ``blas.matmul`` would not make with one gemm (gemv shapes
-under MKL aside, split products, float16), draws, and views of a buffer a Python step makes. The kernels, their arguments and thread counts, and the gemm calls are those
-of ``cpu_replay.run`` (each product is checked bit for bit against ``blas.matmul`` when the table
+(``OpSpec.table_kernel``: cross entropy, ``adam_many``, LayerNorm's, attention's) is an entry too.
+A product ``blas.matmul`` splits over threads is one entry of its task runner. Left in Python,
+in order between runs of the table: other library ops, products whose operands ``blas.matmul``
+copies first (and float16 ones), draws, and views of a buffer a Python step makes. The kernels, their arguments and thread counts, and the gemm calls are those of
+``cpu_replay.run`` (each product is checked bit for bit against ``blas.matmul`` when the table
 is built), so values are identical. A program gets no table while a kernel's thread count is
 still being timed (``thread_choice``), or when its arena would pass ``MAX_ARENA`` bytes or all
 arenas alive ``MAX_ARENAS`` (big graphs gain little and would hold their intermediates between
@@ -39,7 +40,7 @@ from .pointers import address
 from .thread_choice import _thread_trials, values_free_of_threads
 
 enabled = True                  # off: hits run step by step in cpu_replay.run (tests, benchmarks)
-MAX_ARENA = 16 << 20            # bytes of intermediates a program may keep between hits
+MAX_ARENA = 32 << 20            # bytes of intermediates a program may keep between hits
 MAX_ARENAS = 128 << 20          # bytes of all arenas alive (a table goes with its stored plan)
 _arena_bytes = [0]
 _ALIGN = 64                     # each arena buffer on a cache line
@@ -276,13 +277,37 @@ def _add_gemm(b, step):
     bases = [b.base.get(k, k) for k in step.sources]
     distinct = bases[0] != bases[1] and max(bases) < b.program.n_order     # computed here: own buffers
     call = _product_call(*arrays, step.output, b.threads, distinct)
-    if call is None or not _same_as_product(call, *arrays):
+    if call is None:
+        return _add_split_gemm(b, step, arrays)
+    if not _same_as_product(call, *arrays):
         return False
     operands = [_operand(b, k, chain, array) for k, chain, array in zip(step.sources, step.views, arrays)]
     b.place(step.output)
     if call.swap:
         operands.reverse()
     b.entry(call.kind, call.fn, operands + [step.output.at], call.ints, 0, 1)
+    b.calls += 1
+    return True
+
+
+def _add_split_gemm(b, step, arrays):
+    """Add a product ``blas.matmul`` splits over the threads as one entry of its task runner
+    (``blas.split_entry``), checked bit for bit against it; False if it is not one."""
+    split = blas.split_entry(*arrays, b.threads)
+    if split is None or split.plan.out_shape != tuple(step.output.shape) or arrays[0].dtype != step.output.dtype:
+        return False
+    rng = np.random.default_rng(0)
+    x, y = (_random_like(rng, array) for array in arrays)
+    want = blas.matmul(x, y, b.threads)
+    got = np.full_like(want, np.nan)
+    slots = np.array([address(x), address(y), address(got)], np.int64)
+    _runner()(address(np.array([[_KERNEL, split.fn, address(slots), address(split.ints), 0, b.threads]], np.int64)), 1)
+    if not np.array_equal(got, want):
+        return False
+    operands = [_operand(b, k, chain, array) for k, chain, array in zip(step.sources, step.views, arrays)]
+    b.place(step.output)
+    b.keep.append(split.plan)           # its task table, whose address the ints hold
+    b.entry(_KERNEL, split.fn, operands + [step.output.at], split.ints, 0, b.threads)
     b.calls += 1
     return True
 
@@ -315,7 +340,7 @@ def _add_library_kernel(b, step, backend):
     order = call.order or range(len(operands))
     b.entry(_KERNEL, ctypes.cast(fn, ctypes.c_void_p).value, [operands[k] for k in order] + [step.output.at],
             ints, address(floats) if len(floats) else 0, threads)
-    b.kernels += 1
+    b.calls += 1                        # still a library call in ``jt.stats()``, as from Python
     return True
 
 
@@ -447,8 +472,8 @@ def _finish(b):
     views = tuple(_address_only(b, view) for view in b.views)
     return Table(entries, tuple(b.pieces), slots, static, tuple(b.fresh), views,
                  np.array(patch_slots, np.intp), np.array(patch_from, np.intp), tuple(dynamic), late, floats,
-                 tuple(b.float_nodes), tuple(b.hit_floats), tuple(b.rebuilt), tuple(b.targets), (b.kernels, b.calls), arena,
-                 b.n_vars, b.program.n_order, b.keep, threading.Lock())
+                 tuple(b.float_nodes), tuple(b.hit_floats), tuple(b.rebuilt), tuple(b.targets),
+                 (b.kernels, b.calls), arena, b.n_vars, b.program.n_order, b.keep, threading.Lock())
 
 
 def _address_only(b, view):
