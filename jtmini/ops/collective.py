@@ -305,11 +305,12 @@ def _packed_shapes(inputs, a):
 
 
 def _unpack(flat, shapes):
-    """Views of the 1-D ``flat`` with each of ``shapes``, in order."""
+    """Views of the 1-D ``flat`` with each of ``shapes``, in order (the slice nodes ``flat[a:b]``
+    builds, without its index parsing: a third of the time, for every parameter every step)."""
     views, start = [], 0
     for shape in shapes:
         size = math.prod(shape)
-        views.append(flat[start:start + size].reshape(shape))
+        views.append(slice_var(flat, (start,), (1,), (size,)).reshape(shape))
         start += size
     return views
 
