@@ -272,8 +272,11 @@ def split_entry(a, b, threads):
     if threads <= 1 or a.ndim < 2 or b.ndim < 2 or a.dtype != b.dtype or runs_unsplit(a.shape, b.shape, threads):
         return None
     gemm = _team_gemm().get(a.dtype)
-    if gemm is None:
-        return None
+    return None if gemm is None else _entry(gemm, a, b, threads)
+
+
+def _entry(gemm, a, b, threads):
+    """``split_entry`` with ``gemm``, whatever the product's size (the probe's products are small)."""
     batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) if a.ndim > 2 or b.ndim > 2 else ()
     plan = _team_plan(a.shape, a.strides, b.shape, b.strides, batch, threads, a.itemsize, gemm.int_type)
     if plan is None or plan.copy_a or plan.copy_b:
@@ -281,6 +284,17 @@ def split_entry(a, b, threads):
     ints = np.array([gemm.cblas.value, plan.trans_a, plan.trans_b, plan.k, plan.lda, plan.ldb, plan.n,
                      address(plan.table), len(plan.table)], np.int64)
     return SplitEntry(gemm.entry, ints, plan)
+
+
+_ENTRY_CALL = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int)
+
+
+def _run_entry(entry, a, b, threads):
+    """The product through ``entry`` called as a launch table calls it (the probe's check)."""
+    out = np.full(entry.plan.out_shape, np.nan, a.dtype)
+    buffers = (ctypes.c_void_p * 3)(address(a), address(b), address(out))
+    _ENTRY_CALL(entry.fn)(buffers, address(entry.ints), None, threads)
+    return out
 
 
 class _TeamPlan(NamedTuple):
@@ -373,8 +387,9 @@ def _team_gemm():
 
 
 def _reproduces_numpy(gemms):
-    """Probe each dtype on row blocks, column blocks, a batch and transposed operands: a wrong
-    guess at a symbol's interface must fall back to np.matmul, not compute garbage."""
+    """Probe each dtype on row blocks, column blocks, a batch and transposed operands, through
+    the runner and its launch-table form: a wrong guess at a symbol's interface must fall back to
+    np.matmul, not compute garbage."""
     rng = np.random.default_rng(0)
     for dtype, gemm in gemms.items():
         for a_shape, b_shape in [((40, 24), (24, 36)), ((36, 24), (24, 40)), ((3, 40, 24), (24, 36))]:
@@ -382,6 +397,9 @@ def _reproduces_numpy(gemms):
             for x, y in [(a, b), (a.swapaxes(-1, -2).copy().swapaxes(-1, -2), b.T.copy().T)]:
                 got = _on_team(gemm, x, y, np.broadcast_shapes(a.shape[:-2], b.shape[:-2]), 2)
                 if not np.allclose(got, np.matmul(a, b), rtol=1e-4, atol=1e-4):
+                    return False
+                # the launch-table form must make the same calls: the same bits
+                if not np.array_equal(_run_entry(_entry(gemm, x, y, 2), x, y, 2), got):
                     return False
     return True
 
