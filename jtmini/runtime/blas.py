@@ -120,10 +120,12 @@ def _intel_cpu():
 
 
 def _mkl_path():
-    """libmkl_rt of the ``mkl`` wheel (installed into ``<prefix>/lib``) or of the system; None."""
+    """libmkl_rt of the ``mkl`` wheel (installed into ``<prefix>/lib``: the environment's, the
+    user's, or Debian's /usr/local for a system-wide pip) or of the system; None."""
     import ctypes.util
     import site
-    for prefix in dict.fromkeys([sys.prefix, sys.base_prefix, site.getuserbase()]):
+    import sysconfig
+    for prefix in dict.fromkeys([sys.prefix, sys.base_prefix, sysconfig.get_paths()["data"], site.getuserbase()]):
         for name in ("libmkl_rt.so.2", "libmkl_rt.so"):
             if (Path(prefix) / "lib" / name).is_file():
                 return str(Path(prefix) / "lib" / name)
