@@ -84,8 +84,9 @@ def _no_grad(d, out, inputs, a):
 
 # the hyper-parameters change every step (bias corrections, a learning-rate schedule): launch
 # arguments, so the step's graph and plan stay the same
-register(OpSpec("adam_many", "library", infer=_infer, run=kernel_run(_call, _output), grad=_no_grad, reads_view=_contiguous,
-                runtime_attrs=("hyper",), table_kernel=_call, kernels=lambda inputs, a, backend: _planned(inputs[0].dtype, a["clip"], a["decay"])))
+register(OpSpec("adam_many", "library", infer=_infer, run=kernel_run(_call, _output), grad=_no_grad,
+                reads_view=_contiguous, runtime_attrs=("hyper",), table_kernel=_call,
+                kernels=lambda inputs, a, backend: _planned(inputs[0].dtype, a["clip"], a["decay"])))
 
 
 def adam_many(grads, ms, vs, ps, coef, hyper, decay=False):

@@ -155,8 +155,8 @@ def runs_unsplit(a_shape, b_shape, threads):
 
 
 class Cblas(NamedTuple):
-    """The CBLAS gemm of the BLAS in use (``library()``), for a hand-written kernel to call: its address and the C
-    type of its integer arguments (``int`` for LP64, ``int64_t`` for ILP64)."""
+    """The CBLAS gemm of the BLAS in use (``library()``), for a hand-written kernel to call: its
+    address and the C type of its integer arguments (``int`` for LP64, ``int64_t`` for ILP64)."""
     address: int
     int_type: str
 
@@ -185,8 +185,9 @@ def _cblas():
 
 def _find_cblas_gemm(routine="gemm"):
     """``((sgemm, dgemm), int_type)`` of MKL when it is in use; else of the first loaded BLAS,
-    numpy's own first (the one np.matmul uses), that exports a CBLAS gemm under one of ``_CBLAS_SYMBOLS``; None if none does.
-    ``routine="gemv"``: its gemv functions, by the same naming."""
+    numpy's own first (the one np.matmul uses), that exports a CBLAS gemm under one of
+    ``_CBLAS_SYMBOLS``; None if none does. ``routine="gemv"``: its gemv functions, by the same
+    naming."""
     if library().name == "mkl":        # MKL's CBLAS is LP64 under the plain names
         return tuple(getattr(_mkl(), f"cblas_{kind}{routine}") for kind in "sd"), "int"
     from threadpoolctl import threadpool_info

@@ -13,9 +13,10 @@ A library op whose ``run`` is one hand-written kernel call on contiguous inputs
 (``OpSpec.table_kernel``: cross entropy, ``adam_many``, LayerNorm's, attention's) is an entry too.
 A product ``blas.matmul`` splits over threads is one entry of its task runner. Left in Python,
 in order between runs of the table: other library ops, products whose operands ``blas.matmul``
-copies first (and float16 ones), draws, and views of a buffer a Python step makes. The kernels, their arguments and thread counts, and the gemm calls are those of
-``cpu_replay.run`` (each product is checked bit for bit against ``blas.matmul`` when the table
-is built), so values are identical. A program gets no table while a kernel's thread count is
+copies first (and float16 ones), draws, and views of a buffer a Python step makes. The kernels,
+their arguments and thread counts, and the gemm calls are those of ``cpu_replay.run`` (each
+product is checked bit for bit against ``blas.matmul`` when the table is built), so values are
+identical. A program gets no table while a kernel's thread count is
 still being timed (``thread_choice``), or when its arena would pass ``MAX_ARENA`` bytes or all
 arenas alive ``MAX_ARENAS`` (big graphs gain little and would hold their intermediates between
 steps). A hit finding its table in use (another thread's realize) runs step by step.
@@ -398,7 +399,8 @@ def _product_call(a, b, output, threads, distinct=False):
     layout_b = _blasable(b.strides, (k, n), size)
     if cblas is None or layout_a is None or layout_b is None or max(m, n, k) > blas._INT_MAX[cblas.int_type]:
         return None
-    if numpys and not distinct and layout_a[0] != layout_b[0] and m == n and a.strides[0] == b.strides[1] and a.strides[1] == b.strides[0]:
+    if numpys and not distinct and layout_a[0] != layout_b[0] and m == n \
+            and a.strides[0] == b.strides[1] and a.strides[1] == b.strides[0]:
         return None                     # numpy takes syrk when both are one buffer
     ints = np.array([layout_a[0], layout_b[0], m, n, k, layout_a[1], layout_b[1], n], np.int64)
     return _GemmCall(_GEMM_KIND[a.dtype], cblas.address, ints, False)
