@@ -102,9 +102,9 @@ def _stats_call(arrays, a, backend):
     return TableKernel(_kernel(backend, "stats", dtypes.numpy_name(x.dtype)), list(x.shape), [a["eps"]], size=x.size)
 
 
-def _table_of(arrays, a):
-    """The (2, R) output of both ops, R the rows of x (their last input)."""
-    return (2, arrays[-1].shape[0]), arrays[-1].dtype
+def _rows_table(x_at):
+    """``kernel_run``'s output of both ops: (2, R) for their (R, D) x, input ``x_at``."""
+    return lambda arrays, a: ((2, arrays[x_at].shape[0]), arrays[x_at].dtype)
 
 
 def _stats_grad(d, out, inputs, a):
@@ -116,7 +116,7 @@ def _stats_grad(d, out, inputs, a):
     return [per_row(d, 0, x.shape) / n - per_row(d, 1, x.shape) * rstd * rstd * rstd * (x - mean) / n]
 
 
-register(OpSpec("layer_norm_stats", "library", infer=_stats_infer, run=kernel_run(_stats_call, _table_of),
+register(OpSpec("layer_norm_stats", "library", infer=_stats_infer, run=kernel_run(_stats_call, _rows_table(0)),
                 grad=_stats_grad, table_kernel=_stats_call,
                 kernels=lambda inputs, a, backend: _planned(inputs[0].dtype)))
 
@@ -155,7 +155,7 @@ def _grad_sums_grad(c, out, inputs, a):
 
 
 register(OpSpec("layer_norm_grad_sums", "library", infer=_grad_sums_infer, grad=_grad_sums_grad,
-                run=kernel_run(_grad_sums_call, lambda arrays, a: ((2, arrays[1].shape[0]), arrays[1].dtype)),
+                run=kernel_run(_grad_sums_call, _rows_table(1)),
                 table_kernel=_grad_sums_call))
 
 

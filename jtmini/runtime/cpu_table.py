@@ -276,8 +276,7 @@ def _add_gemm(b, step):
         return False
     if any(k not in b.known and k not in b.late_library for k in step.sources):
         return False                    # a view a Python step makes: its layout is not known yet
-    arrays = [numpy_views.chain_view(_build_value(b, k), [b.vars[c] for c in chain]) if chain else _build_value(b, k)
-              for k, chain in zip(step.sources, step.views)]
+    arrays = _step_arrays(b, step)
     bases = [b.base.get(k, k) for k in step.sources]
     distinct = bases[0] != bases[1] and max(bases) < b.program.n_order     # computed here: own buffers
     call = _product_call(*arrays, step.output, b.threads, distinct)
@@ -285,7 +284,7 @@ def _add_gemm(b, step):
         return _add_split_gemm(b, step, arrays)
     if not _same_as_product(call, *arrays):
         return False
-    operands = [_operand(b, k, chain, array) for k, chain, array in zip(step.sources, step.views, arrays)]
+    operands = _operands(b, step, arrays)
     b.place(step.output)
     if call.swap:
         operands.reverse()
@@ -301,7 +300,7 @@ def _add_split_gemm(b, step, arrays):
     split = blas.split_entry(*arrays, b.threads)
     if split is None or split.plan.out_shape != tuple(step.output.shape) or arrays[0].dtype != step.output.dtype:
         return False
-    operands = [_operand(b, k, chain, array) for k, chain, array in zip(step.sources, step.views, arrays)]
+    operands = _operands(b, step, arrays)
     b.place(step.output)
     b.keep.append(split.plan)           # its task table, whose address the ints hold
     b.entry(_KERNEL, split.fn, operands + [step.output.at], split.ints, 0, b.threads)
@@ -315,14 +314,13 @@ def _add_library_kernel(b, step, backend):
     spec = OPS[b.vars[step.root].op]
     if spec.table_kernel is None or step.stateful or any(k not in b.known for k in step.sources):
         return False
-    arrays = [numpy_views.chain_view(_build_value(b, k), [b.vars[c] for c in chain]) if chain else _build_value(b, k)
-              for k, chain in zip(step.sources, step.views)]
+    arrays = _step_arrays(b, step)
     if not all(array.flags.c_contiguous for array in arrays):
         return False
     call = spec.table_kernel(arrays, b.vars[step.root].attrs, backend)
     if call is None:
         return False
-    operands = [_operand(b, k, chain, array) for k, chain, array in zip(step.sources, step.views, arrays)]
+    operands = _operands(b, step, arrays)
     b.place(step.output)
     ints, floats = np.asarray(call.ints, np.int64), np.asarray(call.floats, np.float64)
     b.keep.append(floats)               # its address goes in the entry as it is (a positive one)
@@ -339,6 +337,18 @@ def _add_library_kernel(b, step, backend):
             ints, address(floats) if len(floats) else 0, threads)
     b.calls += 1                        # still a library call in ``jt.stats()``, as from Python
     return True
+
+
+def _step_arrays(b, step):
+    """The arrays a library step reads, as stand-ins of its sources' layouts (``_build_value``)
+    seen through its views."""
+    return [numpy_views.chain_view(_build_value(b, k), [b.vars[c] for c in chain]) if chain else _build_value(b, k)
+            for k, chain in zip(step.sources, step.views)]
+
+
+def _operands(b, step, arrays):
+    """The positions an entry for ``step`` reads (``_operand`` of each source)."""
+    return [_operand(b, k, chain, array) for k, chain, array in zip(step.sources, step.views, arrays)]
 
 
 def _operand(b, k, chain, array):
@@ -500,7 +510,7 @@ def _runner():
 
 def _same_as_product(call, a, b):
     """Whether the gemm entry gives ``blas.matmul``'s bits on random operands of ``a``'s and ``b``'s
-    layouts: a wrong guess at numpy's call must leave the product to numpy. Checked once per
+    layouts: a wrong guess at its call must leave the product to ``blas.matmul``. Checked once per
     call and layouts (tables of other thread counts and programs share products)."""
     key = (call.kind, call.fn, call.ints.tobytes(), call.swap, a.shape, a.strides, b.shape, b.strides, a.dtype)
     same = _products_checked.get(key)
