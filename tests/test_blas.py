@@ -90,6 +90,55 @@ def test_a_remembered_plan_serves_only_operands_laid_out_alike():
     assert blas._team_plan.cache_info().hits >= 3
 
 
+def _long_k_operands(rng, m=32, k=8192, n=144, dtype="float32"):
+    """A convolution weight gradient's layout: both operands K-contiguous, K long beside M and N."""
+    return (rng.standard_normal((m, k)).astype(dtype), rng.standard_normal((n, k)).astype(dtype).T)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_a_product_computed_as_its_transpose_is_the_product(threads, dtype):
+    rng = np.random.default_rng(5)
+    a, b = _long_k_operands(rng, dtype=dtype)
+    gemm = blas._team_gemm()[np.dtype(dtype)]
+    swapped = blas._on_team(gemm, a, b, (), threads, swap=True)
+    assert swapped.shape == (32, 144) and swapped.flags.c_contiguous
+    np.testing.assert_allclose(swapped, np.matmul(a.astype("float64"), b), rtol=1e-4, atol=1e-3)
+    # matmul takes the way _swaps chose for this layout, and repeats its bits
+    chosen = blas._on_team(gemm, a, b, (), threads, swap=blas.swaps(a, b, threads))
+    np.testing.assert_array_equal(blas.matmul(a, b, threads), chosen)
+
+
+def test_a_product_runs_as_its_transpose_only_with_the_same_bits(monkeypatch):
+    """Even when the transpose is the faster way round, the product keeps its bits: a layout
+    whose two ways differ in the last bit stays as it is."""
+    monkeypatch.setattr(blas, "SWAP_GAIN", 1e9)         # any time counts as faster
+    blas._swaps.cache_clear()
+    try:
+        rng = np.random.default_rng(6)
+        for m, k, n in [(32, 8192, 144), (64, 4096, 576), (16, 65536, 27)]:
+            a, b = _long_k_operands(rng, m, k, n)
+            if blas.library().name != "mkl":
+                assert not blas.swaps(a, b, 1)          # the way round only MKL's products take
+                continue
+            gemm = blas._team_gemm()[a.dtype]
+            x = blas.random_layout(np.random.default_rng(0), a.shape, a.strides, a.dtype)
+            y = blas.random_layout(np.random.default_rng(0), b.shape, b.strides, b.dtype)
+            same = np.array_equal(*(blas._on_team(gemm, x, y, (), 1, swap) for swap in (False, True)))
+            assert blas.swaps(a, b, 1) == same, (m, k, n)
+    finally:
+        blas._swaps.cache_clear()
+
+
+def test_only_long_k_products_of_k_contiguous_operands_are_tried_the_other_way_round():
+    rng = np.random.default_rng(7)
+    a, b = _long_k_operands(rng)
+    for what, x, y in [("B not transposed", a, np.ascontiguousarray(b)), ("K short", a[:, :256], b[:256]),
+                       ("a batch", np.stack([a, a]), b), ("A transposed", np.asfortranarray(a), b)]:
+        assert not blas.swaps(x, y, 1), what
+        np.testing.assert_allclose(blas.matmul(x, y, 1), np.matmul(x.astype("float64"), y), rtol=1e-4, atol=1e-3)
+
+
 def _python(code, **env):
     import os
     import subprocess

@@ -182,6 +182,30 @@ def test_products_split_over_threads_run_as_entries_with_the_same_bits(table_run
     _assert_same(with_tables, _classifier(threads=2, width=1024))
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_products_computed_as_their_transpose_run_as_entries_with_the_same_bits(threads, table_runs, monkeypatch):
+    """A convolution weight gradient's layout (both operands K-contiguous, K long) that MKL
+    computes faster the other way round is one entry of the task runner, with its bits."""
+    a_np = rng.standard_normal((32, 8192)).astype("float32")
+    b_np = rng.standard_normal((144, 8192)).astype("float32")
+
+    def products():
+        jt.flags.num_threads = threads
+        try:
+            return [((jt.array(a_np) * 2) @ (jt.array(b_np) + 1).transpose()).numpy() for _ in range(12)]
+        finally:
+            jt.flags.num_threads = 1
+    with_tables = products()
+    assert table_runs
+    swapped = blas.swaps(a_np, (b_np + 1).T, threads)
+    entries = {e[1] for t in table_runs for e in t.entries}
+    assert (blas._team_gemm()[np.dtype("float32")].entry in entries) == (swapped or threads > 1)
+    monkeypatch.setattr(cpu_table, "enabled", False)
+    for got, want in zip(with_tables, products()):
+        np.testing.assert_array_equal(got, want)
+    np.testing.assert_allclose(with_tables[0], (a_np * 2).astype("float64") @ (b_np + 1).T, rtol=1e-4, atol=1e-2)
+
+
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("shapes", [((7, 5), (5, 9)), ((1, 5), (5, 9)), ((7, 5), (5, 1)), ((7, 1), (1, 9))])
 @pytest.mark.parametrize("transposed", [(False, False), (True, False), (False, True), (True, True)])

@@ -29,6 +29,7 @@ import ctypes
 import functools
 import math
 import sys
+import time
 from pathlib import Path
 from typing import NamedTuple
 
@@ -40,6 +41,7 @@ from ..state import register_cache
 from .pointers import address
 
 MIN_SPLIT_MACS = 1 << 20        # below ~1M multiply-adds (tens of microseconds) one call is faster
+SWAP_GAIN = 0.85                 # a product runs as its transpose when that takes at most this share
 _ALIGN = 16                      # block edges on whole AVX-512 vectors of float32
 
 # CBLAS gemm symbol patterns ({} is s or d) and the integer type of their interface. numpy 2
@@ -241,52 +243,114 @@ class _Gemm:
         runner.restype = None
         runner.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_int64,
                            ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64,
-                           ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int]
+                           ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int,
+                           ctypes.c_int64]
 
 
-def _on_team(gemm, a, b, batch, threads):
+def _on_team(gemm, a, b, batch, threads, swap=None):
     """The product as a table of CBLAS calls run by ``threads`` OpenMP threads (one
-    ``np.matmul`` when a size does not fit the BLAS's integers)."""
+    ``np.matmul`` when a size does not fit the BLAS's integers). ``swap``: whether the calls
+    compute its transpose (``_swaps``; None: as ``_swaps`` decides)."""
+    if swap is None:
+        swap = not batch and _swaps(a.shape, a.strides, b.shape, b.strides, a.dtype, threads)
+    if swap:
+        a, b = b.T, a.T
     plan = _team_plan(a.shape, a.strides, b.shape, b.strides, batch, threads, a.itemsize, gemm.int_type)
     if plan is None:
-        return np.matmul(a, b)
+        return np.matmul(b.T, a.T) if swap else np.matmul(a, b)
     if plan.copy_a:
         a = np.ascontiguousarray(a)
     if plan.copy_b:
         b = np.ascontiguousarray(b)
-    out = np.empty(plan.out_shape, a.dtype)
+    out = np.empty(plan.out_shape[::-1] if swap else plan.out_shape, a.dtype)
     gemm.runner(gemm.cblas, plan.trans_a, plan.trans_b, plan.k, address(a), plan.lda, address(b), plan.ldb,
-                address(out), plan.n, address(plan.table), len(plan.table), threads)
+                address(out), plan.n, address(plan.table), len(plan.table), threads, plan.out_shape[0] if swap else 0)
     return out
 
 
+def swaps(a, b, threads):
+    """Whether ``matmul(a, b, threads)`` computes the product as its transpose (``_swaps``)."""
+    return (library().name == "mkl" and a.ndim == 2 == b.ndim and a.dtype == b.dtype
+            and _swaps(a.shape, a.strides, b.shape, b.strides, a.dtype, 1 if runs_unsplit(a.shape, b.shape, threads)
+                       else threads))
+
+
+@functools.lru_cache(maxsize=512)
+def _swaps(a_shape, a_strides, b_shape, b_strides, dtype, threads):
+    """Whether a product of these layouts runs as its transpose, (B^T A^T)^T. MKL took 2.1 ms for
+    VGG's (32, 16384) x (16384, 144) weight gradient (both operands K-contiguous) and 1.0 ms for
+    (144, 16384) x (16384, 32), with the same bits. Tried once per layout, where the output is
+    small beside K: taken only with the same bits on random operands and at most ``SWAP_GAIN`` of
+    the time."""
+    if len(a_shape) != 2 or len(b_shape) != 2 or library().name != "mkl":
+        return False
+    (m, k), n = a_shape, b_shape[1]
+    layouts = _layout(a_shape, a_strides, dtype.itemsize), _layout(b_shape, b_strides, dtype.itemsize)
+    if None in layouts or layouts[0][0] or not layouts[1][0] or k < 4 * max(m, n) or m * n * k < MIN_SPLIT_MACS:
+        return False
+    gemm = _team_gemm().get(dtype)
+    if gemm is None:
+        return False
+    rng = np.random.default_rng(0)
+    a, b = random_layout(rng, a_shape, a_strides, dtype), random_layout(rng, b_shape, b_strides, dtype)
+    tries = [functools.partial(_on_team, gemm, a, b, (), threads, swap) for swap in (False, True)]
+    if not np.array_equal(tries[0](), tries[1]()):
+        return False
+    seconds = [math.inf, math.inf]
+    for _ in range(3):
+        for at, run in enumerate(tries):
+            began = time.perf_counter()
+            run()
+            seconds[at] = min(seconds[at], time.perf_counter() - began)
+    return seconds[1] <= SWAP_GAIN * seconds[0]
+
+
+def random_layout(rng, shape, strides, dtype):
+    """An array of ``shape``, ``dtype`` and byte ``strides`` (nonnegative) of random values."""
+    dtype = np.dtype(dtype)
+    span = sum((d - 1) * s for d, s in zip(shape, strides)) + dtype.itemsize
+    flat = rng.random(-(-span // dtype.itemsize), dtype) - 0.5     # uniform: 4x faster to draw
+    return np.ndarray(shape, dtype, flat, 0, strides)
+
+
 class SplitEntry(NamedTuple):
-    """A split product as one launch-table kernel entry (``templates/cpu/gemm.cc.j2``): the
-    function's address, its int arguments (they hold the task table's address: keep ``plan``)."""
+    """A product's task runner as one launch-table kernel entry (``templates/cpu/gemm.cc.j2``):
+    the function's address, its int arguments (they hold the task table's address: keep
+    ``plan``), the shape of the product it writes, and its operands' order (swapped: B^T, A^T)."""
     fn: int
     ints: np.ndarray
     plan: object
+    out_shape: tuple
+    swap: bool
 
 
 def split_entry(a, b, threads):
-    """The ``SplitEntry`` of the product ``matmul(a, b, threads)`` makes over threads for operands
-    of ``a``'s and ``b``'s shapes and strides, or None where it makes it otherwise (unsplit,
-    another dtype, an operand copied first)."""
-    if threads <= 1 or a.ndim < 2 or b.ndim < 2 or a.dtype != b.dtype or runs_unsplit(a.shape, b.shape, threads):
+    """The ``SplitEntry`` of the product ``matmul(a, b, threads)`` makes through its task runner
+    (split over threads, or computed as its transpose) for operands of ``a``'s and ``b``'s shapes
+    and strides, or None where it makes it otherwise (one plain call, another dtype, an operand
+    copied first)."""
+    if a.ndim < 2 or b.ndim < 2 or a.dtype != b.dtype:
+        return None
+    swap = swaps(a, b, threads)
+    if not swap and (threads <= 1 or runs_unsplit(a.shape, b.shape, threads)):
         return None
     gemm = _team_gemm().get(a.dtype)
-    return None if gemm is None else _entry(gemm, a, b, threads)
+    threads = 1 if runs_unsplit(a.shape, b.shape, threads) else threads
+    return None if gemm is None else _entry(gemm, a, b, threads, swap)
 
 
-def _entry(gemm, a, b, threads):
+def _entry(gemm, a, b, threads, swap=False):
     """``split_entry`` with ``gemm``, whatever the product's size (the probe's products are small)."""
     batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) if a.ndim > 2 or b.ndim > 2 else ()
+    out_shape = batch + (a.shape[-2], b.shape[-1])
+    if swap:
+        a, b = b.T, a.T
     plan = _team_plan(a.shape, a.strides, b.shape, b.strides, batch, threads, a.itemsize, gemm.int_type)
     if plan is None or plan.copy_a or plan.copy_b:
         return None
     ints = np.array([gemm.cblas.value, plan.trans_a, plan.trans_b, plan.k, plan.lda, plan.ldb, plan.n,
-                     address(plan.table), len(plan.table)], np.int64)
-    return SplitEntry(gemm.entry, ints, plan)
+                     address(plan.table), len(plan.table), plan.out_shape[0] if swap else 0], np.int64)
+    return SplitEntry(gemm.entry, ints, plan, out_shape, swap)
 
 
 _ENTRY_CALL = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int)
@@ -294,8 +358,9 @@ _ENTRY_CALL = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_
 
 def _run_entry(entry, a, b, threads):
     """The product through ``entry`` called as a launch table calls it (the probe's check)."""
-    out = np.full(entry.plan.out_shape, np.nan, a.dtype)
-    buffers = (ctypes.c_void_p * 3)(address(a), address(b), address(out))
+    out = np.full(entry.out_shape, np.nan, a.dtype)
+    first, second = (b, a) if entry.swap else (a, b)
+    buffers = (ctypes.c_void_p * 3)(address(first), address(second), address(out))
     _ENTRY_CALL(entry.fn)(buffers, address(entry.ints), None, threads)
     return out
 
@@ -398,12 +463,13 @@ def _reproduces_numpy(gemms):
         for a_shape, b_shape in [((40, 24), (24, 36)), ((36, 24), (24, 40)), ((3, 40, 24), (24, 36))]:
             a, b = rng.standard_normal(a_shape).astype(dtype), rng.standard_normal(b_shape).astype(dtype)
             for x, y in [(a, b), (a.swapaxes(-1, -2).copy().swapaxes(-1, -2), b.T.copy().T)]:
-                got = _on_team(gemm, x, y, np.broadcast_shapes(a.shape[:-2], b.shape[:-2]), 2)
-                if not np.allclose(got, np.matmul(a, b), rtol=1e-4, atol=1e-4):
-                    return False
-                # the launch-table form must make the same calls: the same bits
-                if not np.array_equal(_run_entry(_entry(gemm, x, y, 2), x, y, 2), got):
-                    return False
+                for swap in (False, True) if a.ndim == 2 else (False,):
+                    got = _on_team(gemm, x, y, np.broadcast_shapes(a.shape[:-2], b.shape[:-2]), 2, swap)
+                    if not np.allclose(got, np.matmul(a, b), rtol=1e-4, atol=1e-4):
+                        return False
+                    # the launch-table form must make the same calls: the same bits
+                    if not np.array_equal(_run_entry(_entry(gemm, x, y, 2, swap), x, y, 2), got):
+                        return False
     return True
 
 

@@ -298,11 +298,13 @@ def _add_split_gemm(b, step, arrays):
     (``blas.split_entry``: the plan ``blas.matmul`` runs, its form probed bit for bit once per
     process, not here: random operands of a convolution's size took 0.7 s); False if not one."""
     split = blas.split_entry(*arrays, b.threads)
-    if split is None or split.plan.out_shape != tuple(step.output.shape) or arrays[0].dtype != step.output.dtype:
+    if split is None or split.out_shape != tuple(step.output.shape) or arrays[0].dtype != step.output.dtype:
         return False
     operands = _operands(b, step, arrays)
     b.place(step.output)
     b.keep.append(split.plan)           # its task table, whose address the ints hold
+    if split.swap:
+        operands.reverse()
     b.entry(_KERNEL, split.fn, operands + [step.output.at], split.ints, 0, b.threads)
     b.calls += 1
     return True
@@ -412,6 +414,8 @@ def _product_call(a, b, output, threads, distinct=False):
     if numpys and not distinct and layout_a[0] != layout_b[0] and m == n \
             and a.strides[0] == b.strides[1] and a.strides[1] == b.strides[0]:
         return None                     # numpy takes syrk when both are one buffer
+    if blas.swaps(a, b, threads):
+        return None                     # computed as its transpose: the task runner's entry
     ints = np.array([layout_a[0], layout_b[0], m, n, k, layout_a[1], layout_b[1], n], np.int64)
     return _GemmCall(_GEMM_KIND[a.dtype], cblas.address, ints, False)
 
@@ -525,20 +529,13 @@ register_cache("launch-table product checks", _products_checked.clear, "one entr
 
 def _check_product(call, a, b):
     rng = np.random.default_rng(0)
-    x, y = (_random_like(rng, array) for array in (a, b))
+    x, y = (blas.random_layout(rng, array.shape, array.strides, array.dtype) for array in (a, b))
     want = blas.matmul(x, y, 1)
     got = np.full_like(want, np.nan)
     slots = np.array([address(y), address(x), address(got)] if call.swap else [address(x), address(y), address(got)], np.int64)
     entry = np.array([[call.kind, call.fn, address(slots), address(call.ints), 0, 1]], np.int64)
     _runner()(address(entry), 1)
     return np.array_equal(got, want)
-
-
-def _random_like(rng, array):
-    """Random values in an array of ``array``'s shape, dtype and strides (nonnegative strides)."""
-    span = sum((d - 1) * s for d, s in zip(array.shape, array.strides)) + array.itemsize
-    flat = rng.random(-(-span // array.itemsize), array.dtype) - 0.5    # uniform: 4x faster to draw
-    return np.ndarray(array.shape, array.dtype, flat, 0, array.strides)
 
 
 def run(table, vars_, backend):
