@@ -481,3 +481,4 @@ def _source(int_type):
 
 
 register_cache("blas plans", _team_plan.cache_clear, "the 512 operand layouts used last")
+register_cache("blas product orientations", _swaps.cache_clear, "the 512 product layouts tried the other way round")
