@@ -85,3 +85,14 @@ def test_selects_keep_numpys_values_on_special_inputs(dtype):
 
 def dtype_scalar(dtype, value):
     return np.dtype(dtype).type(value)
+
+
+@pytest.mark.parametrize("name", ["tanh", "exp", "sin"])
+def test_a_kernel_under_the_parallel_grain_runs_its_vector_loop(name):
+    """A map of at most GRAIN elements runs on one thread but still vectorised: a bare ``if`` on
+    ``parallel for simd`` turned its simd off too, and the small kernel's values then came from
+    scalar libm, not from the vector math a large kernel of the same values calls."""
+    x = np.random.default_rng(3).uniform(-5, 5, 1 << 16).astype(np.float32)
+    large = getattr(jt, name)(jt.array(x) * 1.5).numpy()
+    small = getattr(jt, name)(jt.array(x[:1024]) * 1.5).numpy()
+    np.testing.assert_array_equal(small, large[:1024])
