@@ -101,12 +101,16 @@ class TableKernel(NamedTuple):
     order: Optional[tuple] = None
     hit_floats: Optional[Callable] = None
 
+    def fixed_threads(self):
+        """The thread count of a call with no ``size``: ``threads``, None meaning one."""
+        return self.threads or 1
+
     def launch(self, arrays):
         """Make the call on ``arrays`` (the inputs in ``order``, then the output), as ``run`` does."""
         if self.size is not None:
             self.kernel.run_fastest(arrays, self.ints, self.floats, self.size)
         else:
-            self.kernel.run(arrays, self.ints, self.floats, self.threads or 1)
+            self.kernel.run(arrays, self.ints, self.floats, self.fixed_threads())
 
 
 def kernel_run(call, output):

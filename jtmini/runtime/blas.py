@@ -451,13 +451,13 @@ def _team_gemm():
     runners = ctypes.CDLL(compiler.build(_source(int_type)))
     gemms = {np.dtype("float32"): _Gemm(runners.jt_sgemm_tasks, runners.jt_sgemm_entry, cblas[0], int_type),
              np.dtype("float64"): _Gemm(runners.jt_dgemm_tasks, runners.jt_dgemm_entry, cblas[1], int_type)}
-    return gemms if _reproduces_numpy(gemms) else {}
+    return gemms if _runner_works(gemms) else {}
 
 
-def _reproduces_numpy(gemms):
-    """Probe each dtype on row blocks, column blocks, a batch and transposed operands, through
-    the runner and its launch-table form: a wrong guess at a symbol's interface must fall back to
-    np.matmul, not compute garbage."""
+def _runner_works(gemms):
+    """Probe each dtype on row blocks, column blocks, a batch and transposed operands (each 2-D
+    product also computed as its transpose), through the runner and its launch-table form: a
+    wrong guess at a symbol's interface must fall back to np.matmul, not compute garbage."""
     rng = np.random.default_rng(0)
     for dtype, gemm in gemms.items():
         for a_shape, b_shape in [((40, 24), (24, 36)), ((36, 24), (24, 40)), ((3, 40, 24), (24, 36))]:

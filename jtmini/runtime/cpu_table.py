@@ -330,7 +330,7 @@ def _add_library_kernel(b, step, backend):
         b.hit_floats.append((floats, step.root, call.hit_floats))
     fn = call.kernel.fn
     if call.size is None:
-        threads = call.threads or 1
+        threads = call.fixed_threads()
     else:                               # the count run_fastest chose (all threads while it has not)
         chosen = 1 if b.threads == 1 else _thread_trials.get((id(fn), call.size, b.threads))
         threads = chosen if chosen.__class__ is int else b.threads
