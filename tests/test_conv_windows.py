@@ -155,6 +155,11 @@ def test_spread_weight_gradient_is_a_gather():
     kernels = [s for s in steps if isinstance(s, schedule.Kernel)]
     assert any(k.root.op == "conv_spread" for k in kernels)
     assert all(k.kind != "scatter" for k in kernels)
+    # the spread's gradient is the product d^T x, laid out (O*Ho*Wo, C*H*W) as the spread is, so
+    # the gathers read it nearly in order and no permute stands between them and the weight
+    products = [s.root for s in steps if s.root.op == "matmul"]
+    assert any(tuple(p.shape) == (16 * 2 * 2, 8 * 2 * 2) for p in products), [p.shape for p in products]
+    assert not [k for k in kernels if any(v.op == "transpose" and v.inputs[0].op == "add_n" for v in k.nodes)]
 
 
 def test_without_specialisation_source_does_not_depend_on_batch_size():

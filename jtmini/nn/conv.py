@@ -122,9 +122,11 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     wax = _axis(x.shape[3], kw, s_w, p_w, d_w)
     n, out_hw = x.shape[0], (hax.out, wax.out)
     if groups == 1 and _dense_is_cheaper(x.shape[2:], hax, wax):
-        # (N, C*H*W) @ (C*H*W, O*Ho*Wo): both are plain reshapes, and so is the NCHW result
+        # (N, C*H*W) @ (O*Ho*Wo, C*H*W)^T: plain reshapes, a transposed operand, an NCHW result;
+        # the spread's gradient is then the product d^T x in its own layout (ops/matmul.py)
         spread = conv_spread(weight, x.shape[2:], out_hw, (s_h, s_w), (p_h, p_w), (d_h, d_w))
-        out = (x.reshape(n, -1) @ spread.reshape(-1, o * hax.out * wax.out)).reshape(n, o, *out_hw)
+        matrix = spread.reshape(o * hax.out * wax.out, -1).transpose(1, 0)
+        out = (x.reshape(n, -1) @ matrix).reshape(n, o, *out_hw)
     else:
         # (O, K) @ (K, N*Ho*Wo): the weight and its gradient stay in their (O, C, kh, kw) layout,
         # and the windows (C, taps_h, taps_w, N, Ho, Wo) are that (K, N*Ho*Wo) matrix (per group:
