@@ -306,10 +306,12 @@ def _swaps(a_shape, a_strides, b_shape, b_strides, dtype, threads):
 
 
 def random_layout(rng, shape, strides, dtype):
-    """An array of ``shape``, ``dtype`` and byte ``strides`` (nonnegative) of random values."""
+    """An array of ``shape``, ``dtype`` and byte ``strides`` (nonnegative) of random values: a
+    block of at most 64K uniform draws, repeated (drawing ResNet-18's operands in full took
+    34 ms of its first step; a product's summation order shows on these as on any)."""
     dtype = np.dtype(dtype)
-    span = sum((d - 1) * s for d, s in zip(shape, strides)) + dtype.itemsize
-    flat = rng.random(-(-span // dtype.itemsize), dtype) - 0.5     # uniform: 4x faster to draw
+    span = -(-(sum((d - 1) * s for d, s in zip(shape, strides)) + dtype.itemsize) // dtype.itemsize)
+    flat = np.resize(rng.random(min(span, 1 << 16), dtype) - 0.5, span)
     return np.ndarray(shape, dtype, flat, 0, strides)
 
 
