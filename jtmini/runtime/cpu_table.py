@@ -11,15 +11,15 @@ to the user owns its buffer), the views of those, and what the steps left in Pyt
 
 A library op whose ``run`` is one hand-written kernel call on contiguous inputs
 (``OpSpec.table_kernel``: cross entropy, ``adam_many``, LayerNorm's, attention's) is an entry too.
-A product ``blas.matmul`` splits over threads is one entry of its task runner. Left in Python,
-in order between runs of the table: other library ops, products whose operands ``blas.matmul``
-copies first (and float16 ones), draws, and views of a buffer a Python step makes. The kernels,
-their arguments and thread counts, and the gemm calls are those of ``cpu_replay.run`` (each
-product is checked bit for bit against ``blas.matmul`` when the table is built), so values are
-identical. A program gets no table while a kernel's thread count is
-still being timed (``thread_choice``), or when its arena would pass ``MAX_ARENA`` bytes or all
-arenas alive ``MAX_ARENAS`` (big graphs gain little and would hold their intermediates between
-steps). A hit finding its table in use (another thread's realize) runs step by step.
+A product ``blas.matmul`` splits over threads, or computes as its transpose, is one entry of its
+task runner. Left in Python, in order between runs of the table: other library ops, products
+whose operands ``blas.matmul`` copies first (and float16 ones), draws, and views of a buffer a
+Python step makes. The kernels, their arguments and thread counts, and the gemm calls are
+those of ``cpu_replay.run`` (each product is checked bit for bit against ``blas.matmul`` when
+the table is built), so values are identical. A program gets no table while a kernel's thread
+count is still being timed (``thread_choice``), or when its arena would pass ``MAX_ARENA`` bytes
+or all arenas alive ``MAX_ARENAS`` (big graphs gain little and would hold their intermediates
+between steps). A hit finding its table in use (another thread's realize) runs step by step.
 
     >>> table = table_for(program, hit_vars, threads)   # built once per program and thread count
     >>> counts = run(table, hit_vars)                   # every later hit: (kernels, library calls)
@@ -294,9 +294,10 @@ def _add_gemm(b, step):
 
 
 def _add_split_gemm(b, step, arrays):
-    """Add a product ``blas.matmul`` splits over the threads as one entry of its task runner
-    (``blas.split_entry``: the plan ``blas.matmul`` runs, its form probed bit for bit once per
-    process, not here: random operands of a convolution's size took 0.7 s); False if not one."""
+    """Add a product ``blas.matmul`` makes through its task runner (split over the threads, or
+    computed as its transpose) as one entry of that runner (``blas.split_entry``: the plan
+    ``blas.matmul`` runs, its form probed bit for bit once per process, not here: random
+    operands of a convolution's size took 0.7 s); False if not one."""
     split = blas.split_entry(*arrays, b.threads)
     if split is None or split.out_shape != tuple(step.output.shape) or arrays[0].dtype != step.output.dtype:
         return False
