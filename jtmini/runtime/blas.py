@@ -270,9 +270,8 @@ def _on_team(gemm, a, b, batch, threads, swap=None):
 
 def swaps(a, b, threads):
     """Whether ``matmul(a, b, threads)`` computes the product as its transpose (``_swaps``)."""
-    return (library().name == "mkl" and a.ndim == 2 == b.ndim and a.dtype == b.dtype
-            and _swaps(a.shape, a.strides, b.shape, b.strides, a.dtype, 1 if runs_unsplit(a.shape, b.shape, threads)
-                       else threads))
+    threads = 1 if runs_unsplit(a.shape, b.shape, threads) else threads
+    return a.dtype == b.dtype and _swaps(a.shape, a.strides, b.shape, b.strides, a.dtype, threads)
 
 
 @functools.lru_cache(maxsize=512)
@@ -333,11 +332,11 @@ def split_entry(a, b, threads):
     copied first)."""
     if a.ndim < 2 or b.ndim < 2 or a.dtype != b.dtype:
         return None
+    threads = 1 if runs_unsplit(a.shape, b.shape, threads) else threads
     swap = swaps(a, b, threads)
-    if not swap and (threads <= 1 or runs_unsplit(a.shape, b.shape, threads)):
+    if not swap and threads == 1:
         return None
     gemm = _team_gemm().get(a.dtype)
-    threads = 1 if runs_unsplit(a.shape, b.shape, threads) else threads
     return None if gemm is None else _entry(gemm, a, b, threads, swap)
 
 
