@@ -21,6 +21,8 @@ Strides here count elements, not bytes; buffers are C-contiguous.
     >>> view_strides((4, 6), [("transpose", {"perm": (1, 0)}, (6, 4)), ("reshape", {}, (24,))]) is None
     True
 """
+import sys
+
 import numpy as np
 
 from .ops.registry import OPS, runtime_ints
@@ -52,12 +54,21 @@ def view(array, op, attrs, out_shape):
     if op == "detach":
         return array
     forms = affine_map(op, attrs, array.shape, out_shape)
+    xp = array_module(array)
     if 0 in out_shape:
-        return np.empty(out_shape, array.dtype)
+        return xp.empty(out_shape, array.dtype)
     # the element that output index 0 reads; every index of a view is inside the array
     first = array[tuple(slice(start, None) for _, start in forms)]
     strides = [sum(step * coefs[k] for step, (coefs, _) in zip(array.strides, forms)) for k in range(len(out_shape))]
-    return np.lib.stride_tricks.as_strided(first, out_shape, strides, writeable=False)
+    if xp is np:
+        return np.lib.stride_tricks.as_strided(first, out_shape, strides, writeable=False)
+    return xp.lib.stride_tricks.as_strided(first, out_shape, strides)     # cupy's has no writeable
+
+
+def array_module(array):
+    """numpy for a numpy array, else the package of an array type with numpy's interface (cupy
+    for a GPU buffer), found without importing it here."""
+    return np if isinstance(array, np.ndarray) else sys.modules[type(array).__module__.partition(".")[0]]
 
 
 # (buffer shape, strides, (op, attrs, shape) per chain op) -> (shape, byte strides, byte offset,

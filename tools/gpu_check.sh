@@ -42,14 +42,14 @@ export PYTHONPATH="$PWD:${PYTHONPATH:-}" PYTHONUNBUFFERED=1
 
 if [ "$WHAT" = all ] || [ "$WHAT" = tests ]; then
   # the op suites in the background on 6 workers, the GPU files and the MPI jobs meanwhile
-  (JTMINI_USE_CUDA=1 timeout -k 5 200 python3 -m pytest -p no:cacheprovider -n 6 --timeout 200 -rfE --tb=line \
+  (JTMINI_USE_CUDA=1 timeout -k 5 200 python3 -m pytest -p no:cacheprovider -n 6 --timeout 200 -rfE --tb=short \
       tests/test_ops.py tests/test_indexing.py tests/test_autograd.py >"$OUT/suites.txt" 2>&1;
    echo "=== op suites with JTMINI_USE_CUDA=1: rc $?" >>"$OUT/summary.txt") &
   step 90 "test_cuda_gpu" python3 -m pytest -p no:cacheprovider --timeout 100 -rfE --tb=short tests/test_cuda_gpu.py
   step 150 "test_cuda_mpi" python3 -m pytest -p no:cacheprovider --timeout 140 -rfE --tb=short tests/test_cuda_mpi.py
   JTMINI_USE_CUDA=1 step 100 "test_resnet on the GPU" python3 -m jtmini.test.test_resnet
   wait
-  tail -n 25 "$OUT/suites.txt" >>"$LOG"
+  tail -n 25 "$OUT/suites.txt" >>"$LOG"; gzip -f "$OUT/suites.txt"
 fi
 if [ "$WHAT" = all ] || [ "$WHAT" = bench ]; then
   step 120 "bench_resnet --device cuda" python3 tools/bench_resnet.py --device cuda --threads 1 --rounds 2 --profile
