@@ -48,6 +48,7 @@ if [ "$WHAT" = all ] || [ "$WHAT" = tests ]; then
   step 90 "test_cuda_gpu" python3 -m pytest -p no:cacheprovider --timeout 100 -rfE --tb=short tests/test_cuda_gpu.py
   step 150 "test_cuda_mpi" python3 -m pytest -p no:cacheprovider --timeout 140 -rfE --tb=short tests/test_cuda_mpi.py
   JTMINI_USE_CUDA=1 step 100 "test_resnet on the GPU" python3 -m jtmini.test.test_resnet
+  JTMINI_USE_CUDA=1 step 150 "test_resnet, 2 ranks on the one GPU" bash tools/mpirun.sh -np 2 python3 -m jtmini.test.test_resnet
   wait
   tail -n 25 "$OUT/suites.txt" >>"$LOG"; gzip -f "$OUT/suites.txt"
 fi

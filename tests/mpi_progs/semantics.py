@@ -240,18 +240,20 @@ def optimizer_step_pads_no_window():
     its center tap) is never also computed with its zeros: the padded local gradient is read by no
     node, and the optimizer lets go of it before the step's schedule."""
     from jtmini import nn
-    from jtmini.runtime import cpu
+    from jtmini.runtime import base
     conv = nn.Conv2d(128, 256, 3, padding=1, bias=False)       # 1.2 MB of weights: windows are sent
     optimizer = nn.SGD(conv.parameters(), 0.1)
     x = jt.array(np.random.default_rng(RANK).standard_normal((2, 128, 1, 1)).astype("float32"))
-    # the executor calls the backend object's run_kernel (a first step: no prepared replay)
-    roots, run_kernel = [], cpu.BACKEND.run_kernel
-    cpu.BACKEND.run_kernel = lambda kernel, *args: (roots.extend(v.op for v in kernel.roots), run_kernel(kernel, *args))[1]
+    # the executor calls the backend object's run_kernel (a first step: no prepared replay), the
+    # CPU's or, with JTMINI_USE_CUDA=1 (tests/test_cuda_mpi.py), the GPU's
+    backend = base.get("cuda" if jt.flags.use_cuda else "cpu")
+    roots, run_kernel = [], backend.run_kernel
+    backend.run_kernel = lambda kernel, *args: (roots.extend(v.op for v in kernel.roots), run_kernel(kernel, *args))[1]
     try:
         before = jt.stats().get("mpi_values_summed", 0)
         optimizer.step(conv(x).sum())
     finally:
-        del cpu.BACKEND.run_kernel          # the class's own again
+        del backend.run_kernel              # the class's own again
     assert jt.stats()["mpi_values_summed"] - before == 256 * 128, "the center taps alone are summed"
     assert roots, "no kernel was seen: the wrapper is not on the path the executor takes"
     assert "pad" not in roots, f"a padded gradient was computed: kernels of the step make {roots}"
