@@ -8,5 +8,5 @@ setup(
     package_data={"jtmini": ["templates/*/*.j2", "__init__.pyi", "py.typed"]},
     python_requires=">=3.9",
     install_requires=["numpy", "jinja2", "mpi4py", "tqdm", "threadpoolctl"],
-    extras_require={"cuda": ["cupy-cuda12x"], "mkl": ["mkl"], "image": ["Pillow"], "test": ["pytest", "pytest-timeout", "Pillow", "scipy", "autograd"]},
+    extras_require={"cuda": ["cupy-cuda12x"], "mkl": ["mkl"], "image": ["Pillow"], "test": ["pytest", "pytest-timeout", "Pillow", "scipy", "autograd", "nvidia-cuda-nvrtc>=12"]},
 )
