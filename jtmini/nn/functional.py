@@ -246,6 +246,8 @@ def _check_labels(target, num_classes, ignore_index, who):
     if not target.is_realized():
         return
     labels = target._value()
+    if not labels.size or (labels.min() >= 0 and labels.max() < num_classes):
+        return                              # every label valid: no mask of the ignored ones to build
     if ignore_index is not None:
         labels = labels[labels != ignore_index]
     if labels.size and (labels.min() < 0 or labels.max() >= num_classes):
