@@ -21,7 +21,7 @@ from .ops.registry import OPS, export
 from .var import Var
 
 
-def custom_grad(out, inputs, rule):
+def custom_grad(out, inputs, rule, key=None, saved=()):
     """Give ``out``, computed from ``inputs`` by any ops, the gradient ``rule(dout)`` -> one Var
     (or None) per input, in place of differentiating the ops that built it. Returns ``out``.
 
@@ -29,10 +29,30 @@ def custom_grad(out, inputs, rule):
     about 40 backward nodes per layer through its statistics, about 20 written out). The rule's
     result is ordinary Vars, so higher derivatives go through them.
 
+    A rule is a closure that may read anything, so a graph holding one keeps no gradient recipe
+    (``grad_recipe``: its rules run every step) unless the rule is declared: ``key``, hashable,
+    holds every value besides Vars that decides the nodes it builds, and ``saved`` names the Vars
+    it reads other than ``inputs``, ``out`` and the output gradient (they get no gradient).
+
         >>> y = custom_grad(x * x * x, [x], lambda d: [d * 3 * x * x])
+        >>> y = custom_grad(x * s, [x], lambda d: [d * s], key=("scaled",), saved=[s])
     """
-    out._backward = (tuple(inputs), rule)
+    if key is not None:
+        rule = _DeclaredRule(rule, key)
+    out._backward = (tuple(inputs) + tuple(saved), rule)
     return out
+
+
+class _DeclaredRule:
+    """A ``custom_grad`` rule whose inputs and other values are declared (``recipe_key``), so the
+    nodes it builds can be recorded and rebuilt from a recipe."""
+    __slots__ = ("rule", "recipe_key")
+
+    def __init__(self, rule, key):
+        self.rule, self.recipe_key = rule, key
+
+    def __call__(self, d):
+        return self.rule(d)
 
 
 @export("register_hook", function=False)

@@ -15,7 +15,8 @@ The key holds, per forward node, all a rule may look at: op, every attr (runtime
 rule may turn a constant's value into another node's), shape, dtype, stop_grad, whether it has a
 value, its inputs by place; the targets' places, shapes and dtypes; and the flags that change how
 ops build nodes (the backend among them: some rules build host-only kernels). Nothing is recorded (grad runs its rules every time) when a forward node has a
-rule of its own (``custom_grad``, hooks, ``Function``: closures that may read anything), when a
+rule of its own (hooks, ``Function``, a ``custom_grad`` without a declared ``key``: closures that
+may read anything; a declared rule is keyed by its ``key`` and its inputs and saved Vars), when a
 rule computed a value (a graph shaped by data), or when a built node reads a Var that is neither
 in the forward graph, nor built by the rules, nor an input-less constant (one read by a stop_grad
 forward node does not count: the key leaves those inputs out), or when a rule built a collective
@@ -133,17 +134,23 @@ def _graph_and_key_py(loss, targets, keyed=True):
 
 
 def _add_row(v, place, rows):
-    """Append ``v``'s key row (see ``key``); False where the graph gets no key."""
+    """Append ``v``'s key row (see ``key``); False where the graph gets no key. A node with a
+    rule of its own is keyed by its declared rule (``custom_grad``'s ``key``) and the Vars the
+    walk went to from it; an undeclared rule gives no key."""
+    walked, rule = v.inputs, None
     if v._backward is not None:
-        return False
+        walked, rule = v._backward[0], getattr(v._backward[1], "recipe_key", None)
+        if rule is None:
+            return False
     try:    # a stop_grad node's inputs are not walked (a node reading them is not kept, see record)
-        inputs = () if v._stop_grad else tuple([place[id(i)] for i in v.inputs])
+        inputs = () if v._stop_grad else tuple([place[id(i)] for i in walked])
     except KeyError:                # not an order _graph makes: no recipe rather than a wrong one
         return False
     attrs = v.attrs
     if "seq" in attrs and OPS[v.op].stateful:   # a draw's order, new every step and read by no rule
         attrs = {n: a for n, a in attrs.items() if n != "seq"}
-    rows.append((v.op, tuple(attrs.items()), v.shape, v.dtype, v._stop_grad, v._data is None, inputs))
+    items = tuple(attrs.items()) if rule is None else tuple(attrs.items()) + (("__rule__", rule),)
+    rows.append((v.op, items, v.shape, v.dtype, v._stop_grad, v._data is None, inputs))
     return True
 
 

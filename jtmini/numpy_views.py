@@ -71,7 +71,7 @@ def array_module(array):
     return np if isinstance(array, np.ndarray) else sys.modules[type(array).__module__.partition(".")[0]]
 
 
-# (buffer shape, strides, (op, attrs, shape) per chain op) -> (shape, byte strides, byte offset,
+# (buffer type, shape, strides, (op, attrs, shape) per chain op) -> (shape, byte strides, byte offset,
 # writeable) of the view, or None where the chain copies (a reshape numpy cannot view)
 _chain_memo = {}
 register_cache("view geometries", _chain_memo.clear, "one entry per buffer shape and chain of view ops")
@@ -80,8 +80,9 @@ register_cache("view geometries", _chain_memo.clear, "one entry per buffer shape
 def chain_view(array, chain):
     """``view`` applied along ``chain`` (view-op Vars, the buffer's reader first) to ``array``.
     On a C-contiguous buffer (numpy, or cupy on the GPU) the geometry the ops give is remembered
-    per buffer shape and chain, and later views are made in one ``ndarray`` call: the ops one by one (index maps
-    read, ``as_strided``) took ~30 us of Python per view, a GAN step reads ~24 views.
+    per buffer type, shape and chain, and later views are made in one ``ndarray`` call: the ops
+    one by one (index maps read, ``as_strided``) took ~30 us of Python per view, a GAN step reads
+    ~24 views.
 
         >>> a = np.arange(6.0).reshape(2, 3)
         >>> chain_view(a, []) is a

@@ -76,6 +76,8 @@ def test_ignore_index_is_excepted_from_the_range_check(rng):
     got = F.cross_entropy_loss(jt.array(logits), jt.array(labels), ignore_index=-100)
     expected = TF.cross_entropy(torch.tensor(logits), torch.tensor(labels), ignore_index=-100)
     np.testing.assert_allclose(got.numpy(), expected.numpy(), rtol=1e-5)
+    with pytest.raises(ValueError, match=r"label 3 .*3 classes"):     # ignored labels beside a bad one
+        F.cross_entropy_loss(jt.array(logits), jt.array(np.array([0, -100, 3, 1])), ignore_index=-100)
 
 
 def test_lazy_labels_are_not_computed_to_check_them():

@@ -151,6 +151,69 @@ def test_rules_of_a_nodes_own_are_never_recorded(recipes_used):
     assert not recipes_used and not grad_recipe._recipes
 
 
+def _train_layers(make, shape, steps=4, seed=5):
+    """Loss and parameters after ``steps`` SGD steps of the model ``make()`` on (``shape``) inputs."""
+    jt.sync_all()
+    jt.seed(seed)
+    model, data, losses = make(), np.random.default_rng(seed), []
+    opt = nn.SGD(model.parameters(), 0.1, momentum=0.9)
+    for _ in range(steps):
+        x = jt.array(data.standard_normal(shape).astype("float32"))
+        loss = (model(x) ** 2).mean()
+        opt.step(loss)
+        losses.append(loss.item())
+    return losses, [p.numpy() for p in model.parameters()]
+
+
+def _batch_norm_net():
+    return nn.Sequential(nn.Conv2d(2, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(), nn.Conv2d(4, 3, 1))
+
+
+def _layer_norm_attention_net():
+    class Net(nn.Module):
+        def __init__(self):
+            self.norm, self.attention = nn.LayerNorm(8), nn.MultiheadAttention(8, 2, batch_first=True)
+
+        def execute(self, x):
+            h = self.norm(x)
+            return self.attention(h, h, h)[0]
+    return Net()
+
+
+@pytest.mark.parametrize("make,shape", [(_batch_norm_net, (3, 2, 5, 5)), (_layer_norm_attention_net, (2, 6, 8))],
+                         ids=["batch_norm", "layer_norm_attention"])
+def test_declared_rules_keep_a_recipe_that_matches_them_bit_for_bit(make, shape, recipes_used, monkeypatch):
+    """BatchNorm's, LayerNorm's and attention's closed-form gradients are ``custom_grad`` rules
+    declared with a key and the Vars they read: their graphs keep a recipe."""
+    losses, params = _train_layers(make, shape)
+    assert len(recipes_used) >= 2
+    monkeypatch.setattr(grad_recipe, "find", lambda key: None)
+    rule_losses, rule_params = _train_layers(make, shape)
+    assert losses == rule_losses
+    for p, q in zip(params, rule_params):
+        np.testing.assert_array_equal(p, q)
+
+
+def test_a_declared_rule_key_tells_graphs_apart(recipes_used):
+    """Two graphs alike but for a value the rule reads (its key) get their own recipes."""
+    x_np = rng.standard_normal(4).astype("float32")
+    for k in (1.0, 2.0, 1.0, 2.0):
+        x = jt.array(x_np)
+        y = autograd.custom_grad(x * 2, [x], lambda d, k=k: [d * k], key=("scaled", k))
+        np.testing.assert_allclose(jt.grad(y.sum(), x).numpy(), np.full(4, k), rtol=1e-6)
+    assert len(recipes_used) == 2 and len(grad_recipe._recipes) == 2
+
+
+def test_a_declared_rule_reading_an_undeclared_var_is_not_recorded(recipes_used):
+    x_np = rng.standard_normal(4).astype("float32")
+    for _ in range(3):
+        x = jt.array(x_np)
+        s = x * 3                                   # read by the rule, not declared as saved
+        y = autograd.custom_grad(s + 1, [x], lambda d: [d * s], key=("undeclared",))
+        np.testing.assert_allclose(jt.grad(y.sum(), x).numpy(), 3 * x_np, rtol=1e-6)
+    assert not recipes_used and not grad_recipe._recipes
+
+
 def test_a_graph_whose_value_a_rule_computed_is_not_recorded():
     """A rule that reads a forward value shapes the graph by data: ``record`` refuses it."""
     grad_recipe._recipes.clear()

@@ -131,7 +131,9 @@ class BatchNorm(Module):
         self.running_var.assign(bn.row(table, 6))
         y = x * bn.per_channel(table, 3, x.shape) + bn.per_channel(table, 4, x.shape)
         inputs = [x, self.weight, self.bias] if self.affine else [x]
-        return custom_grad(y, inputs, lambda d: self._batch_grad(d, x, table))
+        # declared (what else the rule reads), so a model with BatchNorm keeps a gradient recipe
+        key = ("batch_norm", self.eps, self.affine, self.sync and world.in_mpi)
+        return custom_grad(y, inputs, lambda d: self._batch_grad(d, x, table), key=key, saved=[table])
 
     def _check_rank(self, x):
         """PyTorch's rule for BatchNorm1d (2-D or 3-D) and BatchNorm2d (4-D): a 2-D input to

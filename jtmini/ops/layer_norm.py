@@ -187,4 +187,4 @@ def standardize_rows(x, eps, lead=1):
         g_flat = g.cast(x.dtype)
         sums = layer_norm_grad_sums(g_flat if flat is x else g_flat.reshape(rows, values), flat, table)
         return [(g - per_row(sums, 0, x.shape, lead) - xhat_ref() * per_row(sums, 1, x.shape, lead)) * rstd]
-    return custom_grad(xhat, [x], rule)
+    return custom_grad(xhat, [x], rule, key=("standardize_rows", lead), saved=[flat, table, rstd])

@@ -234,7 +234,8 @@ def packed_self_attention(qkv, heads, seq, scale=None, bias=None):
     attrs = dict(heads=int(heads), seq=int(seq), scale=scale)
     p = Var.node("attention_probs", [qkv] if bias is None else [qkv, bias], **attrs)
     out = Var.node("attention_out", [p, qkv], **attrs)
-    return custom_grad(out, [qkv], lambda d: [Var.node("attention_grad", [d, p, qkv], **attrs)])
+    return custom_grad(out, [qkv], lambda d: [Var.node("attention_grad", [d, p, qkv], **attrs)],
+                       key=("attention", *attrs.values()), saved=[p])
 
 
 def composed_self_attention(qkv, heads, seq, scale, bias=None):

@@ -98,7 +98,7 @@ def _candidates():
     return [p for p in dict.fromkeys(found) if "builtins" not in os.path.basename(p)]
 
 
-def _check(status, call, program=None):
+def _check(status, call):
     if status:
         message = _lib().nvrtcGetErrorString(status).decode()
         raise compiler.CompileError(f"NVRTC {call} failed: {message}")
