@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Everything a session with a lent GPU runs, in one call (the GPU issue; docs/DESIGN.md section 5):
 # the CUDA suites, the MPI jobs on the GPU, test_resnet on the GPU, then (with the machine quiet)
-# ResNet-18 against PyTorch on the same GPU and a profile of the host's step. Logs go to $OUT (default /tmp/gpu_out).
+# ResNet-18 against PyTorch on the same GPU and a profile of the host's step. Logs go to $OUT
+# (default /tmp/gpu_out). The op suites run on pytest-xdist workers, which the device image has.
 #
 #   bash tools/gpu_check.sh [all|tests|bench]
 #
