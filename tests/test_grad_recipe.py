@@ -180,11 +180,16 @@ def _layer_norm_attention_net():
     return Net()
 
 
-@pytest.mark.parametrize("make,shape", [(_batch_norm_net, (3, 2, 5, 5)), (_layer_norm_attention_net, (2, 6, 8))],
-                         ids=["batch_norm", "layer_norm_attention"])
+def _elu_softplus_net():
+    return nn.Sequential(nn.Linear(6, 8), nn.ELU(0.7), nn.Linear(8, 8), nn.Softplus(2.0, 5.0), nn.Linear(8, 3))
+
+
+@pytest.mark.parametrize("make,shape", [(_batch_norm_net, (3, 2, 5, 5)), (_layer_norm_attention_net, (2, 6, 8)),
+                                        (_elu_softplus_net, (5, 6))],
+                         ids=["batch_norm", "layer_norm_attention", "elu_softplus"])
 def test_declared_rules_keep_a_recipe_that_matches_them_bit_for_bit(make, shape, recipes_used, monkeypatch):
-    """BatchNorm's, LayerNorm's and attention's closed-form gradients are ``custom_grad`` rules
-    declared with a key and the Vars they read: their graphs keep a recipe."""
+    """BatchNorm's, LayerNorm's, attention's, ELU's and softplus's closed-form gradients are
+    ``custom_grad`` rules declared with a key and the Vars they read: their graphs keep a recipe."""
     losses, params = _train_layers(make, shape)
     assert len(recipes_used) >= 2
     monkeypatch.setattr(grad_recipe, "find", lambda key: None)

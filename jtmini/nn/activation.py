@@ -85,7 +85,8 @@ def elu(x, alpha=1.0):
     # exp reads 0 where x > 0, so a large x makes no inf for the unused branch.
     negative = where(x > 0, 0.0, x)
     out = where(x > 0, x, expm1(negative) * alpha)
-    return custom_grad(out, [x], lambda d: [where(x > 0, d, d * negative.exp() * alpha)])
+    return custom_grad(out, [x], lambda d: [where(x > 0, d, d * negative.exp() * alpha)],
+                       key=("elu", alpha), saved=[negative])
 
 
 def _log1p(u):
@@ -110,7 +111,7 @@ def softplus(x, beta=1, threshold=20):
     smooth = (z.relu() + _log1p((-z.abs()).exp())) * (1 / beta)
     linear = z > threshold
     out = where(linear, x, smooth)
-    return custom_grad(out, [x], lambda d: [where(linear, d, d * z.sigmoid())])
+    return custom_grad(out, [x], lambda d: [where(linear, d, d * z.sigmoid())], key=("softplus",), saved=[linear, z])
 
 
 def hardtanh(x, min_val=-1.0, max_val=1.0):
