@@ -149,7 +149,9 @@ def _add_row(v, place, rows):
     attrs = v.attrs
     if "seq" in attrs and OPS[v.op].stateful:   # a draw's order, new every step and read by no rule
         attrs = {n: a for n, a in attrs.items() if n != "seq"}
-    items = tuple(attrs.items()) if rule is None else tuple(attrs.items()) + (("__rule__", rule),)
+    items = tuple(attrs.items())
+    if rule is not None:
+        items += (("__rule__", rule),)
     rows.append((v.op, items, v.shape, v.dtype, v._stop_grad, v._data is None, inputs))
     return True
 

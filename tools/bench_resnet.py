@@ -81,7 +81,9 @@ def _batches(n):
 
 
 # --- one side per subprocess ---------------------------------------------------------------------
-def run_jtmini(threads, iters, warmup, profile, device):
+def jtmini_training(threads, device):
+    """``(jt, nn, model, optimizer)``: jtmini set to ``threads`` and ``device``, the benchmark's
+    ResNet-18 and its SGD (also used by tools/profile_step.py)."""
     import jtmini as jt
     from jtmini import nn
     from jtmini.models import Resnet18
@@ -89,7 +91,11 @@ def run_jtmini(threads, iters, warmup, profile, device):
     jt.flags.use_cuda = device == "cuda"
     jt.seed(0)
     model = Resnet18(num_classes=10, in_channels=1)
-    opt = nn.SGD(model.parameters(), 0.1, momentum=0.9, weight_decay=1e-4)
+    return jt, nn, model, nn.SGD(model.parameters(), 0.1, momentum=0.9, weight_decay=1e-4)
+
+
+def run_jtmini(threads, iters, warmup, profile, device):
+    jt, nn, model, opt = jtmini_training(threads, device)
     times = []
     for x, y in _batches(warmup + iters):
         start = time.perf_counter()

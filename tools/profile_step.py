@@ -26,14 +26,7 @@ def main():
     parser.add_argument("--top", type=int, default=40)
     parser.add_argument("--stats", help="also write the raw pstats here")
     args = parser.parse_args()
-    import jtmini as jt
-    from jtmini import nn
-    from jtmini.models import Resnet18
-    jt.flags.num_threads = args.threads
-    jt.flags.use_cuda = args.device == "cuda"
-    jt.seed(0)
-    model = Resnet18(num_classes=10, in_channels=1)
-    opt = nn.SGD(model.parameters(), 0.1, momentum=0.9, weight_decay=1e-4)
+    jt, nn, model, opt = bench_resnet.jtmini_training(args.threads, args.device)
     batches = bench_resnet._batches(4)
 
     def steps(n):
@@ -51,8 +44,7 @@ def main():
     profiler.enable()
     profiled = steps(args.steps)
     profiler.disable()
-    print(f"{args.device}: {plain:.2f} ms a step, {profiled:.2f} ms under cProfile; "
-          f"{jt.stats() if hasattr(jt, 'stats') else ''}")
+    print(f"{args.device}: {plain:.2f} ms a step, {profiled:.2f} ms under cProfile; {jt.stats()}")
     stats = pstats.Stats(profiler)
     if args.stats:
         stats.dump_stats(args.stats)

@@ -81,16 +81,14 @@ def _lib():
 
 
 def _candidates():
-    """Paths (or sonames) of NVRTC libraries to try, the most specific first."""
+    """Paths (or sonames) of NVRTC libraries to try: the ``nvidia`` wheels' (newest soname first),
+    a toolkit's, then the system's."""
     import importlib.util
-    found = []
-    for package in ("nvidia.cu13", "nvidia.cuda_nvrtc", "nvidia"):
-        try:
-            spec = importlib.util.find_spec(package)
-        except (ImportError, ValueError):
-            continue
-        for root in (spec.submodule_search_locations or []) if spec else []:
-            found += sorted(glob.glob(os.path.join(root, "**", "libnvrtc.so.*[0-9]"), recursive=True), reverse=True)
+    spec = importlib.util.find_spec("nvidia")
+    roots = list(spec.submodule_search_locations or []) if spec else []
+    wheels = [p for root in roots for p in glob.glob(os.path.join(root, "**", "libnvrtc.so.*[0-9]"), recursive=True)]
+    found = sorted(wheels, key=lambda p: [int(n) for n in p.rpartition(".so.")[2].split(".") if n.isdigit()],
+                   reverse=True)
     for root in filter(None, (os.environ.get("CUDA_PATH"), os.environ.get("CUDA_HOME"), "/usr/local/cuda")):
         found += sorted(glob.glob(os.path.join(root, "lib*", "libnvrtc.so*")), reverse=True)
     system = ctypes.util.find_library("nvrtc")
