@@ -197,6 +197,9 @@ _SPECS = {
     "mpi_spin_us": (500.0, float, _check_microseconds,
                     "microseconds a rank waiting for the others to reach a collective yields its core between "
                     "looks before it sleeps until they arrive (leaving the core to the ranks it waits for)"),
+    "inplace_update": (True, _parse_bool, _check_bool,
+                       "let an optimizer step write a parameter's new value over its old buffer when nothing "
+                       "can read the old value (off: every step writes new buffers)"),
     "lazy_execution": (True, _parse_bool, _check_bool,
                        "build ops into a graph run when a value is needed (off: each op runs as it is built)"),
     "gopt_disable": (False, _parse_bool, _check_bool,

@@ -39,6 +39,7 @@ from .ops.elementwise import adam_update, axpby, axpby_square
 from .ops.reindex import stack
 from .ops.softmax import runs_fused
 from .ops.sum_squares import sum_squares_many
+from .state import replacing
 from .var import Var, pending_roots, untrack
 
 
@@ -171,11 +172,23 @@ class Optimizer:
         self.zero_grad()
         packed = self._packed_update(grads, coef)
         if packed is not None:
+            del grads
             self._realize(loss, [packed.flat])
             for var, new in packed.assignments():
                 var._rebind(None, new)
         else:
-            self._assign_updates(loss, grads if coef is None else _scaled(grads, coef))
+            pairs = self._update_pairs(grads if coef is None else _scaled(grads, coef))
+            # no list may hold the gradients while the step computes: an unrealized Var held
+            # outside the graph keeps the parameters from being updated in place (cpu_inplace)
+            del grads
+            replacing.update((id(var), new) for var, new in pairs)
+            try:
+                self._realize(loss, [new for _, new in pairs])
+            finally:
+                for var, _ in pairs:
+                    replacing.pop(id(var), None)
+            for var, new in pairs:
+                var.assign(new)
         self._count_step()
 
     def _count_step(self):
@@ -203,25 +216,23 @@ class Optimizer:
     def post_step(self):
         """The last call of a custom ``step``: compute the new parameter values (one schedule),
         forget the gradients and count the step."""
+        self.zero_grad()        # first: gradients held while the step computes keep it out of place
         self._realize(None, [])
-        self.zero_grad()
         self._count_step()
 
     def find_grad(self, v):
         """Jittor's name of ``opt_grad``."""
         return self.opt_grad(v)
 
-    def _assign_updates(self, loss, grads):
-        """Build each group's ``updates`` from ``grads`` (one per trainable parameter, in order),
-        compute them in one schedule with ``loss`` and assign them."""
+    def _update_pairs(self, grads):
+        """Each group's ``updates`` from ``grads`` (one per trainable parameter, in order): a
+        list of (Var, new value)."""
         pairs = []
         for group in self.param_groups:
             count = len(self.trainable(group))
             pairs += self.updates(group, grads[:count])
             grads = grads[count:]
-        self._realize(loss, [new for _, new in pairs])
-        for var, new in pairs:
-            var.assign(new)
+        return pairs
 
     def _packed_update(self, grads, coef):
         """A ``PackedUpdate`` of every parameter and state at once, multiplying ``grads`` by the

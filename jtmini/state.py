@@ -70,6 +70,10 @@ class RandomEngine:
 
 
 random_engine = RandomEngine()     # seeded from OS entropy by jtmini.creation at import
+
+# id(Var) -> the Var computing its next value, while an optimizer step computes those: the
+# runtime may write such a value over the buffer of the Var it replaces (runtime/cpu_inplace.py)
+replacing = {}
 caches = {}          # name -> (clear function, what bounds it)
 
 

@@ -31,7 +31,7 @@ import numpy as np
 from .. import codegen, dtypes, schedule
 from ..ops.registry import OPS
 from ..var import keep_drawn
-from . import cpu_table
+from . import cpu_inplace, cpu_table
 from .pointers import address
 from .thread_choice import _thread_trials, thread_count, threads_for, values_free_of_threads
 
@@ -56,6 +56,7 @@ class Launch(NamedTuple):
     pointers: type          # the ctypes array type of its buffer pointers
     drops: tuple            # positions of the buffers it reads for the last time
     rebuild: object         # with ``ints`` None: (code, row), to fetch the arguments on each hit
+    in_place: tuple         # (output index, input position): may write over it (``in_place_pairs``)
 
 
 class Call(NamedTuple):
@@ -75,6 +76,7 @@ class Program(NamedTuple):
     n_order: int            # positions below this are computed; the rest are realized leaves
     backend: object         # what a library op's ``run`` is handed
     tables: dict            # thread count -> its ``cpu_table.Table`` (None: the program has none)
+    donations: object       # ``cpu_inplace.Donations``: targets that may take a leaf's buffer, or None
 
 
 def prepare(template, vars_, backend):
@@ -99,7 +101,8 @@ def prepare(template, vars_, backend):
             run = cpu_table.collective if row.cls is schedule.Collective else OPS[root.op].run if library else None
             steps.append(Call(run, row.root, row.sources, row.views, _output(row.root, vars_, targets),
                               tuple(drops[n]), library and OPS[root.op].stateful))
-    return Program(tuple(steps), template.n_order, backend, {})
+    program = Program(tuple(steps), template.n_order, backend, {}, None)
+    return program._replace(donations=cpu_inplace.plan(program, vars_))
 
 
 def _output(k, vars_, targets):
@@ -117,8 +120,45 @@ def _launch(row, compiled, vars_, targets, drops):
     floats = tuple(row.nodes[k] for k in code.float_consts) if fixed and type(code) is codegen.KernelCode else ()
     outputs = tuple(_output(k, vars_, targets) for k in row.outputs + (row.root,))
     pointers = ctypes.c_void_p * (len(row.inputs) + len(outputs))
+    pairs = in_place_pairs(kernel) if type(code) is codegen.KernelCode else ()
     return Launch(fn, row.inputs, outputs, ints, floats, row.kind, int(np.prod(outputs[-1].shape)), pointers,
-                  drops, None if fixed else (code, row))
+                  drops, None if fixed else (code, row), tuple((o, row.inputs[j]) for o, j in pairs))
+
+
+def in_place_pairs(kernel):
+    """``(o, j)`` pairs where the kernel's store ``o`` (an index into its roots) could go over its
+    input ``j``'s buffer: a map kernel reading ``j`` only at the index it stores ``o`` at (every
+    node reading ``j`` is elementwise, of ``o``'s shape, and reached from ``o`` through such
+    nodes: so each iteration loads ``j`` before it stores ``o``), of one shape and dtype. Every
+    such pair: which to use, and whether the old value is still needed, is ``cpu_inplace.plan``'s."""
+    if kernel.kind != "map":
+        return ()
+    nodes = {id(v) for v in kernel.nodes}
+    pairs = []
+    for o, out in enumerate(kernel.roots):
+        if out.shape != kernel.root.shape:
+            continue
+        reached = _elementwise_closure(out, nodes)
+        for j, x in enumerate(kernel.inputs):
+            if x.shape != out.shape or x.dtype != out.dtype:
+                continue
+            readers = [v for v in kernel.nodes if any(i is x for i in v.inputs)]
+            if readers and all(id(v) in reached for v in readers):
+                pairs.append((o, j))
+    return tuple(pairs)
+
+
+def _elementwise_closure(out, nodes):
+    """ids of the kernel's ``nodes`` reached from ``out`` (itself included) through elementwise
+    ops of its shape."""
+    reached, stack = set(), [out]
+    while stack:
+        v = stack.pop()
+        if id(v) in reached or id(v) not in nodes or OPS[v.op].kind != "elementwise" or v.shape != out.shape:
+            continue
+        reached.add(id(v))
+        stack.extend(v.inputs)
+    return reached
 
 
 _KNOWN_CODES = (codegen.KernelCode, codegen.CopyCode, codegen.WindowsCode)
@@ -140,11 +180,13 @@ def run(program, vars_):
         if counts is not None:
             return counts
     n_order = program.n_order
+    granted = cpu_inplace.grant(program.donations, vars_) if program.donations is not None else {}
     buffers = [None] * n_order + [v._data for v in vars_[n_order:]]
     kernels, calls = 0, 0
     for step in program.steps:
         if type(step) is Launch:
-            outs = [np.empty(o.shape, o.dtype) for o in step.outputs]
+            outs = [vars_[granted[o.at]]._data if o.at in granted else np.empty(o.shape, o.dtype)
+                    for o in step.outputs]
             _launch_kernel(step, [buffers[k] for k in step.inputs] + outs, vars_, threads)
             kernels += 1
             for output, out in zip(step.outputs, outs):
@@ -160,6 +202,8 @@ def run(program, vars_):
                 buffers[step.output.at] = _set_value(vars_[step.root], out) if step.output.target else out
         for k in step.drops:
             buffers[k] = None
+    if granted:
+        cpu_inplace.written_over(vars_, granted)
     return kernels, calls
 
 

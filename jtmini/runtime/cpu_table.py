@@ -37,7 +37,7 @@ from .. import compiler, numpy_views, schedule
 from ..ops.registry import OPS
 from ..state import register_cache
 from ..var import keep_drawn
-from . import blas
+from . import blas, cpu_inplace
 from .pointers import address
 from .thread_choice import _thread_trials, values_free_of_threads
 
@@ -91,6 +91,7 @@ class Table(NamedTuple):
     arena: np.ndarray
     n_vars: int
     n_order: int
+    donations: object       # ``cpu_inplace.Donations``: targets that may take a leaf's buffer, or None
     keep: list              # the gemm entries' int arrays (the table holds their addresses)
     busy: object            # a lock held while a hit runs (slots and arguments are shared)
 
@@ -486,7 +487,8 @@ def _finish(b):
     return Table(entries, tuple(b.pieces), slots, static, tuple(b.fresh), views,
                  np.array(patch_slots, np.intp), np.array(patch_from, np.intp), tuple(dynamic), late, floats,
                  tuple(b.float_nodes), tuple(b.hit_floats), tuple(b.rebuilt), tuple(b.targets),
-                 (b.kernels, b.calls), arena, b.n_vars, b.program.n_order, b.keep, threading.Lock())
+                 (b.kernels, b.calls), arena, b.n_vars, b.program.n_order,
+                 b.program.donations, b.keep, threading.Lock())
 
 
 def _address_only(b, view):
@@ -552,11 +554,12 @@ def run(table, vars_, backend):
 
 
 def _run(table, vars_, backend):
+    granted = cpu_inplace.grant(table.donations, vars_) if table.donations is not None else ()
     buffers = list(table.static)
     for k in range(table.n_order, table.n_vars):
         buffers[k] = vars_[k]._data
     for at, shape, dtype in table.fresh:
-        buffers[at] = np.empty(shape, dtype)
+        buffers[at] = vars_[granted[at]]._data if at in granted else np.empty(shape, dtype)
     for view in table.views:
         source = buffers[view.source]
         if view.offset is not None:     # an address (an int) in place of the array
@@ -586,6 +589,8 @@ def _run(table, vars_, backend):
                 slots[late] = address(out)
     for at, copy in table.targets:
         vars_[at]._set_value(buffers[at].copy() if copy else buffers[at])
+    if granted:
+        cpu_inplace.written_over(vars_, granted)
     del keep
     return table.counts
 

@@ -1,0 +1,25 @@
+"""The value a parameter had before an optimizer step that updated its buffer in place.
+
+A launch table (``runtime/cpu_table.py``) writes a parameter's (or optimizer state's) new value
+over its old buffer when nothing can read the old value any more: no array, view or other Var
+holds the buffer, no Var outside the step reads the parameter, and no unrealized Var the user
+holds was computed from it. A graph the user keeps (the step's ``loss``) still names the old value
+through this node; computing from it raises, as PyTorch refuses a backward through a tensor an
+optimizer changed in place, instead of giving numbers from the new value.
+
+    >>> loss = model(x).sum(); opt.step(loss)
+    >>> jt.grad(loss, w)     # RuntimeError: the value of w before step ... was overwritten
+"""
+from .registry import OpSpec, register
+
+
+def _gone(arrays, a, backend):
+    raise RuntimeError(a["what"])
+
+
+def _no_grad(d, out, a):
+    return []
+
+
+register(OpSpec("overwritten", "library", infer=lambda inputs, a: (a["shape"], a["dtype"]), run=_gone, grad=_no_grad))
+

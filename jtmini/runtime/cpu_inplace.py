@@ -1,0 +1,196 @@
+"""Which of a launch table's new values may be written over the buffer of a value it replaces.
+
+An optimizer step computes each parameter's (and state's) new value from the old one and assigns
+it. Written to a new buffer, an SGD update of a parameter with momentum streams five arrays and
+makes the cache fetch the two new ones before writing them; written over the old buffers, three:
+~1.8x faster for a memory-bound update (ResNet-18 spends 8% of a step there). PyTorch's
+optimizers update in place too.
+
+The old value may still be needed, so a table (``cpu_table``) writes over it only when it cannot be:
+- the kernel reads the old buffer only at the index it writes (``cpu_replay.in_place_pairs``),
+  and nothing after it in the table reads that buffer or a view of it, nor is one a target;
+- at the hit, no array, view or other Var holds the buffer (CPython's reference count);
+- no live Var outside the step reads the old Var;
+- no unrealized Var computed from the old value in this step is held by anything but the graph
+  (the user's ``outputs``, say): computed later, it would read the new value.
+A graph the user keeps (the step's ``loss``) then names the old value through a node that raises
+when computed (``var.overwritten``). ``jt.flags.inplace_update = 0`` turns it off.
+
+    >>> donations = plan(program, vars_)         # once per table; None: nothing may be written over
+    >>> granted = grant(donations, vars_)        # each hit: {target position: leaf position}
+    >>> written_over(vars_, granted)             # after it ran
+"""
+import sys
+from typing import NamedTuple
+
+import numpy as np
+
+from ..flags import flags
+from ..state import replacing
+from ..var import overwritten
+
+
+class Donations(NamedTuple):
+    pairs: tuple            # (target position, leaf position whose buffer it may take)
+    watched: tuple          # per pair: the positions computed from the leaf that must not be held
+    expected: dict          # position -> its reference count when only the graph holds it
+    readers: tuple          # per pair: how many of the step's Vars read the leaf
+    alone: tuple            # per pair: the leaf's reference count in ``grant`` when only the graph holds it
+
+
+def plan(program, vars_):
+    """The ``Donations`` of ``program`` (``cpu_replay.Program``) laid out on ``vars_``, or None."""
+    last, base, targets, viewed = {}, {}, set(), set()
+    for n, step in enumerate(program.steps):
+        launch = hasattr(step, "fn")
+        for k in (step.inputs if launch else step.sources):
+            last[base.get(k, k)] = n
+        outs = step.outputs if launch else (step.output,)
+        targets.update(o.at for o in outs if o.target)
+        if not launch and step.run is None:         # a view: reading it reads its source's buffer
+            source = base[step.output.at] = base.get(step.sources[0], step.sources[0])
+            if step.output.target:
+                viewed.add(source)
+    pairs, taken = [], set()
+    for n, step in enumerate(program.steps):
+        for o, k in getattr(step, "in_place", ()):
+            out = step.outputs[o]
+            if out.target and k >= program.n_order and last.get(k) == n and step.inputs.count(k) == 1 \
+                    and k not in viewed and k not in taken and out.at not in taken:
+                pairs.append((out.at, k))
+                taken.update((k, out.at))
+    if not pairs:
+        return None
+    return _layout(pairs, vars_, program.n_order, targets)
+
+
+def _layout(pairs, vars_, n_order, targets):
+    at = {id(v): n for n, v in enumerate(vars_)}
+    readers_of, refs = [[] for _ in vars_], _graph_refs(vars_, at)
+    for n, v in enumerate(vars_):
+        for x in v.inputs:
+            k = at.get(id(x))
+            if k is not None and n not in readers_of[k]:
+                readers_of[k].append(n)
+    base = _baseline()
+    watched, expected = [], {}
+    for _, k in pairs:
+        down = _downstream(k, readers_of)
+        watched.append(tuple(n for n in down if n < n_order and n not in targets))
+        for n in watched[-1]:
+            expected[n] = base + refs[n]
+    alone = tuple(_LEAF_REFS + refs[k] for _, k in pairs)
+    return Donations(tuple(pairs), tuple(watched), expected, tuple(len(readers_of[k]) for _, k in pairs), alone)
+
+
+def _graph_refs(vars_, at):
+    """Per position, the references the step's graph holds to its Var: the input tuples, and a
+    gradient rule's (``autograd.custom_grad``) inputs, saved Vars and closure (each tuple, cell
+    and container counted once, as each holds one reference per item)."""
+    refs, seen = [0] * len(vars_), set()
+
+    def count(items):
+        for x in items:
+            k = at.get(id(x))
+            if k is not None:
+                refs[k] += 1
+
+    for v in vars_:
+        count(v.inputs)
+        if v._backward is None:
+            continue
+        grad_inputs, rule = v._backward
+        for holder, held in [(grad_inputs, grad_inputs)] + _closure(rule):
+            if id(holder) not in seen:
+                seen.add(id(holder))
+                count(held if isinstance(held, (tuple, list)) else (held,))
+    return refs
+
+
+def _closure(rule):
+    """(cell, what it holds) of a rule's closure (a declared rule's function's)."""
+    fn = getattr(rule, "rule", rule)
+    return [(cell, cell.cell_contents) for cell in (getattr(fn, "__closure__", None) or ()) if _filled(cell)]
+
+
+def _filled(cell):
+    try:
+        cell.cell_contents
+    except ValueError:
+        return False
+    return True
+
+
+def _downstream(k, readers_of):
+    seen, stack = set(), list(readers_of[k])
+    while stack:
+        n = stack.pop()
+        if n not in seen:
+            seen.add(n)
+            stack.extend(readers_of[n])
+    return sorted(seen)
+
+
+def _counts(vars_, positions):
+    return list(map(sys.getrefcount, map(vars_.__getitem__, positions)))
+
+
+def _baseline():
+    """The count ``_counts`` sees for a Var only its list holds."""
+    probe = [object()]
+    return _counts(probe, [0])[0]
+
+
+def _buffer_refs(v):
+    return sys.getrefcount(v._data)
+
+
+_BUFFER_REFS = _buffer_refs(type("Probe", (), {"_data": np.empty(0)})())   # the Var's and the call's
+
+
+def _leaf_refs():
+    """What ``sys.getrefcount`` gives in ``grant`` for a leaf only the Vars' list holds."""
+    vars_ = [object()]
+    v = vars_[0]
+    return sys.getrefcount(v)
+
+
+_LEAF_REFS = _leaf_refs()
+
+
+def grant(donations, vars_):
+    """{target position: leaf position} for the pairs whose old value nothing can read any more:
+    the leaf is a value an optimizer step replaces (``state.replacing``), or a Var only the graph
+    holds (the old value of a Var rebound before the step: ``p.update(p - lr * g)``)."""
+    if not flags.inplace_update:
+        return {}
+    granted, held = {}, {}
+    for (at, k), watched, readers, alone in zip(donations.pairs, donations.watched, donations.readers,
+                                                donations.alone):
+        v = vars_[k]
+        if replacing.get(id(v)) is not vars_[at] and sys.getrefcount(v) > alone:
+            continue
+        data = v._data
+        if type(data) is not np.ndarray or data.base is not None or _buffer_refs(v) != _BUFFER_REFS + 1:
+            continue
+        if sum(ref() is not None for ref in v._consumers) != readers:
+            continue
+        if watched and _any_held(vars_, watched, donations.expected, held):
+            continue
+        granted[at] = k
+    return granted
+
+
+def written_over(vars_, granted):
+    """After the hit: the graph's readers of each leaf written over read a node that raises."""
+    for k in granted.values():
+        overwritten(vars_[k])
+
+
+def _any_held(vars_, watched, expected, held):
+    fresh = [n for n in watched if n not in held]
+    if fresh:
+        for n, count in zip(fresh, _counts(vars_, fresh)):
+            held[n] = count > expected[n]
+    return any(map(held.__getitem__, watched))
+
