@@ -11,14 +11,16 @@ The old value may still be needed, so a table (``cpu_table``) writes over it onl
   and nothing after it in the table reads that buffer or a view of it, nor is one a target;
 - at the hit, no array, view or other Var holds the buffer (CPython's reference count);
 - no live Var outside the step reads the old Var;
-- no unrealized Var computed from the old value in this step is held by anything but the graph
-  (the user's ``outputs``, say): computed later, it would read the new value.
+- an unrealized Var computed from the old value in this step and held by anything but the graph
+  (the user's ``outputs``, say) keeps the value the step computed, as in Jittor (computed later, it
+  would read the new value); where the step leaves no buffer of it (fused into a kernel), the
+  old value is not written over.
 A graph the user keeps (the step's ``loss``) then names the old value through a node that raises
 when computed (``var.overwritten``). ``jt.flags.inplace_update = 0`` turns it off.
 
     >>> donations = plan(program, vars_)         # once per table; None: nothing may be written over
-    >>> granted = grant(donations, vars_)        # each hit: {target position: leaf position}
-    >>> written_over(vars_, granted)             # after it ran
+    >>> granted = grant(donations, vars_, stored)    # each hit: a ``Grant``
+    >>> written_over(vars_, granted)                 # after it ran (and ``keep`` each kept Var)
 """
 import sys
 from typing import NamedTuple
@@ -35,7 +37,13 @@ class Donations(NamedTuple):
     watched: tuple          # per pair: the positions computed from the leaf that must not be held
     expected: dict          # position -> its reference count when only the graph holds it
     readers: tuple          # per pair: how many of the step's Vars read the leaf
-    alone: tuple            # per pair: the leaf's reference count in ``grant`` when only the graph holds it
+    alone: tuple            # per pair: the leaf's reference count in ``grant`` when only its readers' inputs hold it
+    buffered: frozenset     # positions a step-by-step run makes a buffer of (kernels, library calls)
+
+
+class Grant(NamedTuple):
+    pairs: dict             # target position -> the leaf position whose buffer it takes
+    keep: frozenset         # held positions computed from those leaves: they keep their values
 
 
 def plan(program, vars_):
@@ -51,6 +59,8 @@ def plan(program, vars_):
             source = base[step.output.at] = base.get(step.sources[0], step.sources[0])
             if step.output.target:
                 viewed.add(source)
+    buffered = {o.at for step in program.steps for o in (step.outputs if hasattr(step, "fn") else (step.output,))
+                if hasattr(step, "fn") or step.run is not None}
     pairs, taken = [], set()
     for n, step in enumerate(program.steps):
         for o, k in getattr(step, "in_place", ()):
@@ -61,7 +71,7 @@ def plan(program, vars_):
                 taken.update((k, out.at))
     if not pairs:
         return None
-    return _layout(pairs, vars_, program.n_order, targets)
+    return _layout(pairs, vars_, program.n_order, targets)._replace(buffered=frozenset(buffered))
 
 
 def _layout(pairs, vars_, n_order, targets):
@@ -79,8 +89,10 @@ def _layout(pairs, vars_, n_order, targets):
         watched.append(tuple(n for n in down if n < n_order and n not in targets))
         for n in watched[-1]:
             expected[n] = base + refs[n]
-    alone = tuple(_LEAF_REFS + refs[k] for _, k in pairs)
-    return Donations(tuple(pairs), tuple(watched), expected, tuple(len(readers_of[k]) for _, k in pairs), alone)
+    # a leaf's references from gradient rules do not count: a rule reads its buffer directly
+    alone = tuple(_LEAF_REFS + sum(x is vars_[k] for n in readers_of[k] for x in vars_[n].inputs) for _, k in pairs)
+    return Donations(tuple(pairs), tuple(watched), expected, tuple(len(readers_of[k]) for _, k in pairs), alone,
+                     frozenset())
 
 
 def _graph_refs(vars_, at):
@@ -158,13 +170,18 @@ def _leaf_refs():
 _LEAF_REFS = _leaf_refs()
 
 
-def grant(donations, vars_):
-    """{target position: leaf position} for the pairs whose old value nothing can read any more:
-    the leaf is a value an optimizer step replaces (``state.replacing``), or a Var only the graph
-    holds (the old value of a Var rebound before the step: ``p.update(p - lr * g)``)."""
+_NONE = Grant({}, frozenset())
+
+
+def grant(donations, vars_, stored):
+    """The ``Grant`` of a hit: the pairs whose old value nothing will read any more. The leaf is a
+    value an optimizer step replaces (``state.replacing``), or a Var only the graph holds (the old
+    value of a Var rebound before the step: ``p.update(p - lr * g)``); the Vars computed from it
+    that something holds (the user's ``outputs``) are kept, when the run leaves their buffers
+    (``stored``: positions), so nothing computes them again from the old value."""
     if not flags.inplace_update:
-        return {}
-    granted, held = {}, {}
+        return _NONE
+    granted, held, keep = {}, {}, set()
     for (at, k), watched, readers, alone in zip(donations.pairs, donations.watched, donations.readers,
                                                 donations.alone):
         v = vars_[k]
@@ -175,22 +192,30 @@ def grant(donations, vars_):
             continue
         if sum(ref() is not None for ref in v._consumers) != readers:
             continue
-        if watched and _any_held(vars_, watched, donations.expected, held):
-            continue
-        granted[at] = k
-    return granted
+        kept = _held(vars_, watched, donations.expected, held) if watched else ()
+        if all(n in stored for n in kept):
+            granted[at] = k
+            keep.update(kept)
+    return Grant(granted, frozenset(keep)) if granted else _NONE
+
+
+def keep(v, buffer):
+    """Give a held Var the value the step computed: a copy (a launch table's arena is used again,
+    a library call's output may be a view of a buffer written over later)."""
+    v._set_value(np.array(buffer))
 
 
 def written_over(vars_, granted):
     """After the hit: the graph's readers of each leaf written over read a node that raises."""
-    for k in granted.values():
+    for k in granted.pairs.values():
         overwritten(vars_[k])
 
 
-def _any_held(vars_, watched, expected, held):
+def _held(vars_, watched, expected, held):
+    """The ``watched`` positions whose Vars something holds besides the graph (``held`` memoises)."""
     fresh = [n for n in watched if n not in held]
     if fresh:
         for n, count in zip(fresh, _counts(vars_, fresh)):
             held[n] = count > expected[n]
-    return any(map(held.__getitem__, watched))
+    return [n for n in watched if held[n]]
 

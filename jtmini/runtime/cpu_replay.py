@@ -180,12 +180,14 @@ def run(program, vars_):
         if counts is not None:
             return counts
     n_order = program.n_order
-    granted = cpu_inplace.grant(program.donations, vars_) if program.donations is not None else {}
+    donations = program.donations
+    granted = cpu_inplace.grant(donations, vars_, donations.buffered) if donations is not None else None
+    donated, kept = (granted.pairs, granted.keep) if granted is not None else ((), ())
     buffers = [None] * n_order + [v._data for v in vars_[n_order:]]
     kernels, calls = 0, 0
     for step in program.steps:
         if type(step) is Launch:
-            outs = [vars_[granted[o.at]]._data if o.at in granted else np.empty(o.shape, o.dtype)
+            outs = [vars_[donated[o.at]]._data if o.at in donated else np.empty(o.shape, o.dtype)
                     for o in step.outputs]
             _launch_kernel(step, [buffers[k] for k in step.inputs] + outs, vars_, threads)
             kernels += 1
@@ -200,11 +202,21 @@ def run(program, vars_):
                 buffers[step.output.at] = keep_drawn(vars_[step.root], out)
             else:
                 buffers[step.output.at] = _set_value(vars_[step.root], out) if step.output.target else out
+        if kept:
+            _keep_held(step, buffers, vars_, kept)
         for k in step.drops:
             buffers[k] = None
-    if granted:
+    if donated:
         cpu_inplace.written_over(vars_, granted)
     return kernels, calls
+
+
+def _keep_held(step, buffers, vars_, kept):
+    """Held Vars the step made (``cpu_inplace.Grant.keep``) keep their values, copied now: before
+    a later step writes over a buffer they might view."""
+    for o in (step.outputs if type(step) is Launch else (step.output,)):
+        if o.at in kept and vars_[o.at]._data is None:
+            cpu_inplace.keep(vars_[o.at], buffers[o.at])
 
 
 def _set_value(v, out):

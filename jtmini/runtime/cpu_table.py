@@ -92,6 +92,7 @@ class Table(NamedTuple):
     n_vars: int
     n_order: int
     donations: object       # ``cpu_inplace.Donations``: targets that may take a leaf's buffer, or None
+    in_arena: frozenset     # positions whose buffers are in the arena (their own, not a leaf's)
     keep: list              # the gemm entries' int arrays (the table holds their addresses)
     busy: object            # a lock held while a hit runs (slots and arguments are shared)
 
@@ -488,7 +489,7 @@ def _finish(b):
                  np.array(patch_slots, np.intp), np.array(patch_from, np.intp), tuple(dynamic), late, floats,
                  tuple(b.float_nodes), tuple(b.hit_floats), tuple(b.rebuilt), tuple(b.targets),
                  (b.kernels, b.calls), arena, b.n_vars, b.program.n_order,
-                 b.program.donations, b.keep, threading.Lock())
+                 b.program.donations, frozenset(b.arena_at) | frozenset(b.static_views), b.keep, threading.Lock())
 
 
 def _address_only(b, view):
@@ -554,12 +555,13 @@ def run(table, vars_, backend):
 
 
 def _run(table, vars_, backend):
-    granted = cpu_inplace.grant(table.donations, vars_) if table.donations is not None else ()
+    granted = cpu_inplace.grant(table.donations, vars_, table.in_arena) if table.donations is not None else None
+    donated = granted.pairs if granted is not None else ()
     buffers = list(table.static)
     for k in range(table.n_order, table.n_vars):
         buffers[k] = vars_[k]._data
     for at, shape, dtype in table.fresh:
-        buffers[at] = vars_[granted[at]]._data if at in granted else np.empty(shape, dtype)
+        buffers[at] = vars_[donated[at]]._data if at in donated else np.empty(shape, dtype)
     for view in table.views:
         source = buffers[view.source]
         if view.offset is not None:     # an address (an int) in place of the array
@@ -589,7 +591,9 @@ def _run(table, vars_, backend):
                 slots[late] = address(out)
     for at, copy in table.targets:
         vars_[at]._set_value(buffers[at].copy() if copy else buffers[at])
-    if granted:
+    if donated:
+        for n in granted.keep:
+            cpu_inplace.keep(vars_[n], buffers[n])
         cpu_inplace.written_over(vars_, granted)
     del keep
     return table.counts
