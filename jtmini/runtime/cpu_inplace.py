@@ -23,6 +23,8 @@ when computed (``var.overwritten``). ``jt.flags.inplace_update = 0`` turns it of
     >>> written_over(vars_, granted)                 # after it ran (and ``keep`` each kept Var)
 """
 import sys
+from itertools import compress
+from operator import gt
 from typing import NamedTuple
 
 import numpy as np
@@ -34,8 +36,9 @@ from ..var import overwritten
 
 class Donations(NamedTuple):
     pairs: tuple            # (target position, leaf position whose buffer it may take)
-    watched: tuple          # per pair: the positions computed from the leaf that must not be held
-    expected: dict          # position -> its reference count when only the graph holds it
+    watched: tuple          # per pair: the positions computed from the leaf (a frozenset)
+    every: tuple            # the watched positions of all pairs, in order
+    expected: list          # their reference counts (``_counts``) when only the graph holds them
     readers: tuple          # per pair: how many of the step's Vars read the leaf
     alone: tuple            # per pair: the leaf's reference count in ``grant`` when only its readers' inputs hold it
     buffered: frozenset     # positions a step-by-step run makes a buffer of (kernels, library calls)
@@ -82,17 +85,14 @@ def _layout(pairs, vars_, n_order, targets):
             k = at.get(id(x))
             if k is not None and n not in readers_of[k]:
                 readers_of[k].append(n)
+    watched = [frozenset(n for n in _downstream(k, readers_of) if n < n_order and n not in targets)
+               for _, k in pairs]
+    every = sorted(frozenset().union(*watched))
     base = _baseline()
-    watched, expected = [], {}
-    for _, k in pairs:
-        down = _downstream(k, readers_of)
-        watched.append(tuple(n for n in down if n < n_order and n not in targets))
-        for n in watched[-1]:
-            expected[n] = base + refs[n]
     # a leaf's references from gradient rules do not count: a rule reads its buffer directly
     alone = tuple(_LEAF_REFS + sum(x is vars_[k] for n in readers_of[k] for x in vars_[n].inputs) for _, k in pairs)
-    return Donations(tuple(pairs), tuple(watched), expected, tuple(len(readers_of[k]) for _, k in pairs), alone,
-                     frozenset())
+    return Donations(tuple(pairs), tuple(watched), tuple(every), [base + refs[n] for n in every],
+                     tuple(len(readers_of[k]) for _, k in pairs), alone, frozenset())
 
 
 def _graph_refs(vars_, at):
@@ -181,7 +181,8 @@ def grant(donations, vars_, stored):
     (``stored``: positions), so nothing computes them again from the old value."""
     if not flags.inplace_update:
         return _NONE
-    granted, held, keep = {}, {}, set()
+    granted, keep = {}, set()
+    held = list(compress(donations.every, map(gt, _counts(vars_, donations.every), donations.expected)))
     for (at, k), watched, readers, alone in zip(donations.pairs, donations.watched, donations.readers,
                                                 donations.alone):
         v = vars_[k]
@@ -190,9 +191,9 @@ def grant(donations, vars_, stored):
         data = v._data
         if type(data) is not np.ndarray or data.base is not None or _buffer_refs(v) != _BUFFER_REFS + 1:
             continue
-        if sum(ref() is not None for ref in v._consumers) != readers:
-            continue
-        kept = _held(vars_, watched, donations.expected, held) if watched else ()
+        if len(v._consumers) != readers and sum(ref() is not None for ref in v._consumers) != readers:
+            continue                    # (the step's readers are alive: no more entries, no outsider)
+        kept = [n for n in held if n in watched]
         if all(n in stored for n in kept):
             granted[at] = k
             keep.update(kept)
@@ -209,13 +210,3 @@ def written_over(vars_, granted):
     """After the hit: the graph's readers of each leaf written over read a node that raises."""
     for k in granted.pairs.values():
         overwritten(vars_[k])
-
-
-def _held(vars_, watched, expected, held):
-    """The ``watched`` positions whose Vars something holds besides the graph (``held`` memoises)."""
-    fresh = [n for n in watched if n not in held]
-    if fresh:
-        for n, count in zip(fresh, _counts(vars_, fresh)):
-            held[n] = count > expected[n]
-    return [n for n in watched if held[n]]
-
