@@ -1,14 +1,13 @@
 """The value a parameter had before an optimizer step that updated its buffer in place.
 
-A launch table (``runtime/cpu_table.py``) writes a parameter's (or optimizer state's) new value
-over its old buffer when nothing can read the old value any more: no array, view or other Var
-holds the buffer, no Var outside the step reads the parameter, and no unrealized Var the user
-holds was computed from it. A graph the user keeps (the step's ``loss``) still names the old value
-through this node; computing from it raises, as PyTorch refuses a backward through a tensor an
-optimizer changed in place, instead of giving numbers from the new value.
+A host program (``runtime/cpu_inplace.py``) writes a parameter's (or optimizer state's) new value
+over its old buffer when nothing can read the old value any more. A graph the user keeps (the
+step's ``loss``) still names the old value through this node; computing from it raises, as
+PyTorch refuses a backward through a tensor an optimizer changed in place, instead of giving
+numbers from the new value.
 
-    >>> loss = model(x).sum(); opt.step(loss)
-    >>> jt.grad(loss, w)     # RuntimeError: the value of w before step ... was overwritten
+    >>> loss = nn.cross_entropy_loss(model(x), y); opt.step(loss)
+    >>> jt.grad(loss, x)     # RuntimeError: ... reads the old value of a parameter (shape ...)
 """
 from .registry import OpSpec, register
 
@@ -22,4 +21,3 @@ def _no_grad(d, out, a):
 
 
 register(OpSpec("overwritten", "library", infer=lambda inputs, a: (a["shape"], a["dtype"]), run=_gone, grad=_no_grad))
-

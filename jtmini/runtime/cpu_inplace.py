@@ -1,14 +1,18 @@
-"""Which of a launch table's new values may be written over the buffer of a value it replaces.
+"""Which new values of a host program (a launch table, or its steps) may be written over the
+buffer of the value they replace.
 
 An optimizer step computes each parameter's (and state's) new value from the old one and assigns
 it. Written to a new buffer, an SGD update of a parameter with momentum streams five arrays and
 makes the cache fetch the two new ones before writing them; written over the old buffers, three:
-~1.8x faster for a memory-bound update (ResNet-18 spends 8% of a step there). PyTorch's
+~1.8x faster for a memory-bound update (measured on a 200K-element SGD update). PyTorch's
 optimizers update in place too.
 
-The old value may still be needed, so a table (``cpu_table``) writes over it only when it cannot be:
+The old value may still be needed, so a program writes over it only when nothing can read it:
 - the kernel reads the old buffer only at the index it writes (``cpu_replay.in_place_pairs``),
   and nothing after it in the table reads that buffer or a view of it, nor is one a target;
+- the old Var is one an optimizer step replaces (``state.replacing``), or one only its readers'
+  input tuples hold (the snapshot ``p.update(...)`` left; not one a gradient rule holds: a rule
+  reads the buffer itself);
 - at the hit, no array, view or other Var holds the buffer (CPython's reference count);
 - no live Var outside the step reads the old Var;
 - an unrealized Var computed from the old value in this step and held by anything but the graph
@@ -18,7 +22,7 @@ The old value may still be needed, so a table (``cpu_table``) writes over it onl
 A graph the user keeps (the step's ``loss``) then names the old value through a node that raises
 when computed (``var.overwritten``). ``jt.flags.inplace_update = 0`` turns it off.
 
-    >>> donations = plan(program, vars_)         # once per table; None: nothing may be written over
+    >>> donations = plan(program, vars_)             # once per program; None: nothing to write over
     >>> granted = grant(donations, vars_, stored)    # each hit: a ``Grant``
     >>> written_over(vars_, granted)                 # after it ran (and ``keep`` each kept Var)
 """
