@@ -591,16 +591,14 @@ class Var:
 def overwritten(v):
     """After a step wrote a new value over ``v``'s buffer (``runtime/cpu_inplace.py``): the Vars
     that read ``v`` read a node that raises when computed (``ops/overwritten.py``) instead."""
-    what = (f"a graph built before an optimizer step reads the old value of a parameter (shape "
-            f"{tuple(v.shape)}, {v.dtype}) that the step overwrote in place; compute what you need "
-            f"from that graph (jt.sync, .numpy(), jt.grad) before the step, or set "
-            f"jt.flags.inplace_update = 0 to keep old values")
-    old = Var("overwritten", (), {"shape": v.shape, "dtype": v.dtype, "what": what}, v.shape, v.dtype)
-    _pending.pop(id(old), None)         # nothing computes it unless a graph reads it
+    old = None
     for ref in v._consumers:
         consumer = ref()
         if consumer is not None:
-            consumer.inputs = tuple(old if x is v else x for x in consumer.inputs)
+            if old is None:
+                old = made("overwritten", (), {"shape": v.shape, "dtype": v.dtype}, v.shape, v.dtype)
+                _pending.pop(id(old), None)         # nothing computes it unless a graph reads it
+            consumer.inputs = tuple([old if x is v else x for x in consumer.inputs])
             old._consumers.append(ref)
     v._consumers = []
 

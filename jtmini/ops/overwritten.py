@@ -13,7 +13,10 @@ from .registry import OpSpec, register
 
 
 def _gone(arrays, a, backend):
-    raise RuntimeError(a["what"])
+    raise RuntimeError(f"a graph built before an optimizer step reads the old value of a parameter (shape "
+                       f"{tuple(a['shape'])}, {a['dtype']}) that the step overwrote in place; compute what "
+                       f"you need from that graph (jt.sync, .numpy(), jt.grad) before the step, or set "
+                       f"jt.flags.inplace_update = 0 to keep old values")
 
 
 def _no_grad(d, out, a):

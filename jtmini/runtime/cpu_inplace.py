@@ -157,11 +157,14 @@ def _baseline():
     return _counts(probe, [0])[0]
 
 
-def _buffer_refs(v):
-    return sys.getrefcount(v._data)
+def _buffer_refs():
+    """What ``sys.getrefcount`` gives in ``grant`` for a buffer only its Var holds."""
+    v = type("Probe", (), {"_data": np.empty(0)})()
+    data = v._data
+    return sys.getrefcount(data)
 
 
-_BUFFER_REFS = _buffer_refs(type("Probe", (), {"_data": np.empty(0)})())   # the Var's and the call's
+_BUFFER_REFS = _buffer_refs()
 
 
 def _leaf_refs():
@@ -193,14 +196,16 @@ def grant(donations, vars_, stored):
         if replacing.get(id(v)) is not vars_[at] and sys.getrefcount(v) > alone:
             continue
         data = v._data
-        if type(data) is not np.ndarray or data.base is not None or _buffer_refs(v) != _BUFFER_REFS + 1:
+        if type(data) is not np.ndarray or data.base is not None or sys.getrefcount(data) != _BUFFER_REFS:
             continue
         if len(v._consumers) != readers and sum(ref() is not None for ref in v._consumers) != readers:
             continue                    # (the step's readers are alive: no more entries, no outsider)
-        kept = [n for n in held if n in watched]
-        if all(n in stored for n in kept):
-            granted[at] = k
+        if held:
+            kept = [n for n in held if n in watched]
+            if not all(n in stored for n in kept):
+                continue
             keep.update(kept)
+        granted[at] = k
     return Grant(granted, frozenset(keep)) if granted else _NONE
 
 
