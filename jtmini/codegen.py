@@ -360,7 +360,7 @@ class _Builder:
         self.dims_in_source = dims      # each symbol's value, or None: read from ip at run time
         self.computed = {}              # (node position, index, guarded) -> C expression
         self.pinned = []                # loop indices known to take only the value 0 (see nest)
-        self.conditional_reads = False  # a read guarded by a bounds check or condition (see kernel.cc.j2)
+        self.conditional_reads = False  # a read guarded by a bounds check or condition: no coalescing
         # inclusive value range of each loop index, index name and compiled-in dim
         self.ranges = {name: (v, v) for name, v in zip(self.symbols, dims or ()) if v is not None}
         self.in_range = set()           # index names proven inside their dim: no check, no clamp
@@ -482,8 +482,10 @@ class _Builder:
         names, conds, imap = self.index_map(k, idx)
         if not conds:
             return self.value(inputs[0], names, guarded)
-        inner = self.value(inputs[0], names, guarded=True)
         ctype = dtypes.VALUE_TYPES[dtype]
+        # loaded before the condition (its indices are clamped, so always in bounds): a select of
+        # the value, not a load under a bounds check, which GCC 12.2 vectorised wrongly (4.6)
+        inner = self.let(ctype, self.value(inputs[0], names, guarded=True))
         self.conditional_reads = True
         return self.let(ctype, f"({' && '.join(conds)}) ? {inner} : {c_literal(imap.overflow_value, ctype)}", dtype)
 
@@ -576,7 +578,7 @@ class _Builder:
             return template.render(
                 title=" ".join(op for op, *_ in self.nodes), buffers=buffers, symbols=symbols,
                 consts=consts, pinned=self.pinned, body=self.lines, grain=GRAIN, out_ctype=dtypes.C_TYPES[out_dtype],
-                conditional_reads=self.conditional_reads, **context)
+                **context)
         source = render(self.symbol_values())
         if self.dims_in_source is not None:
             source = render(self.symbol_values(_unused(self.symbols, source)))

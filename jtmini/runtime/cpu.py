@@ -61,12 +61,12 @@ _preludes_started = set()  # cache folders whose kernel preludes this process st
 
 
 def _start_preludes():
-    """On a process's first plan (per cache folder), start the precompiled headers of both
-    variants of the kernels' prelude before generating the plan's code (0.1-0.3 s of Python on a
-    cold ResNet-18 step that the headers' compiles now overlap)."""
+    """On a process's first plan (per cache folder), start the precompiled header of the kernels'
+    prelude before generating the plan's code (0.1-0.3 s of Python on a cold ResNet-18 step that
+    the header's compile now overlaps)."""
     if flags.cache_dir not in _preludes_started:
         _preludes_started.add(flags.cache_dir)
-        compiler.start_preludes([codegen.render("cpu", "prelude", conditional_reads=c) for c in (False, True)])
+        compiler.start_preludes([codegen.render("cpu", "prelude")])
 
 
 class _Pending:
