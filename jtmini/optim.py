@@ -172,7 +172,6 @@ class Optimizer:
         self.zero_grad()
         packed = self._packed_update(grads, coef)
         if packed is not None:
-            del grads
             self._realize(loss, [packed.flat])
             for var, new in packed.assignments():
                 var._rebind(None, new)

@@ -527,11 +527,7 @@ class Var:
             rebound[id(old)] = weakref.ref(old)
         if self._data is None and self.op is not None and OPS[self.op].kind == "collective":
             services.requeue_collective(self, old)
-        for ref in self._consumers:
-            consumer = ref()
-            if consumer is not None:
-                consumer.inputs = tuple(old if x is self else x for x in consumer.inputs)
-                old._consumers.append(ref)
+        _move_readers(self, old)
         if source is None:
             self.op, self.inputs, self.attrs, self._data, self._backward = None, (), {}, data, None
         else:
@@ -591,16 +587,20 @@ class Var:
 def overwritten(v):
     """After a step wrote a new value over ``v``'s buffer (``runtime/cpu_inplace.py``): the Vars
     that read ``v`` read a node that raises when computed (``ops/overwritten.py``) instead."""
-    old = None
+    if v._read_by_live_node():
+        old = made("overwritten", (), {"shape": v.shape, "dtype": v.dtype}, v.shape, v.dtype)
+        _pending.pop(id(old), None)         # nothing computes it unless a graph reads it
+        _move_readers(v, old)
+    v._consumers = []
+
+
+def _move_readers(v, old):
+    """Make every live Var that reads ``v`` read ``old`` instead (``v``'s list is left to the caller)."""
     for ref in v._consumers:
         consumer = ref()
         if consumer is not None:
-            if old is None:
-                old = made("overwritten", (), {"shape": v.shape, "dtype": v.dtype}, v.shape, v.dtype)
-                _pending.pop(id(old), None)         # nothing computes it unless a graph reads it
             consumer.inputs = tuple([old if x is v else x for x in consumer.inputs])
             old._consumers.append(ref)
-    v._consumers = []
 
 
 def _host(data):

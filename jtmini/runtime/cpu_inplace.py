@@ -78,10 +78,10 @@ def plan(program, vars_):
                 taken.update((k, out.at))
     if not pairs:
         return None
-    return _layout(pairs, vars_, program.n_order, targets)._replace(buffered=frozenset(buffered))
+    return _layout(pairs, vars_, program.n_order, targets, frozenset(buffered))
 
 
-def _layout(pairs, vars_, n_order, targets):
+def _layout(pairs, vars_, n_order, targets, buffered):
     at = {id(v): n for n, v in enumerate(vars_)}
     readers_of, refs = [[] for _ in vars_], _graph_refs(vars_, at)
     for n, v in enumerate(vars_):
@@ -96,7 +96,7 @@ def _layout(pairs, vars_, n_order, targets):
     # a leaf's references from gradient rules do not count: a rule reads its buffer directly
     alone = tuple(_LEAF_REFS + sum(x is vars_[k] for n in readers_of[k] for x in vars_[n].inputs) for _, k in pairs)
     return Donations(tuple(pairs), tuple(watched), tuple(every), [base + refs[n] for n in every],
-                     tuple(len(readers_of[k]) for _, k in pairs), alone, frozenset())
+                     tuple(len(readers_of[k]) for _, k in pairs), alone, buffered)
 
 
 def _graph_refs(vars_, at):
@@ -185,8 +185,9 @@ def grant(donations, vars_, stored):
     value an optimizer step replaces (``state.replacing``), or a Var only the graph holds (the old
     value of a Var rebound before the step: ``p.update(p - lr * g)``); the Vars computed from it
     that something holds (the user's ``outputs``) are kept, when the run leaves their buffers
-    (``stored``: positions), so nothing computes them again from the old value."""
-    if not flags.inplace_update:
+    (``stored``: positions), so nothing computes them again from the old value. ``donations``
+    None (a program with nothing to write over) grants nothing."""
+    if donations is None or not flags.inplace_update:
         return _NONE
     granted, keep = {}, set()
     held = list(compress(donations.every, map(gt, _counts(vars_, donations.every), donations.expected)))

@@ -181,8 +181,8 @@ def run(program, vars_):
             return counts
     n_order = program.n_order
     donations = program.donations
-    granted = cpu_inplace.grant(donations, vars_, donations.buffered) if donations is not None else None
-    donated, kept = (granted.pairs, granted.keep) if granted is not None else ((), ())
+    granted = cpu_inplace.grant(donations, vars_, donations and donations.buffered)
+    donated, kept = granted.pairs, granted.keep
     buffers = [None] * n_order + [v._data for v in vars_[n_order:]]
     kernels, calls = 0, 0
     for step in program.steps:

@@ -555,8 +555,8 @@ def run(table, vars_, backend):
 
 
 def _run(table, vars_, backend):
-    granted = cpu_inplace.grant(table.donations, vars_, table.in_arena) if table.donations is not None else None
-    donated = granted.pairs if granted is not None else ()
+    granted = cpu_inplace.grant(table.donations, vars_, table.in_arena)
+    donated = granted.pairs
     buffers = list(table.static)
     for k in range(table.n_order, table.n_vars):
         buffers[k] = vars_[k]._data
