@@ -192,3 +192,31 @@ def test_adamw_with_clipping_runs_one_kernel_per_parameter(rng):
     # m' and v' stored beside p' (and the clipped gradient where something still holds it)
     assert all([o.op for o in s.outputs][-2:] == ["axpby", "axpby_square"] for s in updates), \
         [[o.op for o in s.outputs] for s in updates]
+
+
+def test_a_large_pad_on_short_inner_dims_gets_its_own_kernel(rng):
+    # a conv's live-tap weight gradient, (O, C) padded to (O, C, 3, 3), feeding a momentum
+    # update: inlined, its bounds checks would leave the update's 3-trip inner loop scalar
+    o, c = 128, 1024
+    g, p, v = leaves(rng, (o, c), (o, c, 3, 3), (o, c, 3, 3))
+    padded = jt.nn.pad(jt.array(g).reshape(o, c, 1, 1), (1, 1, 1, 1))
+    param = jt.array(p)
+    v_new = jt.array(v) * 0.9 + padded + param * 1e-4
+    p_new = param - v_new * 0.1
+    plan = kernels([v_new, p_new])
+    assert [k.root.op for k in plan] == ["pad", plan[1].root.op] and plan[1].root is p_new
+    assert plan[1].outputs == [v_new]
+    want_g = np.zeros((o, c, 3, 3), np.float32)
+    want_g[:, :, 1, 1] = g
+    want_v = v * np.float32(0.9) + want_g + p * np.float32(1e-4)
+    jt.sync([v_new, p_new])
+    np.testing.assert_allclose(v_new.numpy(), want_v, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(p_new.numpy(), p - want_v * np.float32(0.1), rtol=1e-6, atol=1e-6)
+
+
+def test_a_small_or_wide_pad_stays_inlined(rng):
+    for shape, pads in (((16, 8, 1, 1), (1, 1, 1, 1)), ((1024, 600), (0, 0, 2, 2))):
+        (x,) = leaves(rng, shape)
+        padded = jt.nn.pad(jt.array(x), pads)
+        out = padded * 2 + 1
+        assert [k.root for k in kernels([out])] == [out]
