@@ -92,11 +92,8 @@ def chain_view(array, chain):
         return array
     if not array.flags.c_contiguous:
         return _view_along(array, chain)
-    try:
-        key = (type(array), array.shape, array.strides, tuple((v.op, tuple(v.attrs.items()), v.shape) for v in chain))
-        geometry = _chain_memo.get(key, False)
-    except TypeError:                       # an attr that cannot be hashed
-        return _view_along(array, chain)
+    key = _chain_key(array, chain)
+    geometry = _remembered(key)
     if geometry is False:
         result = _view_along(array, chain)
         geometry = _chain_memo[key] = _geometry(result, array)
@@ -110,6 +107,32 @@ def chain_view(array, chain):
     if not writeable:
         result.flags.writeable = False
     return result
+
+
+def _chain_key(array, chain):
+    return type(array), array.shape, array.strides, tuple((v.op, tuple(v.attrs.items()), v.shape) for v in chain)
+
+
+def _remembered(key):
+    """The geometry remembered under ``key``: False when none yet, None when the chain is no
+    view of the buffer or an attr cannot be hashed (then it is never remembered)."""
+    try:
+        return _chain_memo.get(key, False)
+    except TypeError:
+        return None
+
+
+def chain_offset(array, chain):
+    """The byte offset of ``chain_view(array, chain)`` in C-contiguous ``array``, from the
+    remembered geometry where there is one: a launch table needs only a view's address.
+
+        >>> chain_offset(np.zeros(6), [])
+        0
+    """
+    geometry = _remembered(_chain_key(array, chain)) if chain else None
+    if not geometry:
+        return _address(chain_view(array, chain)) - _address(array)
+    return geometry[2]
 
 
 def _view_along(array, chain):

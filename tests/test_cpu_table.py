@@ -260,3 +260,22 @@ def test_arenas_alive_are_capped_and_freed_with_their_plans(table_runs, monkeypa
     import gc
     gc.collect()
     assert cpu_table._arena_bytes[0] < before    # the stored plans' tables went with them
+
+
+def test_views_of_a_python_steps_buffer_are_addresses_read_afresh(table_runs):
+    # softmax_rows is left to Python; slices of its output (a new start on each hit) feed a
+    # kernel and a product: entries that read the slices' addresses, with no view made
+    x_np = rng.standard_normal((10, 6)).astype("float32")
+    w_np = rng.standard_normal((6, 3)).astype("float32")
+    x, w = jt.array(x_np), jt.array(w_np)
+    e = np.exp(x_np - x_np.max(1, keepdims=True))
+    probs = e / e.sum(1, keepdims=True)
+    for start in (0, 3, 1, 4, 2):
+        window = nn.softmax(x, dim=1)[start:start + 5]
+        outs = [window * 2 + 1, window @ w]
+        jt.sync(outs)
+        want = probs[start:start + 5]
+        np.testing.assert_allclose(outs[0].numpy(), want * 2 + 1, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(outs[1].numpy(), want @ w_np, rtol=1e-5, atol=1e-6)
+    assert table_runs and all(t.late_views for t in table_runs)
+    assert {type(p.step).__name__ for t in table_runs for p in t.pieces if type(p) is cpu_table.PyStep} == {"Call"}

@@ -71,6 +71,13 @@ class HitView(NamedTuple):
     offset: object          # (source's byte strides, byte offset): only the address is needed
 
 
+class LateView(NamedTuple):
+    """A view of a buffer a Python step makes whose only readers are table entries: its slots
+    get the buffer's address plus the chain's offset once that step has run, with no view made."""
+    slots: np.ndarray
+    chain: tuple
+
+
 class Table(NamedTuple):
     entries: np.ndarray     # int64 (n, 6): kind, function, pointer block, ints, floats, threads
     pieces: tuple           # ``Segment`` and ``PyStep`` in program order
@@ -82,6 +89,7 @@ class Table(NamedTuple):
     patch_from: np.ndarray      # ... with the address of these positions
     dynamic: tuple          # the positions whose addresses are patched, in ``patch_from``'s numbering
     late: dict              # position a PyStep makes -> its slots (patched after it runs)
+    late_views: dict        # position a PyStep makes -> ``LateView`` per view of it only entries read
     floats: np.ndarray      # float64: every kernel's float constants
     float_nodes: tuple      # the positions whose ``value`` attrs fill ``floats``
     hit_floats: tuple       # (array, position, attrs -> floats): library entries' runtime floats
@@ -143,6 +151,9 @@ class _Builder:
         self.late_library = set()   # outputs of library ops left to Python (C-contiguous, fixed shapes)
         self.static_views = {}      # position -> (source, chain): a view of the arena made once
         self.arrays_read = set()    # positions Python reads as arrays (not only their addresses)
+        self.late_views = {}        # position -> (source, chain): see ``LateView``
+        # positions a step other than a kernel reads: a view of them must be an array
+        self.python_reads = {k for step in program.steps if not hasattr(step, "fn") for k in step.sources}
 
     def place(self, output):
         """Give a step's output a buffer: the arena, or a fresh one for a target."""
@@ -232,6 +243,9 @@ def _add_view(b, step):
     at, source, chain = step.output.at, step.sources[0], step.views[0]
     b.base[at] = b.base.get(source, source)
     if source not in b.known:           # made by a Python step: made after it, in order
+        if source in b.late_library and at not in b.python_reads and not step.output.target \
+                and _late_view(b, at, source, chain, contiguous=True):
+            return
         b.python(step, [at])
         if step.output.target:
             b.targets.append((at, False))
@@ -245,6 +259,19 @@ def _add_view(b, step):
     b.known.add(at)
     if step.output.target:
         b.targets.append((at, False))
+
+
+def _late_view(b, at, source, chain, contiguous=False):
+    """Make ``at`` a ``LateView`` of ``source``, a buffer a library step or collective left to
+    Python makes (C-contiguous, of a fixed shape), if the chain views it (``contiguous``: as a
+    C-contiguous array, which a kernel reads); else False. The views of an all-reduced packed
+    gradient that clipping and ``adam_many`` read, one per parameter, were made in Python."""
+    standin = _build_value(b, source)
+    array = numpy_views.chain_view(standin, [b.vars[c] for c in chain])
+    if not np.shares_memory(array, standin) or (contiguous and not array.flags.c_contiguous):
+        return False
+    b.late_views[at] = (source, chain)
+    return True
 
 
 def _static_view(b, at, source, chain):
@@ -317,7 +344,8 @@ def _add_library_kernel(b, step, backend):
     """Add a library op as the one kernel entry its ``run`` would call (``OpSpec.table_kernel``),
     where its inputs are C-contiguous buffers of known layout; False if not."""
     spec = OPS[b.vars[step.root].op]
-    if spec.table_kernel is None or step.stateful or any(k not in b.known for k in step.sources):
+    if spec.table_kernel is None or step.stateful or \
+            any(k not in b.known and k not in b.late_library for k in step.sources):
         return False
     arrays = _step_arrays(b, step)
     if not all(array.flags.c_contiguous for array in arrays):
@@ -364,7 +392,8 @@ def _operand(b, k, chain, array):
             return k
         at = b.n_vars + b.extra
         b.extra += 1
-        b.python(_LateView(None, (k,), (chain,), _LateOutput(at), False), [at])
+        if not _late_view(b, at, k, chain):
+            b.python(_LateView(None, (k,), (chain,), _LateOutput(at), False), [at])
         return at
     if chain or k >= b.program.n_order:
         at = b.n_vars + b.extra
@@ -465,12 +494,14 @@ def _finish(b):
     for k, (source, chain) in b.static_views.items():      # in program order: sources first
         static[k] = numpy_views.chain_view(static[source], [b.vars[c] for c in chain]) if chain else static[source]
     slots = np.zeros(len(b.slots), np.int64)
-    patch_slots, patch_from, dynamic, index = [], [], [], {}
+    patch_slots, patch_from, dynamic, index, view_slots = [], [], [], {}, {}
     for n, k in enumerate(b.slot_of):
         if static[k] is not None:
             slots[n] = address(static[k])
         elif k in b.late:
             b.late[k].append(n)
+        elif k in b.late_views:
+            view_slots.setdefault(k, []).append(n)
         else:
             if k not in index:
                 index[k] = len(dynamic)
@@ -484,9 +515,14 @@ def _finish(b):
         with_floats = entries[:, 4] < 0
         entries[with_floats, 4] = address(floats) + (-1 - entries[with_floats, 4]) * 8
     late = {k: np.array(v, np.intp) for k, v in b.late.items()}
+    late_views = {}
+    for k, (source, chain) in b.late_views.items():
+        if k in view_slots:
+            late_views.setdefault(source, []).append(LateView(np.array(view_slots[k], np.intp), chain))
     views = tuple(_address_only(b, view) for view in b.views)
     return Table(entries, tuple(b.pieces), slots, static, tuple(b.fresh), views,
-                 np.array(patch_slots, np.intp), np.array(patch_from, np.intp), tuple(dynamic), late, floats,
+                 np.array(patch_slots, np.intp), np.array(patch_from, np.intp), tuple(dynamic), late,
+                 {k: tuple(v) for k, v in late_views.items()}, floats,
                  tuple(b.float_nodes), tuple(b.hit_floats), tuple(b.rebuilt), tuple(b.targets),
                  (b.kernels, b.calls), arena, b.n_vars, b.program.n_order,
                  b.program.donations, frozenset(b.arena_at) | frozenset(b.static_views), b.keep, threading.Lock())
@@ -585,10 +621,13 @@ def _run(table, vars_, backend):
         if type(piece) is Segment:
             runner(entries + 48 * piece.start, piece.stop - piece.start)
         else:
-            out = buffers[piece.step.output.at] = _python_step(piece.step, buffers, vars_, backend)
-            late = table.late[piece.step.output.at]
+            at = piece.step.output.at
+            out = buffers[at] = _python_step(piece.step, buffers, vars_, backend)
+            late = table.late[at]
             if len(late):
                 slots[late] = address(out)
+            for view in table.late_views.get(at, ()):
+                slots[view.slots] = address(out) + numpy_views.chain_offset(out, [vars_[c] for c in view.chain])
     for at, copy in table.targets:
         vars_[at]._set_value(buffers[at].copy() if copy else buffers[at])
     if donated:
