@@ -14,18 +14,25 @@ A library op whose ``run`` is one hand-written kernel call on contiguous inputs
 A product ``blas.matmul`` splits over threads, or computes as its transpose, is one entry of its
 task runner. Left in Python, in order between runs of the table: other library ops, products
 whose operands ``blas.matmul`` copies first (and float16 ones), draws, and views of a buffer a
-Python step makes. The kernels, their arguments and thread counts, and the gemm calls are
-those of ``cpu_replay.run`` (each product is checked bit for bit against ``blas.matmul`` when
-the table is built), so values are identical. A program gets no table while a kernel's thread
-count is still being timed (``thread_choice``), or when its arena would pass ``MAX_ARENA`` bytes
-or all arenas alive ``MAX_ARENAS`` (big graphs gain little and would hold their intermediates
-between steps). A hit finding its table in use (another thread's realize) runs step by step.
+Python step makes that Python reads (those only entries read are addresses: ``LateView``). The
+kernels, their arguments and thread counts, and the gemm calls are those of ``cpu_replay.run``
+(each product is checked bit for bit against ``blas.matmul`` when the table is built), so values
+are identical.
+
+The arena is packed (``_Packer``): a buffer's bytes serve again once no later step reads it, so
+it holds about what a step-by-step run has alive at its peak (ResNet-18: 134 MB, not 290). A
+program gets no table while a kernel's thread count is still being timed (``thread_choice``), or
+when its arena would pass ``MAX_ARENA`` bytes or all arenas alive ``MAX_ARENAS``. A hit finding
+its table in use (another thread's realize), or one that must keep a held value whose bytes later
+steps reuse (``Table.reused``), runs step by step.
 
     >>> table = table_for(program, hit_vars, threads)   # built once per program and thread count
     >>> counts = run(table, hit_vars)                   # every later hit: (kernels, library calls)
 """
+import bisect
 import ctypes
 import functools
+import heapq
 import threading
 import weakref
 from pathlib import Path
@@ -42,8 +49,8 @@ from .pointers import address
 from .thread_choice import _thread_trials, values_free_of_threads
 
 enabled = True                  # off: hits run step by step in cpu_replay.run (tests, benchmarks)
-MAX_ARENA = 32 << 20            # bytes of intermediates a program may keep between hits
-MAX_ARENAS = 128 << 20          # bytes of all arenas alive (a table goes with its stored plan)
+MAX_ARENA = 256 << 20           # bytes of intermediates a program may keep between hits
+MAX_ARENAS = 512 << 20          # bytes of all arenas alive (a table goes with its stored plan)
 _arena_bytes = [0]
 _ALIGN = 64                     # each arena buffer on a cache line
 _KERNEL, _SGEMM, _DGEMM = 0, 1, 2          # and 3, 4: sgemv, dgemv
@@ -101,6 +108,7 @@ class Table(NamedTuple):
     n_order: int
     donations: object       # ``cpu_inplace.Donations``: targets that may take a leaf's buffer, or None
     in_arena: frozenset     # positions whose buffers are in the arena (their own, not a leaf's)
+    reused: frozenset       # positions ``cpu_inplace.grant`` may keep whose bytes later steps reuse
     keep: list              # the gemm entries' int arrays (the table holds their addresses)
     busy: object            # a lock held while a hit runs (slots and arguments are shared)
 
@@ -138,7 +146,9 @@ class _Builder:
         self.program, self.vars, self.threads = program, vars_, threads
         self.n_vars = len(vars_)
         self.arena_at = {}          # position -> (byte offset, shape, dtype)
-        self.size = 0
+        self.size = 0               # the arena's bytes so far
+        self.packer, self.last_read, self.now = _Packer(), _last_reads(program), 0
+        self.placed_at = {}         # arena position -> the step that writes it
         self.known = set(range(program.n_order, len(vars_)))     # positions whose buffer a hit has at start
         self.fresh, self.views, self.targets, self.late = [], [], [], {}
         self.entries, self.slot_of, self.slots, self.pieces = [], [], [], []
@@ -161,9 +171,11 @@ class _Builder:
             self.fresh.append((output.at, output.shape, output.dtype))
             self.targets.append((output.at, False))
         else:
-            self.arena_at[output.at] = (self.size, output.shape, output.dtype)
-            nbytes = int(np.prod(output.shape)) * output.dtype.itemsize
-            self.size += -(-max(nbytes, 1) // _ALIGN) * _ALIGN
+            nbytes = -(-max(int(np.prod(output.shape)) * output.dtype.itemsize, 1) // _ALIGN) * _ALIGN
+            offset = self.packer.take(nbytes, self.now, self.last_read.get(output.at, self.now))
+            self.arena_at[output.at] = (offset, output.shape, output.dtype)
+            self.placed_at[output.at] = self.now
+            self.size = self.packer.end
         self.known.add(output.at)
 
     def pointer_block(self, positions):
@@ -194,8 +206,8 @@ class _Builder:
 def _build(program, vars_, threads):
     """The ``Table`` of ``program`` (None when its arena would be too large)."""
     b = _Builder(program, vars_, threads)
-    for step in program.steps:
-        if b.size > MAX_ARENA:          # given up at once: checking a ResNet's products took 0.8 s
+    for b.now, step in enumerate(program.steps):
+        if b.size > MAX_ARENA:          # given up at once: checking a big graph's products takes ~1 s
             return None
         if hasattr(step, "fn"):
             _add_kernel(b, step)
@@ -214,6 +226,64 @@ def _build(program, vars_, threads):
     _arena_bytes[0] += table.arena.nbytes
     weakref.finalize(table.arena, _arena_freed, table.arena.nbytes)
     return table
+
+
+def _last_reads(program):
+    """Per position, the index of the last step that reads its buffer (a view's readers read the
+    buffer it views); ``len(program.steps)`` for a buffer a target views: it is copied out after
+    the steps. (A held value ``cpu_inplace.keep`` copies then too: see ``Table.reused``.)"""
+    base, last, end = {}, {}, len(program.steps)
+    for t, step in enumerate(program.steps):
+        for k in step.inputs if hasattr(step, "fn") else step.sources:
+            last[base.get(k, k)] = t
+        if not hasattr(step, "fn") and step.run is None:
+            at = step.output.at
+            base[at] = base.get(step.sources[0], step.sources[0])
+            if step.output.target:
+                last[base[at]] = end
+    return last
+
+
+class _Packer:
+    """Places buffers in one arena, first fit: a buffer's bytes are free again for the buffers of
+    the steps after the last one that reads it. ResNet-18's step keeps 290 MB of intermediates
+    laid end to end and runs slower from them than from malloc, which hands back warm memory."""
+
+    def __init__(self):
+        self.free = []              # (offset, bytes), by offset, none touching another
+        self.live = []              # heap of (last step reading it, offset, bytes)
+        self.end = 0                # the arena's bytes so far
+        self.placed = []            # (step, offset, bytes) of every buffer, in order
+
+    def take(self, nbytes, now, until):
+        """The offset of ``nbytes`` written at step ``now`` and read up to step ``until``."""
+        while self.live and self.live[0][0] < now:
+            _, offset, size = heapq.heappop(self.live)
+            self._release(offset, size)
+        k = next((k for k, (_, size) in enumerate(self.free) if size >= nbytes), None)
+        if k is not None:
+            offset, size = self.free[k]
+            self.free[k:k + 1] = [(offset + nbytes, size - nbytes)] if size > nbytes else []
+        else:
+            offset = self.free.pop()[0] if self.free and sum(self.free[-1]) == self.end else self.end
+            self.end = offset + nbytes          # (the last free block, if it ends the arena, grows)
+        heapq.heappush(self.live, (until, offset, nbytes))
+        self.placed.append((now, offset, nbytes))
+        return offset
+
+    def reused(self, offset, nbytes, now):
+        """Whether a buffer placed after step ``now`` shares a byte of ``offset .. + nbytes``."""
+        return any(t > now and off < offset + nbytes and offset < off + size for t, off, size in self.placed)
+
+    def _release(self, offset, nbytes):
+        k = bisect.bisect(self.free, (offset, 0))
+        if k < len(self.free) and offset + nbytes == self.free[k][0]:          # joins the next
+            nbytes += self.free.pop(k)[1]
+        if k and sum(self.free[k - 1]) == offset:                             # and the previous
+            offset, nbytes = self.free[k - 1][0], self.free[k - 1][1] + nbytes
+            self.free.pop(k - 1)
+            k -= 1
+        self.free.insert(k, (offset, nbytes))
 
 
 def _arena_freed(nbytes):
@@ -525,7 +595,21 @@ def _finish(b):
                  {k: tuple(v) for k, v in late_views.items()}, floats,
                  tuple(b.float_nodes), tuple(b.hit_floats), tuple(b.rebuilt), tuple(b.targets),
                  (b.kernels, b.calls), arena, b.n_vars, b.program.n_order,
-                 b.program.donations, frozenset(b.arena_at) | frozenset(b.static_views), b.keep, threading.Lock())
+                 b.program.donations, frozenset(b.arena_at) | frozenset(b.static_views), _reused(b), b.keep,
+                 threading.Lock())
+
+
+def _reused(b):
+    """The positions a hit may have to keep (``cpu_inplace.Grant.keep``, copied after the steps)
+    whose arena bytes a later step writes: such a hit runs step by step."""
+    reused = set()
+    for k in b.program.donations.every if b.program.donations is not None else ():
+        base = b.base.get(k, k)
+        if base in b.arena_at:
+            offset, shape, dtype = b.arena_at[base]
+            if b.packer.reused(offset, int(np.prod(shape)) * dtype.itemsize, b.placed_at[base]):
+                reused.add(k)
+    return frozenset(reused)
 
 
 def _address_only(b, view):
@@ -592,6 +676,8 @@ def run(table, vars_, backend):
 
 def _run(table, vars_, backend):
     granted = cpu_inplace.grant(table.donations, vars_, table.in_arena)
+    if granted.keep and not granted.keep.isdisjoint(table.reused):
+        return None                     # a held value's bytes are written over before it is kept
     donated = granted.pairs
     buffers = list(table.static)
     for k in range(table.n_order, table.n_vars):
