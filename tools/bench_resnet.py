@@ -11,7 +11,7 @@ side's best run is reported, as ``timeit`` reports its best: on a shared machine
 only ever slows a run down, and one that fell on a single run of one side swung the ratio by
 10-15% either way.
 
-    python tools/bench_resnet.py [--iters 20] [--warmup 3] [--rounds 2] [--threads 1 2] [--profile]
+    python tools/bench_resnet.py [--iters 20] [--warmup 6] [--rounds 2] [--threads 1 2] [--profile]
     python tools/bench_resnet.py --device cuda --threads 1      # both sides on the GPU (cupy / torch.cuda)
 
 ``BENCH_BATCH=50`` changes the batch (e.g. to see one data-parallel rank's share of the work).
@@ -192,7 +192,8 @@ def first_iteration(args):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--iters", type=int, default=20, help="timed iterations per run")
-    parser.add_argument("--warmup", type=int, default=3, help="untimed iterations first")
+    parser.add_argument("--warmup", type=int, default=6,
+                        help="untimed iterations first: jtmini's plan, thread choice and launch table settle in them")
     parser.add_argument("--rounds", type=int, default=2, help="runs of each side, in turns; the best counts")
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--profile", action="store_true", help="print jtmini's time per kernel group")
