@@ -38,7 +38,7 @@ from .. import dtypes
 from ..state import register_cache
 from ..symbolic import sym
 from ..var import Var
-from .registry import IndexMap, OpSpec, register
+from .registry import IndexMap, OpSpec, TableKernel, register
 from .reindex import stack
 
 _kernels = {}        # (backend, mode, dtype, affine, pooled) -> HandKernel
@@ -107,6 +107,17 @@ def _inner_contiguous(shape, strides):
     return True
 
 
+def _in_place(launch):
+    """An op's ``table_kernel`` from its ``launch(arrays, attrs, backend) -> (call, arrays laid
+    out)``: the call where it reads the given buffers as they are, else None (a launch table
+    holds their addresses; a copy would be made on one hit only)."""
+    def table_kernel(arrays, a, backend):
+        call, laid = launch(arrays, a, backend)
+        same = all(x.__array_interface__["data"][0] == y.__array_interface__["data"][0] for x, y in zip(laid, arrays))
+        return call if same else None
+    return table_kernel
+
+
 def _check(who, condition, message):
     if not condition:
         raise ValueError(f"{who}: {message}")
@@ -173,10 +184,17 @@ def _stats_infer(inputs, a):
     return (3, x.shape[1]), "float64" if a["pooled"] else x.dtype
 
 
-def _stats_run(arrays, a, backend):
+def _stats_launch(arrays, a, backend):
+    """``(call, arrays it reads)``: the stats kernel on ``x`` as ``_channel_layout`` lays it out."""
     (x,), ints = _channel_layout(arrays[0])
-    out = np.empty((3, x.shape[1]), np.float64 if a["pooled"] else x.dtype)
-    _kernel(backend, "stats", dtypes.numpy_name(x.dtype), pooled=a["pooled"]).run_fastest([x, out], ints, [], x.size)
+    return TableKernel(_kernel(backend, "stats", dtypes.numpy_name(x.dtype), pooled=a["pooled"]), ints, [],
+                       size=x.size), [x]
+
+
+def _stats_run(arrays, a, backend):
+    call, laid = _stats_launch(arrays, a, backend)
+    out = np.empty((3, laid[0].shape[1]), np.float64 if a["pooled"] else laid[0].dtype)
+    call.launch(laid + [out])
     return out
 
 
@@ -194,7 +212,8 @@ def _stats_grad(d, out, inputs, a):
 
 
 register(OpSpec("batch_norm_stats", "library", infer=_stats_infer, run=_stats_run, grad=_stats_grad,
-                reads_view=_inner_contiguous, kernels=lambda inputs, a, backend: _planned(inputs[0].dtype, pooled=a["pooled"])))
+                reads_view=_inner_contiguous, table_kernel=_in_place(_stats_launch),
+                kernels=lambda inputs, a, backend: _planned(inputs[0].dtype, pooled=a["pooled"])))
 
 
 def batch_norm_stats(x, pooled=False):
@@ -225,12 +244,16 @@ def _table_infer(inputs, a):
     return (TABLE_ROWS, c), dtype
 
 
-def _table_run(arrays, a, backend):
+def _table_launch(arrays, a, backend):
     arrays = [np.ascontiguousarray(arr) for arr in arrays]
-    c = arrays[0].shape[1]
-    out = np.empty((TABLE_ROWS, c), dtypes.NUMPY[a["dtype"]])
     fn = _kernel(backend, "table", a["dtype"], affine=a["affine"], pooled=a["pooled"])
-    fn.run(arrays + [out], [c], [a["eps"], a["momentum"]])
+    return TableKernel(fn, [arrays[0].shape[1]], [a["eps"], a["momentum"]]), arrays
+
+
+def _table_run(arrays, a, backend):
+    call, laid = _table_launch(arrays, a, backend)
+    out = np.empty((TABLE_ROWS, laid[0].shape[1]), dtypes.NUMPY[a["dtype"]])
+    call.launch(laid + [out])
     return out
 
 
@@ -259,7 +282,7 @@ def _table_grad(d, out, inputs, a):
 
 
 register(OpSpec("batch_norm_table", "library", infer=_table_infer, run=_table_run, grad=_table_grad,
-                kernels=lambda inputs, a, backend: _planned(a["dtype"], a["affine"], a["pooled"])))
+                table_kernel=_in_place(_table_launch), kernels=lambda inputs, a, backend: _planned(a["dtype"], a["affine"], a["pooled"])))
 
 
 def batch_norm_table(moments, weight, bias, running_mean, running_var, eps, momentum, dtype, pooled=False):
@@ -283,11 +306,16 @@ def _grad_sums_infer(inputs, a):
     return (2, x.shape[1]), x.dtype
 
 
-def _grad_sums_run(arrays, a, backend):
+def _grad_sums_launch(arrays, a, backend):
     (d, x), ints = _channel_layout(*arrays[:2])
-    table = np.ascontiguousarray(arrays[2])
-    out = np.empty((2, x.shape[1]), x.dtype)
-    _kernel(backend, "grad_sums", dtypes.numpy_name(x.dtype)).run_fastest([d, x, table, out], ints, [], x.size)
+    laid = [d, x, np.ascontiguousarray(arrays[2])]
+    return TableKernel(_kernel(backend, "grad_sums", dtypes.numpy_name(x.dtype)), ints, [], size=x.size), laid
+
+
+def _grad_sums_run(arrays, a, backend):
+    call, laid = _grad_sums_launch(arrays, a, backend)
+    out = np.empty((2, laid[1].shape[1]), laid[1].dtype)
+    call.launch(laid + [out])
     return out
 
 
@@ -301,7 +329,7 @@ def _grad_sums_grad(g, out, inputs, a):
 
 
 register(OpSpec("batch_norm_grad_sums", "library", infer=_grad_sums_infer, run=_grad_sums_run,
-                grad=_grad_sums_grad, reads_view=_inner_contiguous))
+                grad=_grad_sums_grad, reads_view=_inner_contiguous, table_kernel=_in_place(_grad_sums_launch)))
 
 
 def batch_norm_grad_sums(d, x, table):
@@ -319,10 +347,16 @@ def _grad_table_infer(inputs, a):
     return (5, c), dtype
 
 
-def _grad_table_run(arrays, a, backend):
+def _grad_table_launch(arrays, a, backend):
     arrays = [np.ascontiguousarray(arr) for arr in arrays]
-    out = np.empty((5, arrays[0].shape[1]), arrays[0].dtype)
-    _kernel(backend, "grad_table", dtypes.numpy_name(out.dtype)).run(arrays + [out], [out.shape[1]], [a["eps"]])
+    fn = _kernel(backend, "grad_table", dtypes.numpy_name(arrays[0].dtype))
+    return TableKernel(fn, [arrays[0].shape[1]], [a["eps"]]), arrays
+
+
+def _grad_table_run(arrays, a, backend):
+    call, laid = _grad_table_launch(arrays, a, backend)
+    out = np.empty((5, laid[0].shape[1]), laid[0].dtype)
+    call.launch(laid + [out])
     return out
 
 
@@ -342,7 +376,7 @@ def _grad_table_grad(g, out, inputs, a):
 
 
 register(OpSpec("batch_norm_grad_table", "library", infer=_grad_table_infer, run=_grad_table_run,
-                grad=_grad_table_grad))
+                grad=_grad_table_grad, table_kernel=_in_place(_grad_table_launch)))
 
 
 def batch_norm_grad_table(sums, global_sums, table, eps):

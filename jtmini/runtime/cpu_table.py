@@ -418,7 +418,7 @@ def _add_library_kernel(b, step, backend):
             any(k not in b.known and k not in b.late_library for k in step.sources):
         return False
     arrays = _step_arrays(b, step)
-    if not all(array.flags.c_contiguous for array in arrays):
+    if not all(array.flags.c_contiguous or _reads_as_is(spec, array) for array in arrays):
         return False
     call = spec.table_kernel(arrays, b.vars[step.root].attrs, backend)
     if call is None:
@@ -440,6 +440,12 @@ def _add_library_kernel(b, step, backend):
             ints, address(floats) if len(floats) else 0, threads)
     b.calls += 1                        # still a library call in ``jt.stats()``, as from Python
     return True
+
+
+def _reads_as_is(spec, array):
+    """Whether a library op that reads views (``OpSpec.reads_view``: BatchNorm's, of a product seen
+    as NCHW) reads ``array``'s layout as it is."""
+    return spec.reads_view is not None and spec.reads_view(array.shape, [s // array.itemsize for s in array.strides])
 
 
 def _step_arrays(b, step):
