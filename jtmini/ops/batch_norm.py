@@ -38,7 +38,7 @@ from .. import dtypes
 from ..state import register_cache
 from ..symbolic import sym
 from ..var import Var
-from .registry import IndexMap, OpSpec, TableKernel, register
+from .registry import IndexMap, OpSpec, TableKernel, register, table_kernel_from
 from .reindex import stack
 
 _kernels = {}        # (backend, mode, dtype, affine, pooled) -> HandKernel
@@ -105,17 +105,6 @@ def _inner_contiguous(shape, strides):
             return False
         step *= size
     return True
-
-
-def _in_place(launch):
-    """An op's ``table_kernel`` from its ``launch(arrays, attrs, backend) -> (call, arrays laid
-    out)``: the call where it reads the given buffers as they are, else None (a launch table
-    holds their addresses; a copy would be made on one hit only)."""
-    def table_kernel(arrays, a, backend):
-        call, laid = launch(arrays, a, backend)
-        same = all(x.__array_interface__["data"][0] == y.__array_interface__["data"][0] for x, y in zip(laid, arrays))
-        return call if same else None
-    return table_kernel
 
 
 def _check(who, condition, message):
@@ -212,7 +201,7 @@ def _stats_grad(d, out, inputs, a):
 
 
 register(OpSpec("batch_norm_stats", "library", infer=_stats_infer, run=_stats_run, grad=_stats_grad,
-                reads_view=_inner_contiguous, table_kernel=_in_place(_stats_launch),
+                reads_view=_inner_contiguous, table_kernel=table_kernel_from(_stats_launch),
                 kernels=lambda inputs, a, backend: _planned(inputs[0].dtype, pooled=a["pooled"])))
 
 
@@ -282,7 +271,7 @@ def _table_grad(d, out, inputs, a):
 
 
 register(OpSpec("batch_norm_table", "library", infer=_table_infer, run=_table_run, grad=_table_grad,
-                table_kernel=_in_place(_table_launch), kernels=lambda inputs, a, backend: _planned(a["dtype"], a["affine"], a["pooled"])))
+                table_kernel=table_kernel_from(_table_launch), kernels=lambda inputs, a, backend: _planned(a["dtype"], a["affine"], a["pooled"])))
 
 
 def batch_norm_table(moments, weight, bias, running_mean, running_var, eps, momentum, dtype, pooled=False):
@@ -329,7 +318,7 @@ def _grad_sums_grad(g, out, inputs, a):
 
 
 register(OpSpec("batch_norm_grad_sums", "library", infer=_grad_sums_infer, run=_grad_sums_run,
-                grad=_grad_sums_grad, reads_view=_inner_contiguous, table_kernel=_in_place(_grad_sums_launch)))
+                grad=_grad_sums_grad, reads_view=_inner_contiguous, table_kernel=table_kernel_from(_grad_sums_launch)))
 
 
 def batch_norm_grad_sums(d, x, table):
@@ -376,7 +365,7 @@ def _grad_table_grad(g, out, inputs, a):
 
 
 register(OpSpec("batch_norm_grad_table", "library", infer=_grad_table_infer, run=_grad_table_run,
-                grad=_grad_table_grad, table_kernel=_in_place(_grad_table_launch)))
+                grad=_grad_table_grad, table_kernel=table_kernel_from(_grad_table_launch)))
 
 
 def batch_norm_grad_table(sums, global_sums, table, eps):

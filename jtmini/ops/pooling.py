@@ -25,7 +25,7 @@ import numpy as np
 from .. import dtypes
 from ..state import register_cache
 from ..var import Var
-from .registry import OpSpec, register
+from .registry import OpSpec, TableKernel, register, table_kernel_from
 
 GEOMETRY = ("kernel", "stride", "padding", "dilation")     # (h, w) pairs, compiled in
 _kernels = {}        # (backend, mode, dtype, geometry, in_hw, out_hw) -> HandKernel
@@ -100,13 +100,20 @@ def tiles(geometry, in_hw, out_hw):
             and tuple(in_hw) == (out_hw[0] * kh, out_hw[1] * kw))
 
 
+def _launch(mode):
+    """``launch(arrays, attrs, backend) -> (call, arrays it reads)`` of the pick or route kernel."""
+    def launch(arrays, a, backend):
+        x, src = (np.ascontiguousarray(arr) for arr in arrays)
+        fn = _kernel(backend, mode, dtypes.numpy_name(x.dtype), a, x.shape[2:])
+        return TableKernel(fn, [x.shape[0] * x.shape[1]], [], threads=backend.thread_count()), [x, src]
+    return launch
+
+
 def _run(mode):
     def run(arrays, a, backend):
-        x, src = (np.ascontiguousarray(arr) for arr in arrays)
-        n, c = x.shape[:2]
-        out = np.empty((n, c) + (x.shape[2:] if mode == "route" else tuple(a["out_hw"])), x.dtype)
-        fn = _kernel(backend, mode, dtypes.numpy_name(x.dtype), a, x.shape[2:])
-        fn.run([x, src, out], [n * c], [], backend.thread_count())
+        call, (x, src) = _launch(mode)(arrays, a, backend)
+        out = np.empty(x.shape[:2] + (x.shape[2:] if mode == "route" else tuple(a["out_hw"])), x.dtype)
+        call.launch([x, src, out])
         return out
     return run
 
@@ -133,9 +140,10 @@ def _planned(mode):
 
 
 register(OpSpec("max_pool_pick", "library", infer=_infer("pick"), run=_run("pick"), kernels=_planned("pick"),
+                table_kernel=table_kernel_from(_launch("pick")),
                 grad=lambda d, out, inputs, a: [None, _node("route", inputs[0], d, a)]))
 register(OpSpec("max_pool_route", "library", infer=_infer("route"), run=_run("route"), grad=_route_grad,
-                kernels=_planned("route")))
+                kernels=_planned("route"), table_kernel=table_kernel_from(_launch("route"))))
 
 
 def relu_masked_route(route):

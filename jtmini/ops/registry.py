@@ -126,6 +126,18 @@ def kernel_run(call, output):
     return run
 
 
+def table_kernel_from(launch):
+    """A library op's ``table_kernel`` from its ``launch(arrays, attrs, backend) -> (call, the
+    arrays the call reads)``, which its ``run`` makes too: the call where it reads the given
+    buffers as they are, else None (a launch table holds their addresses; a copy made to lay one
+    out would be one hit's only)."""
+    def table_kernel(arrays, a, backend):
+        call, laid = launch(arrays, a, backend)
+        same = all(x.__array_interface__["data"][0] == y.__array_interface__["data"][0] for x, y in zip(laid, arrays))
+        return call if same else None
+    return table_kernel
+
+
 def arg(k):
     """The symbol of a node's ``k``-th runtime integer argument in its index map (see OpSpec)."""
     return sym(f"arg{k}")

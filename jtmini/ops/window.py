@@ -27,6 +27,7 @@ smaller than the kernel: ``spread[o, ho, wo, c, h, w]`` is the weight tap joinin
 tap's entries, one per output pixel, summed), not a scatter onto the taps.
 """
 import itertools
+import math
 
 import numpy as np
 
@@ -35,7 +36,7 @@ from ..state import register_cache
 from ..symbolic import indices
 from ..var import Var
 from .elementwise import add_n
-from .registry import OPS, IndexMap, OpSpec, register
+from .registry import OPS, IndexMap, OpSpec, TableKernel, register, table_kernel_from
 from .softmax import _contiguous, runs_fused
 
 i = indices("i")
@@ -142,18 +143,24 @@ def _grad_infer(inputs, a):
     return tuple(a["x_shape"]), dcols.dtype
 
 
-def _grad_run(arrays, a, backend):
+def _grad_launch(arrays, a, backend):
+    """``(call, arrays it reads)``: the col2im kernel on the contiguous windows' gradient."""
     dcols = np.ascontiguousarray(arrays[0])
     c, taps_h, taps_w, n, ho, wo = dcols.shape
-    out = np.empty(tuple(a["x_shape"]), dcols.dtype)
     geometry = {f"{name}{axis}": value for attr, name in zip(GEOMETRY, "spdf")
                 for axis, value in zip("hw", a[attr])}
-    key = (dtypes.numpy_name(dcols.dtype), tuple(sorted(geometry.items())), (taps_h, taps_w), out.shape[2:], (ho, wo))
+    key = (dtypes.numpy_name(dcols.dtype), tuple(sorted(geometry.items())), (taps_h, taps_w), a["x_shape"][2:], (ho, wo))
     fn = _kernels.get(key)
     if fn is None:
         (template, context), = _grad_planned([arrays[0]], a, backend)
         fn = _kernels[key] = backend.kernel(template, **context)
-    fn.run_fastest([dcols, out], [n, c], [], out.size)
+    return TableKernel(fn, [n, c], [], size=math.prod(a["x_shape"])), [dcols]
+
+
+def _grad_run(arrays, a, backend):
+    call, laid = _grad_launch(arrays, a, backend)
+    out = np.empty(tuple(a["x_shape"]), laid[0].dtype)
+    call.launch(laid + [out])
     return out
 
 
@@ -174,7 +181,7 @@ def _grad_grad(d, out, inputs, a):
 
 
 register(OpSpec("conv_windows_grad", "library", infer=_grad_infer, run=_grad_run, grad=_grad_grad,
-                reads_view=_contiguous, kernels=_grad_planned))
+                reads_view=_contiguous, kernels=_grad_planned, table_kernel=table_kernel_from(_grad_launch)))
 
 
 def conv_windows_grad(dcols, x_shape, a):
