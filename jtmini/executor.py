@@ -60,13 +60,13 @@ def _runtime():
 
 def _replay(hit, target_ids, runtime, recorder):
     """Run a graph on its stored plan: on what the backend prepared from it when it has that and
-    no profiler wants each step timed (nor memory profiling each buffer), else on the plan's steps."""
-    watched = recorder is not None or flags.profile_memory_enable
-    program = None if watched else hit.template.program(runtime, hit.vars)
+    memory profiling does not watch each buffer, else on the plan's steps. A profiler times the
+    prepared run's steps (a launch table's entries), so a profile shows what runs without one."""
+    program = None if flags.profile_memory_enable else hit.template.program(runtime, hit.vars)
     if program is None:
         _run(hit.template.steps(hit.vars), hit.template.compiled, target_ids, runtime, recorder)
         return
-    kernels, library_calls = runtime.run_prepared(program, hit.vars)
+    kernels, library_calls = runtime.run_prepared(program, hit.vars, recorder)
     counters.bump("kernels_run", kernels)
     counters.bump("library_calls", library_calls)
 

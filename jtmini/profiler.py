@@ -12,8 +12,10 @@ https://ui.perfetto.dev or chrome://tracing; each Python thread that computed Va
 with each ``realize`` (planning included) and, inside it, each step.
 
 A kernel is named by its ops (``add relu sum``); times are wall-clock on the host thread that
-launched the step (a GPU step is timed to its launch, not its completion). Nothing is recorded
-outside a scope, and the executor's loop pays one test per step for the possibility.
+launched the step (a GPU step is timed to its launch, not its completion). A repeated step runs as
+it would outside the scope: from its prepared program, whose launch table's runner stamps each
+entry (``runtime/cpu_table.py``). Nothing is recorded outside a scope, and the executor's loop
+pays one test per step for the possibility.
 """
 import collections
 import contextlib

@@ -17,9 +17,9 @@ def prepared_runs(monkeypatch):
     """A list that counts the hits run from a prepared program."""
     runs, run = [], cpu_replay.run
 
-    def counted(program, vars_):
+    def counted(program, vars_, recorder=None):
         runs.append(program)
-        return run(program, vars_)
+        return run(program, vars_, recorder)
     monkeypatch.setattr(cpu_replay, "run", counted)
     return runs
 
@@ -139,13 +139,24 @@ def test_cleared_caches_and_plans_start_over(prepared_runs):
     assert len(prepared_runs) == 1
 
 
-def test_a_profiled_hit_runs_the_plan_steps(prepared_runs):
+def test_a_profiled_hit_runs_its_program_and_times_each_step(prepared_runs, monkeypatch):
+    # a profile times what runs without one: the program (its launch table's entries, timed by
+    # the runner), or, with tables off, the program's steps one by one
     a_np = rng.standard_normal((8, 8)).astype("float32")
-    (jt.array(a_np) * 2).sum().sync()
-    with jt.profile_scope(show=False) as report:
-        value = (jt.array(a_np) * 2).sum().item()
-    assert np.isclose(value, (a_np * 2).sum(), rtol=1e-5)
-    assert not prepared_runs and report.rows
+    w_np = rng.standard_normal((8, 4)).astype("float32")
+    for tables in (True, False):
+        monkeypatch.setattr(cpu_table, "enabled", tables)
+        for _ in range(3):
+            ((jt.array(a_np) * 2) @ jt.array(w_np)).exp().sum().sync()
+        prepared_runs.clear()
+        with jt.profile_scope(show=False) as report:
+            value = ((jt.array(a_np) * 2) @ jt.array(w_np)).exp().sum().item()
+        assert np.isclose(value, np.exp((a_np * 2) @ w_np).sum(), rtol=1e-4)
+        assert len(prepared_runs) == 1
+        rows = {(name, kind): (calls, seconds) for name, kind, calls, seconds in report.rows}
+        assert rows[("matmul", "library")][0] == 1 and rows[("exp reduce", "reduce")][0] == 1
+        assert all(seconds >= 0 for _, seconds in rows.values())
+        assert report.host >= 0 and sum(s for _, s in rows.values()) <= report.wall
 
 
 def test_a_plan_with_a_collective_runs_it_from_its_program():

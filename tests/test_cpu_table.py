@@ -18,9 +18,9 @@ def table_runs(monkeypatch):
     replay.clear()
     runs, run = [], cpu_table.run
 
-    def counted(table, vars_, backend):
+    def counted(table, vars_, backend, recorder=None):
         runs.append(table)
-        return run(table, vars_, backend)
+        return run(table, vars_, backend, recorder)
     monkeypatch.setattr(cpu_table, "run", counted)
     return runs
 

@@ -78,9 +78,10 @@ class Backend:
         steps like any other."""
         return None
 
-    def run_prepared(self, program, vars_):
+    def run_prepared(self, program, vars_, recorder=None):
         """Run a graph on what ``prepare`` made of its plan; ``vars_`` in the plan's positions.
-        Sets the targets' values; returns ``(kernels, library calls)`` run."""
+        Sets the targets' values; returns ``(kernels, library calls)`` run. A ``profiler``
+        recorder (``jt.profile_scope``) gets each step's span."""
         raise NotImplementedError
 
 

@@ -229,8 +229,8 @@ class _Cpu(Backend):
         return cpu_replay.prepare(template, vars_, self)
 
     @staticmethod
-    def run_prepared(program, vars_):
-        return cpu_replay.run(program, vars_)
+    def run_prepared(program, vars_, recorder=None):
+        return cpu_replay.run(program, vars_, recorder)
 
     @staticmethod
     def matmul(a, b):

@@ -24,6 +24,7 @@ instead (``cpu_table.py``: one C call for runs of kernels and products, over a f
     >>> kernels, library_calls = run(program, hit_vars)     # every later hit
 """
 import ctypes
+import time
 from typing import NamedTuple
 
 import numpy as np
@@ -57,6 +58,7 @@ class Launch(NamedTuple):
     drops: tuple            # positions of the buffers it reads for the last time
     rebuild: object         # with ``ints`` None: (code, row), to fetch the arguments on each hit
     in_place: tuple         # (output index, input position): may write over it (``in_place_pairs``)
+    name: str               # its ops, as ``jt.profile_scope`` names a kernel
 
 
 class Call(NamedTuple):
@@ -122,7 +124,8 @@ def _launch(row, compiled, vars_, targets, drops):
     pointers = ctypes.c_void_p * (len(row.inputs) + len(outputs))
     pairs = in_place_pairs(kernel) if type(code) is codegen.KernelCode else ()
     return Launch(fn, row.inputs, outputs, ints, floats, row.kind, int(np.prod(outputs[-1].shape)), pointers,
-                  drops, None if fixed else (code, row), tuple((o, row.inputs[j]) for o, j in pairs))
+                  drops, None if fixed else (code, row), tuple((o, row.inputs[j]) for o, j in pairs),
+                  " ".join(vars_[k].op for k in row.nodes))
 
 
 def in_place_pairs(kernel):
@@ -170,13 +173,14 @@ def _kernel(row, vars_):
                            [vars_[k] for k in row.inputs], [vars_[k] for k in row.outputs], row.dims)
 
 
-def run(program, vars_):
+def run(program, vars_, recorder=None):
     """Run ``program`` on ``vars_`` (a hit's Vars in the plan's positions): the targets get their
-    values. Returns ``(kernels, library calls)`` run."""
+    values. Returns ``(kernels, library calls)`` run. A ``profiler`` recorder gets each step's
+    span: a profile times the execution a step has without one."""
     threads = thread_count()
     table = cpu_table.table_for(program, vars_, threads) if cpu_table.enabled else None
     if table is not None:
-        counts = cpu_table.run(table, vars_, program.backend)
+        counts = cpu_table.run(table, vars_, program.backend, recorder)
         if counts is not None:
             return counts
     n_order = program.n_order
@@ -186,6 +190,9 @@ def run(program, vars_):
     buffers = [None] * n_order + [v._data for v in vars_[n_order:]]
     kernels, calls = 0, 0
     for step in program.steps:
+        if recorder is not None:        # named first: a draw's Var turns into a leaf when it runs
+            label = (step.name, step.kind) if type(step) is Launch else cpu_table.python_step_label(step, vars_)
+            began = time.perf_counter()
         if type(step) is Launch:
             outs = [vars_[donated[o.at]]._data if o.at in donated else np.empty(o.shape, o.dtype)
                     for o in step.outputs]
@@ -202,6 +209,8 @@ def run(program, vars_):
                 buffers[step.output.at] = keep_drawn(vars_[step.root], out)
             else:
                 buffers[step.output.at] = _set_value(vars_[step.root], out) if step.output.target else out
+        if recorder is not None:
+            recorder.record(*label, began, time.perf_counter())
         if kept:
             _keep_held(step, buffers, vars_, kept)
         for k in step.drops:

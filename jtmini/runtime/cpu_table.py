@@ -34,6 +34,7 @@ import ctypes
 import functools
 import heapq
 import threading
+import time
 import weakref
 from pathlib import Path
 from typing import NamedTuple
@@ -110,6 +111,7 @@ class Table(NamedTuple):
     in_arena: frozenset     # positions whose buffers are in the arena (their own, not a leaf's)
     reused: frozenset       # positions ``cpu_inplace.grant`` may keep whose bytes later steps reuse
     keep: list              # the gemm entries' int arrays (the table holds their addresses)
+    labels: tuple           # per entry, (name, kind) as ``jt.profile_scope`` shows it
     busy: object            # a lock held while a hit runs (slots and arguments are shared)
 
 
@@ -151,7 +153,7 @@ class _Builder:
         self.placed_at = {}         # arena position -> the step that writes it
         self.known = set(range(program.n_order, len(vars_)))     # positions whose buffer a hit has at start
         self.fresh, self.views, self.targets, self.late = [], [], [], {}
-        self.entries, self.slot_of, self.slots, self.pieces = [], [], [], []
+        self.entries, self.slot_of, self.slots, self.pieces, self.labels = [], [], [], [], []
         self.floats, self.float_nodes, self.rebuilt, self.keep, self.hit_floats = [], [], [], [], []
         self.pending = []           # entries since the last Python step
         self.kernels = self.calls = 0
@@ -185,8 +187,9 @@ class _Builder:
             self.slot_of.append(k)
         return start
 
-    def entry(self, kind, fn, positions, ints, floats_at, nt):
+    def entry(self, kind, fn, positions, ints, floats_at, nt, label):
         self.keep.append(ints)
+        self.labels.append(label)
         self.entries.append([kind, fn, self.pointer_block(positions), address(ints), floats_at, nt])
         self.pending.append(len(self.entries) - 1)
 
@@ -305,7 +308,7 @@ def _add_kernel(b, step):
         if not step.floats:
             floats_at = 0
     b.entry(_KERNEL, ctypes.cast(step.fn, ctypes.c_void_p).value, step.inputs + tuple(o.at for o in step.outputs),
-            ints, floats_at, _nt(step, b.threads))
+            ints, floats_at, _nt(step, b.threads), (step.name, step.kind))
     b.kernels += 1
 
 
@@ -387,7 +390,7 @@ def _add_gemm(b, step):
     b.place(step.output)
     if call.swap:
         operands.reverse()
-    b.entry(call.kind, call.fn, operands + [step.output.at], call.ints, 0, 1)
+    b.entry(call.kind, call.fn, operands + [step.output.at], call.ints, 0, 1, ("matmul", "library"))
     b.calls += 1
     return True
 
@@ -405,7 +408,7 @@ def _add_split_gemm(b, step, arrays):
     b.keep.append(split.plan)           # its task table, whose address the ints hold
     if split.swap:
         operands.reverse()
-    b.entry(_KERNEL, split.fn, operands + [step.output.at], split.ints, 0, b.threads)
+    b.entry(_KERNEL, split.fn, operands + [step.output.at], split.ints, 0, b.threads, ("matmul", "library"))
     b.calls += 1
     return True
 
@@ -437,7 +440,7 @@ def _add_library_kernel(b, step, backend):
         threads = chosen if chosen.__class__ is int else b.threads
     order = call.order or range(len(operands))
     b.entry(_KERNEL, ctypes.cast(fn, ctypes.c_void_p).value, [operands[k] for k in order] + [step.output.at],
-            ints, address(floats) if len(floats) else 0, threads)
+            ints, address(floats) if len(floats) else 0, threads, (spec.name, "library"))
     b.calls += 1                        # still a library call in ``jt.stats()``, as from Python
     return True
 
@@ -602,7 +605,7 @@ def _finish(b):
                  tuple(b.float_nodes), tuple(b.hit_floats), tuple(b.rebuilt), tuple(b.targets),
                  (b.kernels, b.calls), arena, b.n_vars, b.program.n_order,
                  b.program.donations, frozenset(b.arena_at) | frozenset(b.static_views), _reused(b), b.keep,
-                 threading.Lock())
+                 tuple(b.labels), threading.Lock())
 
 
 def _reused(b):
@@ -638,7 +641,7 @@ def _runner():
                              undefined=jinja2.StrictUndefined)
     source = env.get_template("cpu/table_runner.cc.j2").render(blas_int=cblas.int_type if cblas else "int64_t")
     fn = ctypes.CDLL(compiler.build(source)).jt_run_table
-    fn.argtypes, fn.restype = [ctypes.c_void_p, ctypes.c_int64], None
+    fn.argtypes, fn.restype = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p], None
     return fn
 
 
@@ -664,23 +667,23 @@ def _check_product(call, a, b):
     got = np.full_like(want, np.nan)
     slots = np.array([address(y), address(x), address(got)] if call.swap else [address(x), address(y), address(got)], np.int64)
     entry = np.array([[call.kind, call.fn, address(slots), address(call.ints), 0, 1]], np.int64)
-    _runner()(address(entry), 1)
+    _runner()(address(entry), 1, None)
     return np.array_equal(got, want)
 
 
-def run(table, vars_, backend):
+def run(table, vars_, backend, recorder=None):
     """Run a hit from ``table``: the targets get their values. Returns ``(kernels, library calls)``,
     or None, with nothing run, when a view's layout differs from the one its gemm was built for
-    or the table is in use."""
+    or the table is in use. A ``profiler`` recorder gets each entry's and Python step's span."""
     if not table.busy.acquire(blocking=False):
         return None
     try:
-        return _run(table, vars_, backend)
+        return _run(table, vars_, backend, recorder)
     finally:
         table.busy.release()
 
 
-def _run(table, vars_, backend):
+def _run(table, vars_, backend, recorder=None):
     granted = cpu_inplace.grant(table.donations, vars_, table.in_arena)
     if granted.keep and not granted.keep.isdisjoint(table.reused):
         return None                     # a held value's bytes are written over before it is kept
@@ -711,10 +714,17 @@ def _run(table, vars_, backend):
     runner, entries = _runner(), address(table.entries)
     for piece in table.pieces:
         if type(piece) is Segment:
-            runner(entries + 48 * piece.start, piece.stop - piece.start)
+            if recorder is None:
+                runner(entries + 48 * piece.start, piece.stop - piece.start, None)
+            else:
+                _profiled_segment(runner, entries, piece, table.labels, recorder)
         else:
             at = piece.step.output.at
+            if recorder is not None:        # named first: a draw's Var turns into a leaf when it runs
+                label, began = python_step_label(piece.step, vars_), time.perf_counter()
             out = buffers[at] = _python_step(piece.step, buffers, vars_, backend)
+            if recorder is not None:
+                recorder.record(*label, began, time.perf_counter())
             late = table.late[at]
             if len(late):
                 slots[late] = address(out)
@@ -728,6 +738,22 @@ def _run(table, vars_, backend):
         cpu_inplace.written_over(vars_, granted)
     del keep
     return table.counts
+
+
+def _profiled_segment(runner, entries, piece, labels, recorder):
+    """Run a segment with the runner's timestamps, and give each entry's span to ``recorder``."""
+    stamps = np.zeros(piece.stop - piece.start + 1, np.int64)
+    runner(entries + 48 * piece.start, piece.stop - piece.start, address(stamps))
+    seconds = stamps * 1e-9
+    for k, (name, kind) in enumerate(labels[piece.start:piece.stop]):
+        recorder.record(name, kind, seconds[k], seconds[k + 1])
+
+
+def python_step_label(step, vars_):
+    """``(name, kind)`` of a program's Python step (a library call, view or collective)."""
+    if step.run is None or type(step) is _LateView:
+        return "view", "view"
+    return vars_[step.root].op, "collective" if step.run is collective else "library"
 
 
 def _rebuild(table, vars_):

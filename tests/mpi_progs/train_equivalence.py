@@ -30,10 +30,10 @@ PREPARED_RUNS = [0]
 _run_prepared = cpu_replay.run
 
 
-def _counted_run(program, vars_):
+def _counted_run(program, vars_, recorder=None):
     """cpu_replay.run, counted: how many realizes ran from a prepared program."""
     PREPARED_RUNS[0] += 1
-    return _run_prepared(program, vars_)
+    return _run_prepared(program, vars_, recorder)
 
 
 cpu_replay.run = _counted_run
