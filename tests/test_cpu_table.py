@@ -355,3 +355,17 @@ def test_batch_norm_pooling_and_col2im_run_as_entries_with_the_same_bits(threads
     assert not [p for t in table_runs for p in t.pieces if type(p) is cpu_table.PyStep]
     monkeypatch.setattr(cpu_table, "enabled", False)
     _assert_same(with_tables, _conv_bn(threads=threads, steps=8))
+
+
+def test_a_python_step_handing_an_arena_buffer_through_keeps_its_value(table_runs):
+    # stop_fuse's barrier hands its input's buffer through: the arena's bytes of that input serve
+    # a later buffer after the barrier (its last direct reader), so its output is copied out first
+    x_np = rng.standard_normal((64, 64)).astype("float32")
+    x = jt.array(x_np)
+    for k in range(6):
+        y = (x * 2).exp().stop_fuse()
+        a = ((x + k).tanh() + 1) @ x
+        got = ((a * y.transpose(1, 0)) @ x).sum(1).numpy()          # a transposed read of y
+        want = ((((np.tanh(x_np + k) + 1) @ x_np) * np.exp(x_np * 2).T) @ x_np).sum(1)
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3)
+    assert table_runs

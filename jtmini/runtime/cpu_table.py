@@ -415,7 +415,8 @@ def _add_split_gemm(b, step, arrays):
 
 def _add_library_kernel(b, step, backend):
     """Add a library op as the one kernel entry its ``run`` would call (``OpSpec.table_kernel``),
-    where its inputs are C-contiguous buffers of known layout; False if not."""
+    where its inputs are buffers of known layout, C-contiguous or as ``OpSpec.reads_view``
+    allows; False if not."""
     spec = OPS[b.vars[step.root].op]
     if spec.table_kernel is None or step.stateful or \
             any(k not in b.known and k not in b.late_library for k in step.sources):
@@ -722,7 +723,7 @@ def _run(table, vars_, backend, recorder=None):
             at = piece.step.output.at
             if recorder is not None:        # named first: a draw's Var turns into a leaf when it runs
                 label, began = python_step_label(piece.step, vars_), time.perf_counter()
-            out = buffers[at] = _python_step(piece.step, buffers, vars_, backend)
+            out = buffers[at] = _own_buffer(_python_step(piece.step, buffers, vars_, backend), table.arena)
             if recorder is not None:
                 recorder.record(*label, began, time.perf_counter())
             late = table.late[at]
@@ -740,11 +741,19 @@ def _run(table, vars_, backend, recorder=None):
     return table.counts
 
 
+def _own_buffer(out, arena):
+    """``out``, or a copy where it lies in the arena (``stop_fuse`` hands its input's buffer
+    through): the arena's bytes serve other buffers after their last direct reader, and a target
+    must own its buffer."""
+    start = address(arena)
+    return out.copy() if start <= address(out) < start + arena.nbytes else out
+
+
 def _profiled_segment(runner, entries, piece, labels, recorder):
     """Run a segment with the runner's timestamps, and give each entry's span to ``recorder``."""
     stamps = np.zeros(piece.stop - piece.start + 1, np.int64)
     runner(entries + 48 * piece.start, piece.stop - piece.start, address(stamps))
-    seconds = stamps * 1e-9
+    seconds = (stamps * 1e-9).tolist()
     for k, (name, kind) in enumerate(labels[piece.start:piece.stop]):
         recorder.record(name, kind, seconds[k], seconds[k + 1])
 
