@@ -124,7 +124,7 @@ def _guarded_spread(v):
     on its own and 1.6 for the update of its buffer."""
     if OPS[v.op].kind != "reindex" or v.numel() < GUARDED_SPREAD or v.numel() < 2 * v.inputs[0].numel():
         return False
-    if not v.shape or v.shape[-1] >= 16 or v.shape[-1] == v.inputs[0].shape[-1]:
+    if not v.shape or v.shape[-1] >= 16 or v.inputs[0].shape[-1:] == v.shape[-1:]:
         return False
     imap = OPS[v.op].index(v.attrs, v.inputs[0].ndim, v.ndim)
     return bool(imap.checked or imap.conditions)

@@ -38,7 +38,7 @@ from .. import dtypes
 from ..state import register_cache
 from ..symbolic import sym
 from ..var import Var
-from .registry import IndexMap, OpSpec, TableKernel, register, table_kernel_from
+from .registry import IndexMap, OpSpec, TableKernel, launched_run, register, table_kernel_from
 from .reindex import stack
 
 _kernels = {}        # (backend, mode, dtype, affine, pooled) -> HandKernel
@@ -180,13 +180,6 @@ def _stats_launch(arrays, a, backend):
                        size=x.size), [x]
 
 
-def _stats_run(arrays, a, backend):
-    call, laid = _stats_launch(arrays, a, backend)
-    out = np.empty((3, laid[0].shape[1]), np.float64 if a["pooled"] else laid[0].dtype)
-    call.launch(laid + [out])
-    return out
-
-
 def _stats_grad(d, out, inputs, a):
     """mean = sum(x) / n, var = sum((x - mean)^2) / n: d_x = d_mean / n + 2 (x - mean) d_var / n
     (the mean's own gradient through var is sum(x - mean) = 0). Pooled, the rows are sum(x) and
@@ -200,6 +193,7 @@ def _stats_grad(d, out, inputs, a):
     return [spread + (x - per_channel(out, 1, x.shape)) * per_channel(d, 2, x.shape) * (2 / n)]
 
 
+_stats_run = launched_run(_stats_launch, lambda laid, a: ((3, laid[0].shape[1]), np.float64 if a["pooled"] else laid[0].dtype))
 register(OpSpec("batch_norm_stats", "library", infer=_stats_infer, run=_stats_run, grad=_stats_grad,
                 reads_view=_inner_contiguous, table_kernel=table_kernel_from(_stats_launch),
                 kernels=lambda inputs, a, backend: _planned(inputs[0].dtype, pooled=a["pooled"])))
@@ -239,13 +233,6 @@ def _table_launch(arrays, a, backend):
     return TableKernel(fn, [arrays[0].shape[1]], [a["eps"], a["momentum"]]), arrays
 
 
-def _table_run(arrays, a, backend):
-    call, laid = _table_launch(arrays, a, backend)
-    out = np.empty((TABLE_ROWS, laid[0].shape[1]), dtypes.NUMPY[a["dtype"]])
-    call.launch(laid + [out])
-    return out
-
-
 def _table_grad(d, out, inputs, a):
     """Rows 0-2 are the batch's count, mean and variance (from pooled sums: mean = S / n, var =
     Q / n - mean^2); scale = weight * invstd, shift = bias - mean * scale, running' = (1 - m)
@@ -270,7 +257,8 @@ def _table_grad(d, out, inputs, a):
     return grads + [d_mean_running * (1 - m), d_var_running * (1 - m)]
 
 
-register(OpSpec("batch_norm_table", "library", infer=_table_infer, run=_table_run, grad=_table_grad,
+register(OpSpec("batch_norm_table", "library", infer=_table_infer, grad=_table_grad,
+                run=launched_run(_table_launch, lambda laid, a: ((TABLE_ROWS, laid[0].shape[1]), dtypes.NUMPY[a["dtype"]])),
                 table_kernel=table_kernel_from(_table_launch), kernels=lambda inputs, a, backend: _planned(a["dtype"], a["affine"], a["pooled"])))
 
 
@@ -301,13 +289,6 @@ def _grad_sums_launch(arrays, a, backend):
     return TableKernel(_kernel(backend, "grad_sums", dtypes.numpy_name(x.dtype)), ints, [], size=x.size), laid
 
 
-def _grad_sums_run(arrays, a, backend):
-    call, laid = _grad_sums_launch(arrays, a, backend)
-    out = np.empty((2, laid[1].shape[1]), laid[1].dtype)
-    call.launch(laid + [out])
-    return out
-
-
 def _grad_sums_grad(g, out, inputs, a):
     d, x, table = inputs
     mean = per_channel(table, 1, x.shape)
@@ -317,7 +298,8 @@ def _grad_sums_grad(g, out, inputs, a):
     return [d_d, d_x, d_table]
 
 
-register(OpSpec("batch_norm_grad_sums", "library", infer=_grad_sums_infer, run=_grad_sums_run,
+register(OpSpec("batch_norm_grad_sums", "library", infer=_grad_sums_infer,
+                run=launched_run(_grad_sums_launch, lambda laid, a: ((2, laid[1].shape[1]), laid[1].dtype)),
                 grad=_grad_sums_grad, reads_view=_inner_contiguous, table_kernel=table_kernel_from(_grad_sums_launch)))
 
 
@@ -342,13 +324,6 @@ def _grad_table_launch(arrays, a, backend):
     return TableKernel(fn, [arrays[0].shape[1]], [a["eps"]]), arrays
 
 
-def _grad_table_run(arrays, a, backend):
-    call, laid = _grad_table_launch(arrays, a, backend)
-    out = np.empty((5, laid[0].shape[1]), laid[0].dtype)
-    call.launch(laid + [out])
-    return out
-
-
 def _grad_table_grad(g, out, inputs, a):
     """a = scale, b = -scale invstd^2 S_c / n, c = -scale S_d / n, d_weight = s_c invstd,
     d_bias = s_d, with (S_d, S_c) every rank's sums and (s_d, s_c) this rank's."""
@@ -364,7 +339,8 @@ def _grad_table_grad(g, out, inputs, a):
             _rows(table, [None, None, d_var, d_scale] + [None] * (TABLE_ROWS - 4))]
 
 
-register(OpSpec("batch_norm_grad_table", "library", infer=_grad_table_infer, run=_grad_table_run,
+register(OpSpec("batch_norm_grad_table", "library", infer=_grad_table_infer,
+                run=launched_run(_grad_table_launch, lambda laid, a: ((5, laid[0].shape[1]), laid[0].dtype)),
                 grad=_grad_table_grad, table_kernel=table_kernel_from(_grad_table_launch)))
 
 

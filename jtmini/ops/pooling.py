@@ -25,7 +25,7 @@ import numpy as np
 from .. import dtypes
 from ..state import register_cache
 from ..var import Var
-from .registry import OpSpec, TableKernel, register, table_kernel_from
+from .registry import OpSpec, TableKernel, launched_run, register, table_kernel_from
 
 GEOMETRY = ("kernel", "stride", "padding", "dilation")     # (h, w) pairs, compiled in
 _kernels = {}        # (backend, mode, dtype, geometry, in_hw, out_hw) -> HandKernel
@@ -110,12 +110,8 @@ def _launch(mode):
 
 
 def _run(mode):
-    def run(arrays, a, backend):
-        call, (x, src) = _launch(mode)(arrays, a, backend)
-        out = np.empty(x.shape[:2] + (x.shape[2:] if mode == "route" else tuple(a["out_hw"])), x.dtype)
-        call.launch([x, src, out])
-        return out
-    return run
+    return launched_run(_launch(mode), lambda laid, a: (
+        laid[0].shape[:2] + (laid[0].shape[2:] if mode == "route" else tuple(a["out_hw"])), laid[0].dtype))
 
 
 def _node(mode, x, src, a):

@@ -126,6 +126,19 @@ def kernel_run(call, output):
     return run
 
 
+def launched_run(launch, output):
+    """The ``run`` of a library op that is one kernel call made by ``launch(arrays, attrs,
+    backend) -> (call, the arrays the call reads)``; ``output(those arrays, attrs) -> (shape,
+    dtype)`` of the array it writes. ``table_kernel_from(launch)`` is the same call in a launch
+    table."""
+    def run(arrays, a, backend):
+        call, laid = launch(arrays, a, backend)
+        out = np.empty(*output(laid, a))
+        call.launch(laid + [out])
+        return out
+    return run
+
+
 def table_kernel_from(launch):
     """A library op's ``table_kernel`` from its ``launch(arrays, attrs, backend) -> (call, the
     arrays the call reads)``, which its ``run`` makes too: the call where it reads the given

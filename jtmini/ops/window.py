@@ -36,7 +36,7 @@ from ..state import register_cache
 from ..symbolic import indices
 from ..var import Var
 from .elementwise import add_n
-from .registry import OPS, IndexMap, OpSpec, TableKernel, register, table_kernel_from
+from .registry import OPS, IndexMap, OpSpec, TableKernel, launched_run, register, table_kernel_from
 from .softmax import _contiguous, runs_fused
 
 i = indices("i")
@@ -157,11 +157,7 @@ def _grad_launch(arrays, a, backend):
     return TableKernel(fn, [n, c], [], size=math.prod(a["x_shape"])), [dcols]
 
 
-def _grad_run(arrays, a, backend):
-    call, laid = _grad_launch(arrays, a, backend)
-    out = np.empty(tuple(a["x_shape"]), laid[0].dtype)
-    call.launch(laid + [out])
-    return out
+_grad_run = launched_run(_grad_launch, lambda laid, a: (tuple(a["x_shape"]), laid[0].dtype))
 
 
 def _grad_planned(inputs, a, backend):
