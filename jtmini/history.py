@@ -37,13 +37,17 @@ def pending_rebound(targets):
             noted.append(v)
     if not noted:
         return []
-    needed, stack = set(), [t for t in targets if t._data is None]
+    needed = {id(t) for t in targets}
+    if all(id(v) in needed for v in noted):
+        return noted                      # an optimizer step's targets: its running statistics
+    stack = [t for t in targets if t._data is None]
+    walked = set()
     while stack:                          # the pending part of the targets' graph
         v = stack.pop()
-        if id(v) not in needed:
-            needed.add(id(v))
-            stack.extend(i for i in v.inputs if i._data is None and id(i) not in needed)
-    return [v for v in noted if id(v) in needed]
+        if id(v) not in walked:
+            walked.add(id(v))
+            stack.extend(i for i in v.inputs if i._data is None and id(i) not in walked)
+    return [v for v in noted if id(v) in needed or id(v) in walked]
 
 
 def _differentiable(v):
