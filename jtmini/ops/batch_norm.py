@@ -193,8 +193,9 @@ def _stats_grad(d, out, inputs, a):
     return [spread + (x - per_channel(out, 1, x.shape)) * per_channel(d, 2, x.shape) * (2 / n)]
 
 
-_stats_run = launched_run(_stats_launch, lambda laid, a: ((3, laid[0].shape[1]), np.float64 if a["pooled"] else laid[0].dtype))
-register(OpSpec("batch_norm_stats", "library", infer=_stats_infer, run=_stats_run, grad=_stats_grad,
+register(OpSpec("batch_norm_stats", "library", infer=_stats_infer, grad=_stats_grad,
+                run=launched_run(_stats_launch, lambda laid, a: ((3, laid[0].shape[1]),
+                                                                 np.float64 if a["pooled"] else laid[0].dtype)),
                 reads_view=_inner_contiguous, table_kernel=table_kernel_from(_stats_launch),
                 kernels=lambda inputs, a, backend: _planned(inputs[0].dtype, pooled=a["pooled"])))
 

@@ -117,24 +117,21 @@ def kernel_run(call, output):
     """The ``run`` of a library op that is one hand-written kernel call: ``call(arrays, attrs,
     backend) -> TableKernel`` on its C-contiguous inputs (also its ``OpSpec.table_kernel``),
     ``output(arrays, attrs) -> (shape, dtype)`` of the array it writes."""
-    def run(arrays, a, backend):
+    def launch(arrays, a, backend):
         arrays = [np.ascontiguousarray(x) for x in arrays]
-        made = call(arrays, a, backend)
-        out = np.empty(*output(arrays, a))
-        made.launch([arrays[k] for k in made.order or range(len(arrays))] + [out])
-        return out
-    return run
+        return call(arrays, a, backend), arrays
+    return launched_run(launch, output)
 
 
 def launched_run(launch, output):
     """The ``run`` of a library op that is one kernel call made by ``launch(arrays, attrs,
-    backend) -> (call, the arrays the call reads)``; ``output(those arrays, attrs) -> (shape,
-    dtype)`` of the array it writes. ``table_kernel_from(launch)`` is the same call in a launch
-    table."""
+    backend) -> (call, the arrays the call reads, one per input)``; ``output(those arrays,
+    attrs) -> (shape, dtype)`` of the array it writes. ``table_kernel_from(launch)`` is the same
+    call in a launch table."""
     def run(arrays, a, backend):
         call, laid = launch(arrays, a, backend)
         out = np.empty(*output(laid, a))
-        call.launch(laid + [out])
+        call.launch([laid[k] for k in call.order or range(len(laid))] + [out])
         return out
     return run
 

@@ -149,7 +149,8 @@ class _Builder:
         self.n_vars = len(vars_)
         self.arena_at = {}          # position -> (byte offset, shape, dtype)
         self.size = 0               # the arena's bytes so far
-        self.packer, self.last_read, self.now = _Packer(), _last_reads(program), 0
+        self.base = _view_bases(program)    # a view's position -> the position whose buffer it views
+        self.packer, self.last_read, self.now = _Packer(), _last_reads(program, self.base), 0
         self.placed_at = {}         # arena position -> the step that writes it
         self.known = set(range(program.n_order, len(vars_)))     # positions whose buffer a hit has at start
         self.fresh, self.views, self.targets, self.late = [], [], [], {}
@@ -159,7 +160,6 @@ class _Builder:
         self.kernels = self.calls = 0
         self.extra = 0              # gemm operand views: positions past the Vars'
         self.standins = {}
-        self.base = {}              # a view's position -> the position whose buffer it views
         self.late_library = set()   # outputs of library ops left to Python (C-contiguous, fixed shapes)
         self.static_views = {}      # position -> (source, chain): a view of the arena made once
         self.arrays_read = set()    # positions Python reads as arrays (not only their addresses)
@@ -231,19 +231,25 @@ def _build(program, vars_, threads):
     return table
 
 
-def _last_reads(program):
+def _view_bases(program):
+    """Per view step's position, the position whose buffer it views (through views of views)."""
+    base = {}
+    for step in program.steps:
+        if not hasattr(step, "fn") and step.run is None:
+            base[step.output.at] = base.get(step.sources[0], step.sources[0])
+    return base
+
+
+def _last_reads(program, base):
     """Per position, the index of the last step that reads its buffer (a view's readers read the
-    buffer it views); ``len(program.steps)`` for a buffer a target views: it is copied out after
-    the steps. (A held value ``cpu_inplace.keep`` copies then too: see ``Table.reused``.)"""
-    base, last, end = {}, {}, len(program.steps)
+    buffer it views, ``base``); ``len(program.steps)`` for a buffer a target views: it is copied
+    out after the steps. (A held value ``cpu_inplace.keep`` copies then too: see ``Table.reused``.)"""
+    last, end = {}, len(program.steps)
     for t, step in enumerate(program.steps):
         for k in step.inputs if hasattr(step, "fn") else step.sources:
             last[base.get(k, k)] = t
-        if not hasattr(step, "fn") and step.run is None:
-            at = step.output.at
-            base[at] = base.get(step.sources[0], step.sources[0])
-            if step.output.target:
-                last[base[at]] = end
+        if not hasattr(step, "fn") and step.run is None and step.output.target:
+            last[base[step.output.at]] = end
     return last
 
 
@@ -314,7 +320,6 @@ def _add_kernel(b, step):
 
 def _add_view(b, step):
     at, source, chain = step.output.at, step.sources[0], step.views[0]
-    b.base[at] = b.base.get(source, source)
     if source not in b.known:           # made by a Python step: made after it, in order
         if source in b.late_library and at not in b.python_reads and not step.output.target \
                 and _late_view(b, at, source, chain, contiguous=True):
@@ -760,7 +765,7 @@ def _profiled_segment(runner, entries, piece, labels, recorder):
 
 def python_step_label(step, vars_):
     """``(name, kind)`` of a program's Python step (a library call, view or collective)."""
-    if step.run is None or type(step) is _LateView:
+    if step.run is None:                # a view (of a Python step's buffer, or a product's operand)
         return "view", "view"
     return vars_[step.root].op, "collective" if step.run is collective else "library"
 
