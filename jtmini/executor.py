@@ -60,15 +60,16 @@ def _runtime():
 
 def _replay(hit, target_ids, runtime, recorder):
     """Run a graph on its stored plan: on what the backend prepared from it when it has that and
-    memory profiling does not watch each buffer, else on the plan's steps. A profiler times the
-    prepared run's steps (a launch table's entries), so a profile shows what runs without one."""
+    memory profiling does not watch each buffer, else on the plan's steps (also where the backend
+    declines this hit: a GPU recording under a profiler). A profiler times the prepared run's
+    steps (a launch table's entries), so a profile shows what runs without one."""
     program = None if flags.profile_memory_enable else hit.template.program(runtime, hit.vars)
-    if program is None:
+    counts = None if program is None else runtime.run_prepared(program, hit.vars, recorder)
+    if counts is None:
         _run(hit.template.steps(hit.vars), hit.template.compiled, target_ids, runtime, recorder)
         return
-    kernels, library_calls = runtime.run_prepared(program, hit.vars, recorder)
-    counters.bump("kernels_run", kernels)
-    counters.bump("library_calls", library_calls)
+    counters.bump("kernels_run", counts[0])
+    counters.bump("library_calls", counts[1])
 
 
 def _last_uses(steps):

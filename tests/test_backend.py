@@ -55,3 +55,30 @@ def test_a_backend_without_prepare_runs_stored_plans_by_their_steps():
     class Plain(type(base.get("cpu"))):
         prepare = base.Backend.prepare
     assert Plain().prepare(None, []) is None
+
+
+def _stored_template(build):
+    """The stored plan (``replay._Template``) and one hit's Vars of the graph ``build()`` makes."""
+    from jtmini import replay
+    replay.clear()
+    build().sync()
+    target = build()
+    found = replay.find([target], base.get("cpu"))
+    assert type(found) is replay.Hit
+    return found.template, found.vars
+
+
+def test_the_gpu_records_plans_of_device_kernels_and_products_only():
+    """``cuda_graph.prepare`` takes a plan of kernels, products and views (counting each), and
+    leaves to step-by-step runs one with a random draw or a library op the GPU stages via the host."""
+    from jtmini.runtime import cuda_graph
+    rng = np.random.default_rng(0)
+    a, b = jt.array(rng.standard_normal((4, 5)).astype("float32")), jt.array(rng.standard_normal((5, 3)).astype("float32"))
+    template, vars_ = _stored_template(lambda: (jt.relu(a @ b) * 2).sum(dims=1) + (a * 0.5).reshape(20)[:4])
+    program = cuda_graph.prepare(template, vars_)
+    assert program is not None and program.counts[1] == 1 and program.counts[0] >= 2
+    assert any(names == ("value",) for _, names in program.runtime_at)     # 0.5 and 2 are checked per hit
+    template, vars_ = _stored_template(lambda: a + jt.rand(4, 5))
+    assert cuda_graph.prepare(template, vars_) is None
+    template, vars_ = _stored_template(lambda: jt.nn.LayerNorm(5)(a))
+    assert cuda_graph.prepare(template, vars_) is None

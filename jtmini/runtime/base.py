@@ -80,8 +80,9 @@ class Backend:
 
     def run_prepared(self, program, vars_, recorder=None):
         """Run a graph on what ``prepare`` made of its plan; ``vars_`` in the plan's positions.
-        Sets the targets' values; returns ``(kernels, library calls)`` run. A ``profiler``
-        recorder (``jt.profile_scope``) gets each step's span."""
+        Sets the targets' values; returns ``(kernels, library calls)`` run, or None where this hit
+        is to run the plan's steps instead (nothing run yet). A ``profiler`` recorder
+        (``jt.profile_scope``) gets each step's span."""
         raise NotImplementedError
 
 

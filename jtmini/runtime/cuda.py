@@ -11,6 +11,9 @@ a numpy structured array of one element, which cupy copies into kernel parameter
 launch needs no device allocation or copy for dims and constants. Layout: ``int64 ip[n_ip]``
 then ``float64 fp[n_fp]``, each at least one slot long.
 
+A plan that repeats (a training step from its second iteration) runs from a recording of its
+launches, CUDA graphs between its matrix products (``runtime/cuda_graph.py``).
+
 Device choice: rank ``local_rank % visible GPUs`` among those CUDA_VISIBLE_DEVICES shows, made
 before this process creates a CUDA context, and logged per rank.
 """
@@ -22,7 +25,7 @@ import numpy as np
 from .. import codegen, codegen_cuda, compiler, counters, world
 from ..ops.registry import OPS
 from ..state import services
-from . import cpu, cuda_library, mpi, nccl, nvrtc
+from . import cpu, cuda_graph, cuda_library, mpi, nccl, nvrtc
 from .base import Backend
 from .cuda_library import max_blocks
 
@@ -211,6 +214,12 @@ class _Cuda(Backend):
     @staticmethod
     def cblas_gemm(dtype):
         return None      # library ops without device kernels run on the host, through cpu.BACKEND
+
+    def prepare(self, template, vars_):
+        return cuda_graph.prepare(template, vars_)
+
+    def run_prepared(self, program, vars_, recorder=None):
+        return cuda_graph.run(program, vars_, self, recorder)
 
     def prepare_kernel(self, template, **context):
         """The host's: library ops without a kernel in cuda_library.py run their host kernels."""

@@ -1,0 +1,302 @@
+"""Run the hits of a stored plan on the GPU from a recording: CUDA graphs (``flags.cuda_graphs``).
+
+Step by step, a hit of a ResNet-18 training step issued ~170 generated kernels and ~145 library
+calls from Python, 20-40 us each: the GPU waited on the host. A plan that repeats issues the same
+launches on every hit, so the first hit that can use one records them (stream capture) and later
+hits launch the recording. cupy refuses cuBLAS calls while a stream records, so a recording is a
+list of parts: a CUDA graph of the launches between two matrix products, then the product, issued
+from Python onto fixed buffers (``_Product``), and so on. ResNet-18's step is 63 graphs and 62
+products, on an H200 0.29-0.31x PyTorch's images/s before and 0.60x with it (docs/DESIGN.md 5).
+
+A recording reads and writes fixed addresses, so a hit goes in three parts:
+
+1. each realized input (a parameter, a batch) is copied into its fixed slot;
+2. the parts run: every buffer they make comes from a memory pool of their own, which nothing
+   else allocates from, so the addresses recorded stay theirs between hits;
+3. each target gets a new buffer, a copy of the recording's: a Var handed to the user never
+   changes under them when the next hit writes the recording's buffers again.
+
+What a recording bakes in is checked on every hit: the values of runtime attrs (a learning rate
+that a scheduler changes, a slice's start) are compared, and a change records again. A plan that
+keeps changing them (``MAX_CHURN`` recordings in a row each replaced within ``FEW_HITS`` hits),
+or one with a step that cannot be recorded (a collective, a library op staged through the host, a
+random draw), runs step by step, as does any hit under ``jt.profile_scope`` (which times each launch).
+
+    >>> program = prepare(template, hit_vars)      # once per stored plan (None: run step by step)
+    >>> kernels, library_calls = run(program, hit_vars, backend)      # None: run this hit step by step
+"""
+import weakref
+from typing import NamedTuple
+
+import numpy as np
+
+from .. import compiler, counters, dtypes, schedule
+from ..flags import flags
+from ..ops.registry import OPS
+from . import cuda_library
+
+FEW_HITS = 8                # a recording replaced after fewer hits than this was churn
+MAX_CHURN = 3               # churned recordings in a row after which a plan runs step by step
+POOL_SHARE = 0.25           # of the GPU's memory, at most, kept in the graphs' own pools together
+
+_live = weakref.WeakSet()   # programs holding a recording (and its pool)
+
+
+class Program:
+    """What ``prepare`` made of a plan: its recording once made, the slots of its realized
+    inputs, the buffers its targets are copied from, and the runtime attrs the recording baked in."""
+    __slots__ = ("template", "runtime_at", "counts", "parts", "pool", "slots", "outs", "key", "served", "churn",
+                 "stepwise", "__weakref__")
+
+    def __init__(self, template, runtime_at, counts):
+        self.template, self.runtime_at, self.counts = template, runtime_at, counts
+        self.parts = self.pool = self.slots = self.outs = self.key = None
+        self.served, self.churn, self.stepwise = FEW_HITS, 0, False
+
+
+def prepare(template, vars_):
+    """A ``Program`` for ``template`` (a ``replay._Template``) given one hit's ``vars_``, or None
+    when a step cannot be recorded (then every hit runs the plan's steps)."""
+    kernels = calls = 0
+    for row, compiled in zip(template.rows, template.compiled):
+        if compiled is not None:
+            kernels += 1
+        elif row.cls is schedule.LibraryCall:
+            op = vars_[row.root].op
+            if op not in cuda_library.RUN or OPS[op].stateful:
+                return None
+            calls += 1
+        elif row.cls is not schedule.View:
+            return None                 # a collective: NCCL or MPI outside the recording
+    runtime_at = tuple((k, OPS[vars_[k].op].runtime_attrs) for k in range(template.n_order)
+                       if OPS[vars_[k].op].runtime_attrs)
+    return Program(template, runtime_at, (kernels, calls))
+
+
+def run(program, vars_, backend, recorder=None):
+    """Run a hit from the recording (made first where there is none or its runtime attrs changed);
+    returns ``(kernels, library calls)``. None where the hit is to run the plan's steps: with a
+    ``profiler`` recorder (which times each step), or where recording failed."""
+    if recorder is not None or program.stepwise or not flags.cuda_graphs:
+        return None
+    key = tuple(tuple(vars_[k].attrs[name] for name in names) for k, names in program.runtime_at)
+    if program.parts is None or key != program.key:
+        program.churn = program.churn + 1 if program.served < FEW_HITS else 0
+        if program.churn > MAX_CHURN or not _record(program, vars_, backend, key):
+            program.stepwise = True
+            _release(program)
+            return None
+    if not _launched(program, vars_):
+        return None
+    program.served += 1
+    counters.bump("cuda_graph_launches")
+    _hand_out(program, vars_)
+    return program.counts
+
+
+def _record(program, vars_, backend, key):
+    """Record the plan's launches on ``vars_`` into ``program``; False (logged) when they cannot be
+    recorded or their pool would take more than its share of the GPU's memory."""
+    import cupy
+    _release(program)
+    template, pool = program.template, cupy.cuda.MemoryPool()
+    try:
+        with cupy.cuda.using_allocator(pool.malloc):
+            slots = [cupy.empty(v.shape, dtypes.NUMPY[v.dtype]) for v in vars_[template.n_order:]]
+            parts = _Parts(cupy.cuda.Stream(non_blocking=True))
+            with parts.stream:
+                try:
+                    buffers = _steps_into(template, vars_, backend, slots, parts)
+                except BaseException:
+                    parts.abandon()
+                    raise
+                parts.cut()
+    except Exception as e:          # cupy and the driver report a refused capture in several types
+        compiler._log(f"a GPU step could not be recorded as a CUDA graph ({type(e).__name__}: {e}); "
+                      "it runs step by step")
+        return False
+    kept = sum(p.pool.total_bytes() for p in _live) + pool.total_bytes()
+    if kept > POOL_SHARE * cupy.cuda.Device().mem_info[1]:
+        compiler._log(f"CUDA graphs would keep {kept / 2**20:.0f} MB of GPU memory; this step runs step by step")
+        return False
+    program.parts, program.pool, program.slots, program.key, program.served = parts.parts, pool, slots, key, 0
+    program.outs = [(k, buffers[k]) for k in template.targets]
+    _live.add(program)
+    counters.bump("cuda_graph_recordings")
+    return True
+
+
+class _Product(NamedTuple):
+    """A matrix product between two recorded parts, issued from Python on every hit: cupy refuses
+    to call cuBLAS while a stream records ("calling cuBLAS API during stream capture is currently
+    unsupported"). Its operands and output are buffers of the recording, at fixed addresses."""
+    a: object
+    b: object
+    out: object
+
+
+class _Parts:
+    """The parts of a recording, in order: CUDA graphs (the launches between two products) and
+    ``_Product`` s. ``cut`` ends the graph being recorded, if it holds any launch."""
+
+    def __init__(self, stream):
+        self.stream, self.parts, self.launches = stream, [], 0
+        stream.begin_capture()
+
+    def issued(self):
+        self.launches += 1
+
+    def cut(self):
+        if not self.stream.is_capturing():
+            return
+        graph = self.stream.end_capture()
+        if self.launches:
+            self.parts.append(graph)
+        self.launches = 0
+
+    def abandon(self):
+        """End a recording that failed; its error is the one to report, not the driver's."""
+        try:
+            if self.stream.is_capturing():
+                self.stream.end_capture()
+        except Exception:
+            pass
+
+    def product(self, a, b, out):
+        self.cut()
+        self.parts.append(_Product(a, b, out))
+        self.stream.begin_capture()
+
+
+def _release(program):
+    if program.parts is not None:       # the last hit's parts may still run: their pool goes with them
+        import cupy
+        cupy.cuda.get_current_stream().synchronize()
+    program.parts = program.pool = program.slots = program.outs = program.key = None
+    _live.discard(program)
+
+
+def _steps_into(template, vars_, backend, slots, parts):
+    """Issue the plan's steps on ``vars_`` into ``parts`` (a ``_Parts``) with the realized inputs read from
+    ``slots``; returns the buffers of the computed positions still referenced."""
+    n_order, at = template.n_order, {id(v): k for k, v in enumerate(vars_)}
+    buffers = {}
+
+    def read(v):
+        k = at[id(v)]
+        return slots[k - n_order] if k >= n_order else buffers[k]
+
+    targets = set(template.targets)
+    last = _last_reads(template)
+    for n, (step, built) in enumerate(zip(template.steps(vars_), template.compiled)):
+        if isinstance(step, schedule.LibraryCall) and step.root.op == "matmul":
+            buffers[at[id(step.root)]] = _product(step, backend.source_arrays(step, read), parts)
+        else:
+            for k, out in zip(*_issue(step, built, read, backend, at)):
+                buffers[k] = out
+            parts.issued()
+        for k in last.get(n, ()):
+            if k not in targets:
+                buffers.pop(k, None)
+    return buffers
+
+
+def _product(step, arrays, parts):
+    """The output buffer of a recorded matrix product (``_Product``) of ``arrays``."""
+    import cupy
+    a, b = arrays
+    dtype = np.result_type(a.dtype, b.dtype)
+    if dtype != dtypes.NUMPY[step.root.dtype] or dtype.kind != "f":
+        raise TypeError(f"a {a.dtype} by {b.dtype} product giving {step.root.dtype} is not recorded")
+    out = cupy.empty(_product_shape(a.shape, b.shape), dtype)
+    parts.product(a, b, out)
+    return out.reshape(step.root.shape)
+
+
+def _product_shape(a, b):
+    """numpy's ``matmul`` result shape for operand shapes ``a`` and ``b``."""
+    a2, b2 = ((1,) + a if len(a) == 1 else a), (b + (1,) if len(b) == 1 else b)
+    shape = np.broadcast_shapes(a2[:-2], b2[:-2]) + (a2[-2], b2[-1])
+    return shape[:-2] + shape[-1:] if len(a) == 1 else shape[:-1] if len(b) == 1 else shape
+
+
+def _last_reads(template):
+    """step index -> the computed positions it reads for the last time (their buffers go back to
+    the pool, which a later step of the same recording may take: the stream keeps them in order)."""
+    last = {}
+    for n, (row, compiled) in enumerate(zip(template.rows, template.compiled)):
+        for k in (row.inputs if compiled is not None else row.sources):
+            if k < template.n_order:
+                last[k] = n
+    by_step = {}
+    for k, n in last.items():
+        by_step.setdefault(n, []).append(k)
+    return by_step
+
+
+def _issue(step, built, read, backend, at):
+    """``(positions, buffers)`` a step makes, issued on the current stream."""
+    if isinstance(step, schedule.Kernel):
+        return [at[id(v)] for v in step.roots], backend.run_kernel(step, built, read)
+    if isinstance(step, schedule.LibraryCall):
+        return [at[id(step.root)]], [backend.run_library(step, read)]
+    return [at[id(step.root)]], backend.source_arrays(step, read)
+
+
+def _launched(program, vars_):
+    """Fill the slots and launch the parts; False (logged, the plan then runs step by step) when
+    the first launch of a recording fails: nothing the user holds was written yet."""
+    try:
+        _fill_slots(program, vars_)
+        _launch(program.parts)
+    except Exception as e:
+        if program.served:
+            raise
+        compiler._log(f"a recorded GPU step could not be launched ({type(e).__name__}: {e}); it runs step by step")
+        program.stepwise = True
+        _release(program)
+        return False
+    return True
+
+
+def _launch(parts):
+    import cupy
+    for part in parts:
+        if type(part) is _Product:
+            cupy.matmul(part.a, part.b, out=part.out)
+        else:
+            part.launch()
+
+
+def _fill_slots(program, vars_):
+    """Copy each realized input's value into its slot, on the current stream (before the graph)."""
+    import cupy
+    runtime = cupy.cuda.runtime
+    stream = cupy.cuda.get_current_stream().ptr
+    for v, slot in zip(vars_[program.template.n_order:], program.slots):
+        data = v._data
+        if isinstance(data, np.ndarray):
+            slot.set(_host_contiguous(data, slot.dtype))
+        elif data.dtype == slot.dtype and data.flags.c_contiguous:
+            runtime.memcpyAsync(slot.data.ptr, data.data.ptr, slot.nbytes, runtime.memcpyDeviceToDevice, stream)
+        else:
+            slot[...] = data
+
+
+def _host_contiguous(data, dtype):
+    counters.bump("h2d")
+    return np.asarray(data, dtype=dtype, order="C")     # ascontiguousarray would make a 0-d value 1-d
+
+
+def _hand_out(program, vars_):
+    """Each target's value: a new buffer holding a copy of the graph's (see the module's doc)."""
+    import cupy
+    runtime = cupy.cuda.runtime
+    stream = cupy.cuda.get_current_stream().ptr
+    for k, buffer in program.outs:
+        if buffer.flags.c_contiguous:
+            out = cupy.empty(buffer.shape, buffer.dtype)
+            runtime.memcpyAsync(out.data.ptr, buffer.data.ptr, buffer.nbytes, runtime.memcpyDeviceToDevice, stream)
+        else:
+            out = buffer.copy()
+        vars_[k]._set_value(out)
