@@ -5,8 +5,9 @@ calls from Python, 20-40 us each: the GPU waited on the host. A plan that repeat
 launches on every hit, so the first hit that can use one records them (stream capture) and later
 hits launch the recording. cupy refuses cuBLAS calls while a stream records, so a recording is a
 list of parts: a CUDA graph of the launches between two matrix products, then the product, issued
-from Python onto fixed buffers (``_Product``), and so on. ResNet-18's step is 63 graphs and 62
-products, on an H200 0.29-0.31x PyTorch's images/s before and 0.60x with it (docs/DESIGN.md 5).
+from Python onto fixed buffers (``_Product``), and so on. ResNet-18's step has 62 products, so at
+most 63 graphs; on an H200 it trained at 0.29-0.31x PyTorch's images/s before and 0.60x with them
+(docs/DESIGN.md 5).
 
 A recording reads and writes fixed addresses, so a hit goes in three parts:
 
