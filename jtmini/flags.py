@@ -185,8 +185,9 @@ _SPECS = {
     "no_grad": (False, _parse_bool, _check_bool,
                 "Vars built now record no backward (jt.no_grad() sets it for a block)"),
     "cuda_graphs": (True, _parse_bool, _check_bool,
-                    "run a GPU step whose plan repeats as one CUDA graph, recorded on its first repeat "
-                    "(off: every launch is issued from Python)"),
+                    "run a GPU step whose plan repeats from a recording of its launches (CUDA graphs "
+                    "between its matrix products), made on its first repeat (off: every launch is issued "
+                    "from Python)"),
     "nccl": (True, _parse_bool, _check_bool,
              "GPU collectives through NCCL when every rank has a GPU of its own (off: MPI via the host)"),
     "specialize_shapes": (True, _parse_bool, _check_bool,

@@ -43,11 +43,14 @@ export PYTHONPATH="$PWD:${PYTHONPATH:-}" PYTHONUNBUFFERED=1
   python3 -c "import jtmini as jt; print('jt.has_cuda', jt.has_cuda)"
 } 2>&1 | tee -a "$LOG"
 
+op_suites() {  # op_suites SECONDS: the op, indexing and autograd suites on the GPU
+  JTMINI_USE_CUDA=1 timeout -k 5 "$1" python3 -m pytest -p no:cacheprovider -n 6 --timeout "$1" -rfE --tb=short \
+      tests/test_ops.py tests/test_indexing.py tests/test_autograd.py >"$OUT/suites.txt" 2>&1
+  echo "=== op suites with JTMINI_USE_CUDA=1: rc $?" >>"$OUT/summary.txt"
+}
+
 if [ "$WHAT" = all ] || [ "$WHAT" = tests ]; then
-  # the op suites in the background on 6 workers, the GPU files and the MPI jobs meanwhile
-  (JTMINI_USE_CUDA=1 timeout -k 5 200 python3 -m pytest -p no:cacheprovider -n 6 --timeout 200 -rfE --tb=short \
-      tests/test_ops.py tests/test_indexing.py tests/test_autograd.py >"$OUT/suites.txt" 2>&1;
-   echo "=== op suites with JTMINI_USE_CUDA=1: rc $?" >>"$OUT/summary.txt") &
+  op_suites 200 &      # in the background on 6 workers, the GPU files and the MPI jobs meanwhile
   step 90 "test_cuda_gpu" python3 -m pytest -p no:cacheprovider --timeout 100 -rfE --tb=short tests/test_cuda_gpu.py
   step 150 "test_cuda_mpi" python3 -m pytest -p no:cacheprovider --timeout 140 -rfE --tb=short tests/test_cuda_mpi.py
   JTMINI_USE_CUDA=1 step 100 "test_resnet on the GPU" python3 -m jtmini.test.test_resnet
@@ -56,9 +59,7 @@ if [ "$WHAT" = all ] || [ "$WHAT" = tests ]; then
   tail -n 25 "$OUT/suites.txt" >>"$LOG"; gzip -f "$OUT/suites.txt"
 fi
 if [ "$WHAT" = quick ]; then
-  (JTMINI_USE_CUDA=1 timeout -k 5 120 python3 -m pytest -p no:cacheprovider -n 6 --timeout 120 -rfE --tb=short \
-      tests/test_ops.py tests/test_indexing.py tests/test_autograd.py >"$OUT/suites.txt" 2>&1;
-   echo "=== op suites with JTMINI_USE_CUDA=1: rc $?" >>"$OUT/summary.txt") &
+  op_suites 120 &
   step 60 "test_cuda_gpu" python3 -m pytest -p no:cacheprovider --timeout 60 -rfE --tb=short tests/test_cuda_gpu.py
   JTMINI_USE_CUDA=1 step 60 "test_resnet on the GPU" python3 -m jtmini.test.test_resnet
   wait
