@@ -101,7 +101,7 @@ def chain_view(array, chain):
     if geometry is None:
         return _view_along(array, chain)
     shape, strides, offset, writeable = geometry
-    if type(array) is not np.ndarray:                   # a GPU buffer (cupy): always writeable
+    if not isinstance(array, np.ndarray):               # a GPU buffer (cupy): always writeable
         return array_module(array).ndarray(shape, array.dtype, array.data + offset, strides)
     result = np.ndarray(shape, array.dtype, array, offset, strides)
     if not writeable:

@@ -1,0 +1,206 @@
+"""``runtime/cuda_graph.py``'s recordings without a GPU: a stand-in for the few cupy calls it makes
+(streams that record, graphs that replay what they recorded, copies) and a backend that issues
+the CPU runtime's kernels and products as recorded work. The plans are real (the CPU's), so what
+is checked is the recording's bookkeeping: slots filled before each launch, products between
+graphs, targets handed out as copies that later launches leave alone, runtime attrs compared on
+each hit, churn and unrecordable steps falling back. ``tests/test_cuda_gpu.py`` runs the same
+behaviour on a real GPU when one is there; CI has none, so this file keeps it from rotting.
+"""
+import contextlib
+import ctypes
+import sys
+import types
+
+import numpy as np
+import pytest
+
+import jtmini as jt
+from jtmini import replay
+from jtmini.runtime import base, cpu, cuda_graph
+from jtmini.runtime.pointers import address
+
+
+class _Array(np.ndarray):
+    """A 'device' array: numpy memory with cupy's ``.data.ptr`` and ``.set``."""
+
+    @property
+    def data(self):
+        return types.SimpleNamespace(ptr=address(self))
+
+    def set(self, host):
+        assert host.shape == self.shape and host.dtype == self.dtype
+        self[...] = host
+
+
+class _FakeCupy:
+    """The cupy calls cuda_graph makes, on host memory; work issued while a stream records is kept
+    as closures that the recording's graph runs on each launch."""
+
+    def __init__(self):
+        self.recording = None           # the list closures go to while a stream records
+        self.launches = 0
+        stream = types.SimpleNamespace(ptr=0, synchronize=lambda: None)
+        runtime = types.SimpleNamespace(memcpyDeviceToDevice=3, memcpyAsync=self._copy)
+        self.cuda = types.SimpleNamespace(
+            MemoryPool=lambda: types.SimpleNamespace(malloc=None, total_bytes=lambda: 0),
+            using_allocator=lambda malloc: contextlib.nullcontext(), Stream=lambda non_blocking: _Stream(self),
+            get_current_stream=lambda: stream, runtime=runtime,
+            Device=lambda: types.SimpleNamespace(mem_info=(1 << 40, 1 << 40)))
+        self.ndarray = _Array
+
+    def empty(self, shape, dtype):
+        return np.empty(shape, dtype).view(_Array)
+
+    def matmul(self, a, b, out):
+        assert self.recording is None, "a product issued while a stream records (cupy refuses cuBLAS then)"
+        np.matmul(a, b, out=out)
+
+    def issue(self, work):
+        """Run ``work`` now, or keep it for the graph being recorded."""
+        if self.recording is None:
+            work()
+        else:
+            self.recording.append(work)
+
+    def _copy(self, dst, src, size, kind, stream):
+        assert self.recording is None
+        ctypes.memmove(dst, src, size)
+
+
+class _Stream:
+    def __init__(self, cupy):
+        self.cupy, self.ptr, self.capturing = cupy, 1, False
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def begin_capture(self):
+        self.capturing, self.cupy.recording = True, []
+
+    def is_capturing(self):
+        return self.capturing
+
+    def end_capture(self):
+        works, self.capturing, self.cupy.recording = self.cupy.recording, False, None
+        return _Graph(self.cupy, works)
+
+
+class _Graph:
+    def __init__(self, cupy, works):
+        self.cupy, self.works = cupy, works
+
+    def launch(self):
+        self.cupy.launches += 1
+        for work in self.works:
+            work()
+
+
+class _RecordingBackend:
+    """The CPU runtime's kernels, products and views, issued through the fake cupy: a step's
+    outputs are 'device' arrays allocated now and written when the work runs."""
+
+    def __init__(self, cupy):
+        self.cupy = cupy
+
+    def run_kernel(self, kernel, compiled, read):
+        inputs = {id(v): read(v) for v in kernel.inputs}
+        outs = [self.cupy.empty(v.shape, np.dtype(v.dtype)) for v in kernel.roots]
+
+        def work():
+            for out, value in zip(outs, cpu.run_kernel(kernel, compiled, lambda v: inputs[id(v)])):
+                out[...] = value
+        self.cupy.issue(work)
+        return outs
+
+    def source_arrays(self, step, read):
+        return cpu.source_arrays(step, read)
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    cupy = _FakeCupy()
+    monkeypatch.setitem(sys.modules, "cupy", cupy)
+    return cupy
+
+
+def _hit(build):
+    """``(template, vars_, targets)`` of a graph ``build()`` makes whose plan is stored (the CPU's)."""
+    targets = build()
+    found = replay.find(targets, base.get("cpu"))
+    assert type(found) is replay.Hit, "build a graph once and compute it before asking for its hit"
+    return found.template, found.vars, targets
+
+
+def _graph(x_np, w_np, scale):
+    x, w = jt.array(x_np), jt.array(w_np)
+    h = jt.relu(x @ w) * scale
+    return [h.sum(dims=1) + 1, (h @ w.transpose()).exp().mean(dims=0)]
+
+
+def _expected(x_np, w_np, scale):
+    h = np.maximum(x_np @ w_np, 0) * np.float32(scale)
+    return [h.sum(1) + 1, np.exp(h @ w_np.T).mean(0)]
+
+
+def _run(program, vars_, targets, cupy):
+    counts = cuda_graph.run(program, vars_, _RecordingBackend(cupy))
+    return counts, [t._data for t in targets]
+
+
+def _inputs(rng):
+    return rng.standard_normal((6, 5)).astype("float32"), (rng.standard_normal((5, 4)) * 0.3).astype("float32")
+
+
+def test_hits_launch_the_recording_with_each_hits_inputs(fake, rng):
+    replay.clear()
+    jt.sync(_graph(*_inputs(rng), 0.5))                           # stores the plan
+    program, held = None, []
+    for _ in range(4):
+        x_np, w_np = _inputs(rng)
+        template, vars_, targets = _hit(lambda: _graph(x_np, w_np, 0.5))
+        program = program or cuda_graph.prepare(template, vars_)
+        counts, values = _run(program, vars_, targets, fake)
+        assert counts == program.counts
+        for got, want in zip(values, _expected(x_np, w_np, 0.5)):
+            np.testing.assert_allclose(got, want, rtol=1e-5)
+        held.append((values, _expected(x_np, w_np, 0.5)))
+    graphs = [p for p in program.parts if type(p) is not cuda_graph._Product]
+    assert graphs and len(graphs) < len(program.parts) and fake.launches == 4 * len(graphs)
+    for values, want in held:                   # a value handed out is the user's: later launches leave it
+        for got, expected in zip(values, want):
+            np.testing.assert_allclose(got, expected, rtol=1e-5)
+
+
+def test_a_changed_runtime_attr_records_again_and_churn_runs_step_by_step(fake, rng):
+    replay.clear()
+    jt.sync(_graph(*_inputs(rng), 0.5))
+    template, vars_, targets = _hit(lambda: _graph(*_inputs(rng), 0.5))
+    program = cuda_graph.prepare(template, vars_)
+    jt.reset_stats()
+    for scale in (0.5, 0.25, 0.25):
+        x_np, w_np = _inputs(rng)
+        template, vars_, targets = _hit(lambda: _graph(x_np, w_np, scale))
+        counts, values = _run(program, vars_, targets, fake)
+        assert counts is not None
+        for got, want in zip(values, _expected(x_np, w_np, scale)):
+            np.testing.assert_allclose(got, want, rtol=1e-5)
+    assert jt.stats()["cuda_graph_recordings"] == 2 and jt.stats()["cuda_graph_launches"] == 3
+    for n in range(cuda_graph.MAX_CHURN + 1):           # a new scale on every hit: recordings churn
+        template, vars_, targets = _hit(lambda: _graph(*_inputs(rng), 1.5 + n))
+        counts, _ = _run(program, vars_, targets, fake)
+    assert counts is None and program.stepwise and program.parts is None
+
+
+def test_plans_that_cannot_be_recorded_are_declined(fake, rng):
+    replay.clear()
+    a = jt.array(rng.standard_normal((4, 5)).astype("float32"))
+    jt.sync([a + jt.rand(4, 5)])
+    template, vars_, _ = _hit(lambda: [a + jt.rand(4, 5)])
+    assert cuda_graph.prepare(template, vars_) is None
+    with jt.flag_scope(cuda_graphs=False):
+        jt.sync(_graph(*_inputs(rng), 0.5))
+        template, vars_, targets = _hit(lambda: _graph(*_inputs(rng), 0.5))
+        assert _run(cuda_graph.prepare(template, vars_), vars_, targets, fake)[0] is None
