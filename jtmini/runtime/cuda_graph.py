@@ -46,12 +46,12 @@ _live = weakref.WeakSet()   # programs holding a recording (and its pool)
 class Program:
     """What ``prepare`` made of a plan: its recording once made, the slots of its realized
     inputs, the buffers its targets are copied from, and the runtime attrs the recording baked in."""
-    __slots__ = ("template", "runtime_at", "counts", "parts", "pool", "slots", "outs", "key", "served", "churn",
-                 "stepwise", "__weakref__")
+    __slots__ = ("template", "runtime_at", "counts", "parts", "pool", "slots", "filled", "outs", "key", "served",
+                 "churn", "stepwise", "__weakref__")
 
     def __init__(self, template, runtime_at, counts):
         self.template, self.runtime_at, self.counts = template, runtime_at, counts
-        self.parts = self.pool = self.slots = self.outs = self.key = None
+        self.parts = self.pool = self.slots = self.filled = self.outs = self.key = None
         self.served, self.churn, self.stepwise = FEW_HITS, 0, False
 
 
@@ -121,6 +121,7 @@ def _record(program, vars_, backend, key):
         compiler._log(f"CUDA graphs would keep {kept / 2**20:.0f} MB of GPU memory; this step runs step by step")
         return False
     program.parts, program.pool, program.slots, program.key, program.served = parts.parts, pool, slots, key, 0
+    program.filled = [None] * len(slots)
     program.outs = [(k, buffers[k]) for k in template.targets]
     _live.add(program)
     counters.bump("cuda_graph_recordings")
@@ -173,7 +174,7 @@ def _release(program):
     if program.parts is not None:       # the last hit's parts may still run: their pool goes with them
         import cupy
         cupy.cuda.get_current_stream().synchronize()
-    program.parts = program.pool = program.slots = program.outs = program.key = None
+    program.parts = program.pool = program.slots = program.filled = program.outs = program.key = None
     _live.discard(program)
 
 
@@ -270,18 +271,26 @@ def _launch(parts):
 
 
 def _fill_slots(program, vars_):
-    """Copy each realized input's value into its slot, on the current stream (before the graph)."""
+    """Copy each realized input's value into its slot, on the current stream (before the parts).
+    A device value already copied at the last hit is not copied again (an inference step's
+    weights): jtmini never writes a device buffer in place, and ``filled`` holds it, so its
+    identity is not reused. A host value is copied every time: ``.data`` may have written it."""
     import cupy
     runtime = cupy.cuda.runtime
     stream = cupy.cuda.get_current_stream().ptr
-    for v, slot in zip(vars_[program.template.n_order:], program.slots):
+    filled = program.filled
+    for n, (v, slot) in enumerate(zip(vars_[program.template.n_order:], program.slots)):
         data = v._data
-        if isinstance(data, np.ndarray):
+        if data is filled[n]:
+            continue
+        if type(data).__module__.partition(".")[0] != "cupy":         # a host value
             slot.set(_host_contiguous(data, slot.dtype))
+            data = None
         elif data.dtype == slot.dtype and data.flags.c_contiguous:
             runtime.memcpyAsync(slot.data.ptr, data.data.ptr, slot.nbytes, runtime.memcpyDeviceToDevice, stream)
         else:
             slot[...] = data
+        filled[n] = data
 
 
 def _host_contiguous(data, dtype):
