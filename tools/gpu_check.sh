@@ -65,6 +65,7 @@ if [ "$WHAT" = quick ]; then
   wait
   tail -n 25 "$OUT/suites.txt" >>"$LOG"; gzip -f "$OUT/suites.txt"
   step 100 "bench_resnet --device cuda" python3 tools/bench_resnet.py --device cuda --threads 1 --rounds 2
+  step 50 "profile_step --device cuda" python3 tools/profile_step.py --device cuda --steps 20 --top 30
 fi
 if [ "$WHAT" = all ] || [ "$WHAT" = bench ]; then
   step 120 "bench_resnet --device cuda" python3 tools/bench_resnet.py --device cuda --threads 1 --rounds 2 --profile
