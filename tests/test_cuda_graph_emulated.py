@@ -3,7 +3,8 @@
 the CPU runtime's kernels and products as recorded work. The plans are real (the CPU's), so what
 is checked is the recording's bookkeeping: slots filled before each launch, products between
 graphs, targets handed out as copies that later launches leave alone, runtime attrs compared on
-each hit, churn and unrecordable steps falling back. ``tests/test_cuda_gpu.py`` runs the same
+each hit, churn and unrecordable steps falling back, and through the executor a training loop
+whose updated parameters are the next hit's inputs. ``tests/test_cuda_gpu.py`` runs the same
 behaviour on a real GPU when one is there; CI has none, so this file keeps it from rotting.
 """
 import contextlib
@@ -236,3 +237,59 @@ def test_plans_that_cannot_be_recorded_are_declined(fake, rng):
         jt.sync(_graph(*_inputs(rng), 0.5))
         template, vars_, targets = _hit(lambda: _graph(*_inputs(rng), 0.5))
         assert _run(cuda_graph.prepare(template, vars_), vars_, targets, fake)[0] is None
+
+
+def _train(steps, backend=None, lr_at=None):
+    """Losses and final weights of a small MLP trained with SGD momentum on fixed batches;
+    ``backend``: the runtime the executor uses (the CPU's when None)."""
+    from jtmini import executor, nn
+    jt.seed(5)
+    rng = np.random.default_rng(5)
+    model = nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Linear(16, 3))
+    opt = nn.SGD(model.parameters(), 0.05, momentum=0.9, weight_decay=1e-3)
+    batches = [(rng.standard_normal((8, 6)).astype("float32"), rng.standard_normal((8, 3)).astype("float32"))
+               for _ in range(3)]
+    losses, original = [], executor._runtime
+    if backend is not None:
+        executor._runtime = lambda: backend
+    try:
+        for n in range(steps):
+            if lr_at and n in lr_at:
+                opt.lr = lr_at[n]
+            x, y = batches[n % len(batches)]
+            loss = ((model(jt.array(x)) - jt.array(y)) ** 2).mean()
+            opt.step(loss)
+            losses.append(loss.item())
+    finally:
+        executor._runtime = original
+    return losses, [np.asarray(p.numpy()) for p in model.parameters()]
+
+
+class _EmulatedGpu(type(base.get("cpu"))):
+    """The CPU runtime for misses and step-by-step hits, whose stored plans' hits run from
+    cuda_graph's recordings (of the CPU's kernels, through the fake cupy)."""
+    name = "emulated_gpu"
+
+    def __init__(self, cupy):
+        self.recording = _RecordingBackend(cupy)
+
+    def prepare(self, template, vars_):
+        return cuda_graph.prepare(template, vars_)
+
+    def run_prepared(self, program, vars_, recorder=None):
+        return cuda_graph.run(program, vars_, self.recording, recorder)
+
+
+@pytest.mark.parametrize("lr_at", [None, {6: 0.01}])
+def test_a_training_loop_runs_from_recordings_with_the_numbers_of_the_cpu(fake, lr_at):
+    """The executor's side: parameters handed out by one hit are the next hit's inputs, a
+    changed learning rate records again, and the losses and weights are the CPU's."""
+    replay.clear()
+    jt.reset_stats()
+    losses, weights = _train(12, _EmulatedGpu(fake), lr_at)
+    stats = jt.stats()
+    plain_losses, plain_weights = _train(12, lr_at=lr_at)
+    assert stats["cuda_graph_launches"] >= 8 and stats["cuda_graph_recordings"] == 1 + bool(lr_at)
+    np.testing.assert_allclose(losses, plain_losses, rtol=1e-6)
+    for w, plain in zip(weights, plain_weights):
+        np.testing.assert_allclose(w, plain, rtol=1e-6, atol=1e-7)
