@@ -293,3 +293,23 @@ def test_a_training_loop_runs_from_recordings_with_the_numbers_of_the_cpu(fake, 
     np.testing.assert_allclose(losses, plain_losses, rtol=1e-6)
     for w, plain in zip(weights, plain_weights):
         np.testing.assert_allclose(w, plain, rtol=1e-6, atol=1e-7)
+
+
+def test_a_program_does_not_keep_its_plan_alive(fake, rng):
+    """No reference cycle between a stored plan and its recording: dropping the plan frees both
+    by reference counting (a GPU pool must not wait for the cyclic collector)."""
+    import gc
+    import weakref
+    replay.clear()
+    jt.sync(_graph(*_inputs(rng), 0.5))
+    template, vars_, targets = _hit(lambda: _graph(*_inputs(rng), 0.5))
+    program = template.programs["emulated"] = cuda_graph.prepare(template, vars_)
+    assert _run(program, vars_, targets, fake)[0] is not None
+    gone = weakref.ref(program)
+    del template, vars_, targets, program
+    gc.disable()
+    try:
+        replay.clear()
+        assert gone() is None
+    finally:
+        gc.enable()

@@ -45,12 +45,14 @@ _live = weakref.WeakSet()   # programs holding a recording (and its pool)
 
 class Program:
     """What ``prepare`` made of a plan: its recording once made, the slots of its realized
-    inputs, the buffers its targets are copied from, and the runtime attrs the recording baked in."""
+    inputs, the buffers its targets are copied from, and the runtime attrs the recording baked in.
+    It holds its plan weakly: the plan holds it (``replay._Template.programs``), and a cycle would
+    keep an evicted plan's GPU pool until the cyclic collector ran."""
     __slots__ = ("template", "runtime_at", "counts", "parts", "pool", "slots", "filled", "outs", "key", "served",
                  "churn", "stepwise", "__weakref__")
 
     def __init__(self, template, runtime_at, counts):
-        self.template, self.runtime_at, self.counts = template, runtime_at, counts
+        self.template, self.runtime_at, self.counts = weakref.ref(template), runtime_at, counts
         self.parts = self.pool = self.slots = self.filled = self.outs = self.key = None
         self.served, self.churn, self.stepwise = FEW_HITS, 0, False
 
@@ -100,7 +102,7 @@ def _record(program, vars_, backend, key):
     recorded or their pool would take more than its share of the GPU's memory."""
     import cupy
     _release(program)
-    template, pool = program.template, cupy.cuda.MemoryPool()
+    template, pool = program.template(), cupy.cuda.MemoryPool()
     try:
         with cupy.cuda.using_allocator(pool.malloc):
             slots = [cupy.empty(v.shape, dtypes.NUMPY[v.dtype]) for v in vars_[template.n_order:]]
@@ -279,7 +281,7 @@ def _fill_slots(program, vars_):
     runtime = cupy.cuda.runtime
     stream = cupy.cuda.get_current_stream().ptr
     filled = program.filled
-    for n, (v, slot) in enumerate(zip(vars_[program.template.n_order:], program.slots)):
+    for n, (v, slot) in enumerate(zip(vars_[program.template().n_order:], program.slots)):
         data = v._data
         if data is filled[n]:
             continue
