@@ -90,16 +90,9 @@ def _run(steps, compiled, target_ids, runtime, recorder=None):
 
     for n, (step, built) in enumerate(zip(steps, compiled)):
         began = time.perf_counter() if recorder is not None else 0.0
-        if isinstance(step, schedule.Kernel):
-            roots, outs = step.roots, runtime.run_kernel(step, built, read)
-            kernels += 1
-        elif isinstance(step, schedule.LibraryCall):
-            roots, outs = [step.root], [runtime.run_library(step, read)]
-            library_calls += 1
-        elif isinstance(step, schedule.View):
-            roots, outs = [step.root], runtime.source_arrays(step, read)
-        else:
-            roots, outs = [step.root], [runtime.run_collective(step, read)]
+        roots, outs = runtime.run_step(step, built, read)
+        kernels += type(step) is schedule.Kernel
+        library_calls += type(step) is schedule.LibraryCall
         if recorder is not None:
             recorder.record(profiler.step_name(step), _KINDS.get(type(step)) or step.kind, began,
                             time.perf_counter())

@@ -73,6 +73,20 @@ class _Template:
             program = self.programs[runtime.name] = runtime.prepare(self, vars_)
             return program
 
+    def last_reads(self):
+        """Per step, the positions of the computed Vars, targets apart, that it is the last step to
+        read (only a kernel's ``inputs`` are buffers it reads; other steps read their ``sources``):
+        their buffers can go once it has run."""
+        last = {}
+        for n, (row, compiled) in enumerate(zip(self.rows, self.compiled)):
+            for k in (row.inputs if compiled is not None else row.sources):
+                last[k] = n
+        targets, drops = set(self.targets), [[] for _ in self.rows]
+        for k, n in last.items():
+            if k < self.n_order and k not in targets:
+                drops[n].append(k)
+        return [tuple(d) for d in drops]
+
     def steps(self, vars_):
         """The plan's steps on ``vars_`` (a graph with the same signature)."""
         steps = []

@@ -163,6 +163,7 @@ def test_a_plan_with_a_collective_runs_it_from_its_program():
     class Template:              # one stored collective step: a Call that issues it through MPI
         rows = [replay.StepRow(schedule.Collective, 0, (1,), ((),))]
         compiled, targets, n_order = [None], (0,), 1
+        last_reads = classmethod(replay._Template.last_reads)
     out, source = jt.array(np.zeros((2, 3), "float32")), jt.array(np.ones((2, 3), "float32"))
     program = cpu_replay.prepare(Template, [out, source], cpu.BACKEND)
     (call,) = program.steps

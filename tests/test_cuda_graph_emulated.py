@@ -102,7 +102,7 @@ class _Graph:
             work()
 
 
-class _RecordingBackend:
+class _RecordingBackend(base.Backend):
     """The CPU runtime's kernels, products and views, issued through the fake cupy: a step's
     outputs are 'device' arrays allocated now and written when the work runs."""
 

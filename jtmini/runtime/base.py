@@ -12,6 +12,8 @@ runtime nor the compiler nor codegen.
 """
 import importlib
 
+from .. import schedule
+
 
 class Backend:
     """The entry points of a runtime. ``read(var)`` (in the ``run_*`` methods) gives the buffer
@@ -23,6 +25,17 @@ class Backend:
         """``{id(kernel): compiled}`` for ``schedule.Kernel`` s, compiling the missing ones;
         ``steps`` (the plan's) may start the hand-written kernels its library calls will want."""
         raise NotImplementedError
+
+    def run_step(self, step, compiled, read):
+        """``(roots, buffers)`` of one ``schedule`` step, run by the entry point of its kind;
+        ``compiled`` is what ``build`` gave a kernel."""
+        if type(step) is schedule.Kernel:
+            return step.roots, self.run_kernel(step, compiled, read)
+        if type(step) is schedule.LibraryCall:
+            return [step.root], [self.run_library(step, read)]
+        if type(step) is schedule.View:
+            return [step.root], self.source_arrays(step, read)
+        return [step.root], [self.run_collective(step, read)]
 
     def run_kernel(self, kernel, compiled, read):
         """Run a generated kernel; returns the buffers of ``kernel.roots``."""

@@ -85,24 +85,17 @@ def prepare(template, vars_, backend):
     """The ``Program`` of ``template`` (a ``replay._Template``) given ``vars_``, the Vars of one
     of its hits. A collective is a ``Call`` whose ``run`` is ``cpu_table.collective``: a training
     step under mpirun runs from a program (and a launch table) as it does in one process."""
-    targets, last = set(template.targets), {}
-    for n, (row, compiled) in enumerate(zip(template.rows, template.compiled)):
-        for k in (row.inputs if compiled is not None else row.sources):    # only kernels are built
-            last[k] = n
-    drops = [[] for _ in template.rows]
-    for k, n in last.items():
-        if k < template.n_order and k not in targets:
-            drops[n].append(k)
+    targets, drops = set(template.targets), template.last_reads()
     steps = []
     for n, (row, compiled) in enumerate(zip(template.rows, template.compiled)):
         if compiled is not None:
-            steps.append(_launch(row, compiled, vars_, targets, tuple(drops[n])))
+            steps.append(_launch(row, compiled, vars_, targets, drops[n]))
         else:
             root = vars_[row.root]
             library = row.cls is schedule.LibraryCall
             run = cpu_table.collective if row.cls is schedule.Collective else OPS[root.op].run if library else None
             steps.append(Call(run, row.root, row.sources, row.views, _output(row.root, vars_, targets),
-                              tuple(drops[n]), library and OPS[root.op].stateful))
+                              drops[n], library and OPS[root.op].stateful))
     program = Program(tuple(steps), template.n_order, backend, {}, None)
     return program._replace(donations=cpu_inplace.plan(program, vars_))
 

@@ -190,61 +190,30 @@ def _steps_into(template, vars_, backend, slots, parts):
         k = at[id(v)]
         return slots[k - n_order] if k >= n_order else buffers[k]
 
-    targets = set(template.targets)
-    last = _last_reads(template)
-    for n, (step, built) in enumerate(zip(template.steps(vars_), template.compiled)):
+    for step, built, drops in zip(template.steps(vars_), template.compiled, template.last_reads()):
         if isinstance(step, schedule.LibraryCall) and step.root.op == "matmul":
             buffers[at[id(step.root)]] = _product(step, backend.source_arrays(step, read), parts)
         else:
-            for k, out in zip(*_issue(step, built, read, backend, at)):
-                buffers[k] = out
+            roots, outs = backend.run_step(step, built, read)
+            for root, out in zip(roots, outs):
+                buffers[at[id(root)]] = out
             parts.issued()
-        for k in last.get(n, ()):
-            if k not in targets:
-                buffers.pop(k, None)
+        for k in drops:         # back to the pool, which a later step of this recording may take:
+            buffers.pop(k, None)        # the stream keeps them in order
     return buffers
 
 
 def _product(step, arrays, parts):
-    """The output buffer of a recorded matrix product (``_Product``) of ``arrays``."""
+    """The output buffer of a recorded matrix product (``_Product``) of ``arrays``: numpy's
+    ``matmul`` of them is the op's shape (``ops/matmul.py`` infers it so)."""
     import cupy
     a, b = arrays
     dtype = np.result_type(a.dtype, b.dtype)
     if dtype != dtypes.NUMPY[step.root.dtype] or dtype.kind != "f":
         raise TypeError(f"a {a.dtype} by {b.dtype} product giving {step.root.dtype} is not recorded")
-    out = cupy.empty(_product_shape(a.shape, b.shape), dtype)
+    out = cupy.empty(step.root.shape, dtype)
     parts.product(a, b, out)
-    return out.reshape(step.root.shape)
-
-
-def _product_shape(a, b):
-    """numpy's ``matmul`` result shape for operand shapes ``a`` and ``b``."""
-    a2, b2 = ((1,) + a if len(a) == 1 else a), (b + (1,) if len(b) == 1 else b)
-    shape = np.broadcast_shapes(a2[:-2], b2[:-2]) + (a2[-2], b2[-1])
-    return shape[:-2] + shape[-1:] if len(a) == 1 else shape[:-1] if len(b) == 1 else shape
-
-
-def _last_reads(template):
-    """step index -> the computed positions it reads for the last time (their buffers go back to
-    the pool, which a later step of the same recording may take: the stream keeps them in order)."""
-    last = {}
-    for n, (row, compiled) in enumerate(zip(template.rows, template.compiled)):
-        for k in (row.inputs if compiled is not None else row.sources):
-            if k < template.n_order:
-                last[k] = n
-    by_step = {}
-    for k, n in last.items():
-        by_step.setdefault(n, []).append(k)
-    return by_step
-
-
-def _issue(step, built, read, backend, at):
-    """``(positions, buffers)`` a step makes, issued on the current stream."""
-    if isinstance(step, schedule.Kernel):
-        return [at[id(v)] for v in step.roots], backend.run_kernel(step, built, read)
-    if isinstance(step, schedule.LibraryCall):
-        return [at[id(step.root)]], [backend.run_library(step, read)]
-    return [at[id(step.root)]], backend.source_arrays(step, read)
+    return out
 
 
 def _launched(program, vars_):
