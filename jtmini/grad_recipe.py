@@ -20,8 +20,11 @@ may read anything; a declared rule is keyed by its ``key`` and its inputs and sa
 rule computed a value (a graph shaped by data), or when a built node reads a Var that is neither
 in the forward graph, nor built by the rules, nor an input-less constant (one read by a stop_grad
 forward node does not count: the key leaves those inputs out), or when a rule built a collective
-(making one queues it for MPI, ``ops/collective.py``; a recipe's plain ``Var`` would not). Eager mode and memory profiling
-(which records the frames building each node) always run the rules.
+that no gradient reads or that was issued at once. The collectives the rules built (synchronised
+BatchNorm's sums under mpirun) are queued for MPI as they are made, so a recipe queues its
+rebuilt ones after building them, in the order the rules made them: every rank issues the same
+sequence whether it ran the rules or a recipe. Eager mode and memory profiling (which records
+the frames building each node) always run the rules.
 
     >>> start = mark()
     >>> grads = ...                         # the rules, as usual
@@ -32,6 +35,7 @@ from typing import NamedTuple
 
 from . import native_walk
 from .flags import flags
+from .ops import collective
 from .ops.registry import OPS
 from .state import HashedKey, register_cache
 from .var import _ids, _pending, made, untrack
@@ -58,6 +62,7 @@ class Recipe(NamedTuple):
     nodes: tuple            # ``Node`` s, inputs before readers
     shared: tuple           # the input-less constants the nodes read that the rules did not build
     results: tuple          # a reference per gradient returned
+    queue: tuple            # places in ``nodes`` of the collectives, in the order the rules made them
 
     def build(self, order):
         """The gradients, as ``jt.grad`` returned them for the recorded graph, on ``order`` (the
@@ -72,6 +77,8 @@ class Recipe(NamedTuple):
             if not tracked:
                 untrack(v)
             built.append(v)
+        for k in self.queue:
+            collective.queue(built[k])
         return [sources[where][k] for where, k in self.results]
 
 
@@ -187,25 +194,36 @@ def find(key_):
     return recipe
 
 
+class Mark(NamedTuple):
+    """Where the rules start: a Var id below every Var built from now on, and the collectives
+    made so far."""
+    var_id: int
+    collectives: int
+
+
 def mark():
-    """A Var id below every Var built from now on: call it before the rules run."""
-    return next(_ids)
+    """The ``Mark`` of now: call it before the rules run."""
+    return Mark(next(_ids), collective.made_count())
 
 
 def record(key_, order, start, results):
     """Store the recipe of ``results`` (the gradients the rules just built, every node made
-    after ``mark()`` returned ``start``) under ``key_``, unless it is unsafe (see the module doc)."""
+    after ``mark()`` returned ``start``, a ``Mark``) under ``key_``, unless it is unsafe (see the
+    module doc)."""
     if key_ is None or any((v._data is None) != row[5] for v, row in zip(order, key_.key[0])):
         return                          # a rule computed a forward value: the graph may follow data
     place = {id(v): (FORWARD, k) for k, v in enumerate(order)}
     # a stop_grad node's inputs are not in the key: a constant among them may differ next time
     fenced = {id(i) for v in order if v._stop_grad for i in v.inputs}
-    nodes, shared = [], []
+    nodes, shared, queued = [], [], []
     try:
-        refs = tuple(_reference(v, start, place, fenced, nodes, shared) for v in results)
+        refs = tuple(_reference(v, start.var_id, place, fenced, nodes, shared, queued) for v in results)
     except _Unsafe:
         return
-    _recipes[key_] = Recipe(tuple(nodes), tuple(shared), refs)
+    if len(queued) != collective.made_count() - start.collectives:
+        return                          # a collective no gradient reads: a recipe would not issue it
+    queue = tuple(k for _, k in sorted(queued))     # by Var id: the order the rules made them
+    _recipes[key_] = Recipe(tuple(nodes), tuple(shared), refs, queue)
     if len(_recipes) > CAPACITY:
         _recipes.popitem(last=False)
 
@@ -214,8 +232,9 @@ class _Unsafe(Exception):
     """A built node that a recipe could not rebuild faithfully."""
 
 
-def _reference(root, start, place, fenced, nodes, shared):
-    """``(where, k)`` of ``root``, recording the built nodes it reads first (iterative DFS)."""
+def _reference(root, start, place, fenced, nodes, shared, queued):
+    """``(where, k)`` of ``root``, recording the built nodes it reads first (iterative DFS);
+    ``queued`` gets ``(Var id, place in nodes)`` of each collective among them."""
     stack = [(root, False)]
     while stack:
         v, inputs_placed = stack.pop()
@@ -227,13 +246,14 @@ def _reference(root, start, place, fenced, nodes, shared):
             place[id(v)] = (SHARED, len(shared))
             shared.append(v)
         elif not inputs_placed:
-            if v._data is not None or v._backward is not None or v.op is None or OPS[v.op].kind == "collective":
-                # a computed value, a rule of its own, or a collective (queued for MPI as it is made)
-                raise _Unsafe
+            if v._data is not None or v._backward is not None or v.op is None:
+                raise _Unsafe           # a computed value (an issued collective too), a rule of its own
             stack.append((v, True))
             stack.extend((i, False) for i in v.inputs if id(i) not in place)
         else:
             place[id(v)] = (BUILT, len(nodes))
+            if OPS[v.op].kind == "collective":
+                queued.append((v.id, len(nodes)))
             nodes.append(Node(v.op, dict(v.attrs), v.shape, v.dtype, v._stop_grad, id(v) in _pending,
                               tuple(place[id(i)] for i in v.inputs)))
     return place[id(root)]

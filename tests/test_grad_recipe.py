@@ -7,6 +7,8 @@ import pytest
 
 import jtmini as jt
 from jtmini import autograd, grad_recipe, nn
+from jtmini.ops import collective
+from jtmini.state import services
 
 rng = np.random.default_rng(3)
 
@@ -298,16 +300,58 @@ def test_memory_profiling_and_eager_mode_run_the_rules():
             assert grad_recipe.key(order, [x]) is None
 
 
-def test_a_backward_with_a_collective_is_not_recorded():
-    """Making a collective node queues it for MPI (``ops/collective.py``): a recipe would not."""
+@pytest.fixture
+def queued(monkeypatch):
+    """The collective nodes queued for MPI, in order (outside mpirun nothing issues them)."""
+    nodes = []
+    monkeypatch.setattr(services, "enqueue_collective", nodes.append)
     grad_recipe._recipes.clear()
+    return nodes
+
+
+def _rules_with_collectives(x, read_both=True):
+    """A backward as synchronised BatchNorm's builds it under mpirun: collectives queued as the
+    rules make them (``ops/collective.queue``); the second is read by no gradient unless ``read_both``."""
+    first = collective.queue(jt.Var.node("mpi_all_reduce", [x.exp()], op="add"))
+    second = collective.queue(jt.Var.node("mpi_all_reduce", [x * 2], op="max"))
+    return [first * second if read_both else first * 3]
+
+
+def test_a_backward_with_collectives_is_rebuilt_and_queues_them_in_the_rules_order(queued):
     x = jt.array(rng.standard_normal(3).astype("float32"))
-    loss = x.exp().sum()
-    order = grad_recipe.forward_order(loss)
+    order = grad_recipe.forward_order(x.exp().sum())
     key = grad_recipe.key(order, [x])
     start = grad_recipe.mark()
-    collective = jt.Var.node("mpi_all_reduce", [x.exp()], op="add")     # as a rule under mpirun builds
-    grad_recipe.record(key, order, start, [collective])
+    results = _rules_with_collectives(x)
+    grad_recipe.record(key, order, start, results)
+    made_by_rules = list(queued)
+    recipe = grad_recipe.find(key)
+    assert recipe is not None
+    rebuilt = recipe.build(order)
+    again = queued[len(made_by_rules):]
+    # the recipe's DFS builds the second (a multiplication's right input) first, but they are
+    # queued in the rules' order: another order would cross the ranks' sequences
+    assert [v.id for v in again] != sorted(v.id for v in again)
+    assert [(v.op, v.attrs["op"]) for v in again] == [(v.op, v.attrs["op"]) for v in made_by_rules]
+    assert rebuilt[0].inputs == tuple(again)
+
+
+def test_a_collective_no_gradient_reads_keeps_the_rules(queued):
+    """The rules queued it, so every rank issues it; a recipe would not rebuild it."""
+    x = jt.array(rng.standard_normal(3).astype("float32"))
+    order = grad_recipe.forward_order(x.exp().sum())
+    key = grad_recipe.key(order, [x])
+    start = grad_recipe.mark()
+    grad_recipe.record(key, order, start, _rules_with_collectives(x, read_both=False))
+    assert not grad_recipe._recipes
+
+
+def test_a_collective_made_without_its_queue_keeps_the_rules(queued):
+    x = jt.array(rng.standard_normal(3).astype("float32"))
+    order = grad_recipe.forward_order(x.exp().sum())
+    key = grad_recipe.key(order, [x])
+    start = grad_recipe.mark()
+    grad_recipe.record(key, order, start, [jt.Var.node("mpi_all_reduce", [x.exp()], op="add")])
     assert not grad_recipe._recipes
 
 

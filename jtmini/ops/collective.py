@@ -146,11 +146,24 @@ for _name, (_shape, _blocks, _grad) in _DECLARED.items():
     register(OpSpec(_name, "collective", infer=_infer(_name, _shape, _blocks), grad=_float_only(_grad)))
 
 
-def _node(name, inputs, **attrs):
-    """Build and queue a collective node (runtime/mpi.py issues queued nodes in creation order)."""
-    v = Var.node(name, inputs, **attrs)
+_made = [0]     # collective nodes made in this process: a gradient recipe checks it rebuilds all
+
+
+def made_count():
+    """How many collective nodes this process has made (and queued) so far."""
+    return _made[0]
+
+
+def queue(v):
+    """Queue the new collective node ``v``: runtime/mpi.py issues queued nodes in creation order."""
+    _made[0] += 1
     services.enqueue_collective(v)
     return v
+
+
+def _node(name, inputs, **attrs):
+    """Build and queue a collective node."""
+    return queue(Var.node(name, inputs, **attrs))
 
 
 def _floats_for_mean(x, op):

@@ -13,8 +13,9 @@ Rank 0 compares the global loss of every step, every final Var (parameters and B
 statistics) and the eval-mode output with the reference; every rank compares its final Vars with
 rank 0's. Relative errors are ``|a - b| / |b|`` of whole tensors. Each rank prints one JSON line:
 ``{"rank": r, "configs": {name: {"loss": err, "vars": err, "eval": err, "ranks_agree": err,
-"mpi_calls_per_step": k, "prepared_steps": n}}}``, ``n`` the steps whose update (with its
-collectives) ran from a prepared program, as in one process (``runtime/cpu_replay.py``).
+"mpi_calls_per_step": k, "prepared_steps": n, "recipe_steps": m}}}``, ``n`` the steps whose update
+(with its collectives) ran from a prepared program, as in one process (``runtime/cpu_replay.py``),
+``m`` those whose gradient (with BatchNorm's sums) was rebuilt from a recipe (``grad_recipe.py``).
 """
 import json
 import sys
@@ -22,7 +23,7 @@ import sys
 import numpy as np
 
 import jtmini as jt
-from jtmini import nn
+from jtmini import grad_recipe, nn
 from jtmini.dataset import Dataset
 from jtmini.runtime import cpu_replay
 
@@ -37,6 +38,17 @@ def _counted_run(program, vars_, recorder=None):
 
 
 cpu_replay.run = _counted_run
+RECIPE_BUILDS = [0]
+_build = grad_recipe.Recipe.build
+
+
+def _counted_build(recipe, order):
+    """grad_recipe.Recipe.build, counted: how many gradients were rebuilt from a recipe."""
+    RECIPE_BUILDS[0] += 1
+    return _build(recipe, order)
+
+
+grad_recipe.Recipe.build = _counted_build
 
 STEPS = 20
 SAMPLES = 100          # 20 steps cross epoch ends, so short last batches are trained on too
@@ -94,11 +106,12 @@ def make_model(seed):
 
 def train(batch_size, make_optimizer, seed):
     """Train STEPS steps; returns (global loss per step, final Vars by name, eval output, MPI
-    calls per step). The global loss is every rank's shard loss weighted by its shard size."""
+    calls per step, steps run from a prepared program, gradients rebuilt from a recipe). The
+    global loss is every rank's shard loss weighted by its shard size."""
     model = make_model(seed)
     optimizer = make_optimizer(model.parameters())
     shard_losses, shard_sizes = [], []
-    calls_before, prepared_steps = jt.stats().get("mpi_calls", 0), 0
+    calls_before, prepared_steps, recipes_before = jt.stats().get("mpi_calls", 0), 0, RECIPE_BUILDS[0]
     while len(shard_losses) < STEPS:
         for images, labels in Blobs(batch_size):
             loss = nn.cross_entropy_loss(model(images), labels)
@@ -115,7 +128,7 @@ def train(batch_size, make_optimizer, seed):
     losses = weighted.numpy() / jt.array(sizes).mpi_all_reduce("add").numpy()
     model.eval()
     output = model(jt.array(IMAGES[:10])).numpy()
-    return losses, model.state_dict(), output, calls_per_step, prepared_steps
+    return losses, model.state_dict(), output, calls_per_step, prepared_steps, RECIPE_BUILDS[0] - recipes_before
 
 
 def rel_err(got, want):
@@ -135,10 +148,12 @@ def agreement_with_rank0(state):
 def check(name):
     batch_size, make_optimizer = CONFIGS[name]
     ref = reference(batch_size, make_optimizer)                  # None on ranks other than 0
-    losses, state, output, calls, prepared = train(batch_size, make_optimizer, seed=0 if jt.rank == 0 else 100 + jt.rank)
-    report = {"ranks_agree": agreement_with_rank0(state), "mpi_calls_per_step": calls, "prepared_steps": prepared}
+    losses, state, output, calls, prepared, recipes = train(batch_size, make_optimizer,
+                                                            seed=0 if jt.rank == 0 else 100 + jt.rank)
+    report = {"ranks_agree": agreement_with_rank0(state), "mpi_calls_per_step": calls, "prepared_steps": prepared,
+              "recipe_steps": recipes}
     if ref is not None:
-        ref_losses, ref_state, ref_output, _, _ = ref
+        ref_losses, ref_state, ref_output = ref[:3]
         report["loss"] = max(rel_err([a], [b]) for a, b in zip(losses, ref_losses))
         report["vars"] = max(rel_err(state[k], ref_state[k]) for k in ref_state)
         report["eval"] = rel_err(output, ref_output)
