@@ -110,6 +110,12 @@ TRANSPOSED = {   # in, out, kernel, stride, padding, output_padding, groups, dil
     "stride2_output_padding": (4, 6, 3, 2, 1, 1, 1, 1, (4, 3)),
     # per axis: padding past the dilated kernel crops the spread input; stride 3, output_padding 2
     "uneven_cropped_dilated": (4, 2, (2, 3), (2, 3), (3, 1), (1, 2), 2, (2, 1), (4, 3)),
+    # rows of 7 and more: col2im is one kernel (ops/window.col2im), narrower ones the gathers
+    "wide_stride2_kernel": (6, 4, 4, 2, 1, 0, 1, 1, (7, 9)),
+    "wide_groups_uneven": (4, 6, (3, 4), (2, 3), (1, 0), (1, 2), 2, (1, 1), (5, 8)),
+    # output_padding at stride 1 (allowed by the dilation): rows no window of x reaches stay 0 + bias
+    "wide_stride1_dilated_output_padding": (3, 5, 3, 1, 2, 1, 1, 2, (8, 9)),
+    "padding_past_the_kernel": (4, 3, 3, 2, 4, 0, 1, 1, (9, 9)),
 }
 
 
@@ -121,6 +127,14 @@ def test_conv_transpose2d_matches_torch_with_parameter_gradients(name, rng):
     assert layer.weight.shape == tuple(ref.weight.shape) and layer.bias.shape == (cout,)
     layout = "sliced" if name.startswith("stride1") else "contig"
     twin_check(layer, ref, [rng.standard_normal((2, cin) + hw)], layouts=[layout])
+
+
+def test_conv_transpose2d_is_one_product_and_col2im():
+    """No zeros spread between the input's pixels: the product has the input's N*H*W columns."""
+    y = C.conv_transpose2d(jt.randn(2, 6, 7, 9), jt.randn(6, 4, 4, 4), stride=2, padding=1)
+    assert y.op == "conv_windows_grad" and y.shape == (2, 4, 14, 18)
+    product = y.inputs[0].inputs[0]
+    assert product.op == "matmul" and product.shape == (4 * 4 * 4, 2 * 7 * 9)
 
 
 def test_conv_transpose2d_function_unbatched_and_without_bias(rng):

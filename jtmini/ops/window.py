@@ -100,9 +100,17 @@ def _tap_map(a, tap):
 
 def _grad(dcols, out, inputs, a):
     x = inputs[0]
-    if uses_col2im_kernel(x, dcols):
-        return [conv_windows_grad(dcols, x.shape, a)]
-    return [_gathers(dcols, x.shape, a)]
+    return [col2im(dcols, x.shape, a, uses_col2im_kernel(x, dcols))]
+
+
+def col2im(dcols, x_shape, a, kernel=None):
+    """The windows ``dcols`` (C, taps_h, taps_w, N, Ho, Wo) of geometry ``a`` summed back onto an
+    NCHW tensor of ``x_shape``: conv_windows' adjoint, as one kernel (``kernel``) or as the gathers
+    (see ``uses_col2im_kernel``; None: decided by the row width alone). A transposed convolution
+    is a product followed by this (``nn.conv_transpose2d``)."""
+    if kernel is None:
+        kernel = runs_fused() and dtypes.is_float(dcols.dtype) and x_shape[3] >= MIN_KERNEL_WIDTH
+    return conv_windows_grad(dcols, x_shape, a) if kernel else _gathers(dcols, x_shape, a)
 
 
 MIN_KERNEL_WIDTH = 7      # narrower maps keep the gathers (see uses_col2im_kernel)
