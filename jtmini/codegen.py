@@ -35,6 +35,7 @@ from . import code_cache, codegen_cuda, dtypes, numpy_views
 from .files import write_atomically
 from .flags import flags
 from .ops.registry import OPS, runtime_ints
+from .ops.window import MIN_WINDOWS_ROW
 from .state import register_cache
 from .symbolic import as_expr, clamp, num, sym
 
@@ -164,9 +165,6 @@ def _copy_code(kernel, dims, strides, offset):
             row_major=_row_major([sym(f"i{k}") for k in range(rank - 1)], outer).render())
         code = _memo[key] = CopyCode(source, tuple(n for n, count in enumerate(counts) if count))
     return code
-
-
-MIN_WINDOWS_ROW = 8         # im2col's template for output rows this long or longer (WindowsCode)
 
 
 @dataclass(frozen=True)

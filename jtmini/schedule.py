@@ -151,8 +151,9 @@ def plan(targets):
         if kind == "collective":          # MPI reads whole buffers, constants included
             materialized.update(id(b) for b in map(_collective_input_buffer, v.inputs) if b is not None)
         elif kind == "reindex" and _expands(v):          # views of a buffer are cheap to re-read
+            whole = OPS[v.op].buffered_input is not None and OPS[v.op].buffered_input(v)
             materialized.update(id(i) for i in v.inputs if i._data is None and OPS[i.op].kind != "const"
-                                and not _cheap_view(i, materialized))
+                                and (whole or not _cheap_view(i, materialized)))
             if _guarded_spread(v):
                 materialized.add(id(v))
     for v in order:

@@ -109,6 +109,24 @@ def test_im2col_template_only_for_rows_of_8_or_more():
             assert not isinstance(codegen.generate(kernel), codegen.WindowsCode)
 
 
+@pytest.mark.parametrize("movement", ["transpose", "pad"])
+def test_im2col_of_a_moved_buffer_reads_it_as_a_buffer_for_the_template(movement, rng):
+    """A movement of a buffer inlined into im2col made it the generic gather (Conv1d on a
+    permuted embedding: ~10x slower per element): it gets a buffer of its own first."""
+    if movement == "transpose":
+        moved = jt.array(rng.standard_normal((2, 10, 3, 5)).astype("float32")).permute(0, 2, 3, 1)
+    else:
+        moved = jt.array(rng.standard_normal((2, 9, 3, 8)).astype("float32")).pad((1, 1, 0, 0))
+    args = ((moved.shape[2] - 2, moved.shape[3] - 2), (3, 3), (1, 1), (0, 0), (1, 1))
+    cols = conv_windows(moved, *args)
+    kernels = [s for s in schedule.plan([cols]) if isinstance(s, schedule.Kernel)]
+    assert [k.root.op for k in kernels] == [movement, "conv_windows"]
+    assert isinstance(codegen.generate(kernels[-1]), codegen.WindowsCode)
+    np.testing.assert_array_equal(cols.numpy(), reference_windows(moved.numpy(), *args, (0, 0))[0])
+    narrow = conv_windows(moved[..., :9], (args[0][0], 7), *args[1:])     # rows of 7: one gather
+    assert [k.root.op for k in schedule.plan([narrow]) if isinstance(k, schedule.Kernel)] == ["conv_windows"]
+
+
 # (x shape, kernel, stride, padding, dilation): padding wider than some rows and columns, strides
 # and dilations that skip, windows hanging past the right edge, a 1x1 map
 TEMPLATE_GEOMETRIES = [

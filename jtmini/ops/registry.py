@@ -62,6 +62,9 @@ class OpSpec:
     kernel call ``run`` makes on these C-contiguous input arrays (its output a new C-contiguous
     array of the inferred shape), so a CPU launch table can make that call itself instead of
     returning to Python for it (``runtime/cpu_table.py``).
+    ``buffered_input(v) -> bool`` (reindex): node ``v`` is computed fastest from its input as a
+    buffer (a hand-written kernel reads whole rows of one), so the scheduler does not inline a
+    movement of a buffer (a transpose, a pad) into it, as it does for other reindexes.
     """
     name: str
     kind: str
@@ -79,6 +82,7 @@ class OpSpec:
     stateful: bool = False
     kernels: Optional[Callable] = None
     table_kernel: Optional[Callable] = None
+    buffered_input: Optional[Callable] = None
 
     def __post_init__(self):
         if self.kind not in KINDS:

@@ -135,7 +135,17 @@ def _gathers(dcols, shape, a):
     return add_n([_tap_gather(dcols, shape, a, tap) for tap in taps])
 
 
-register(OpSpec("conv_windows", "reindex", infer=_infer, index=_index, grad=_grad))
+MIN_WINDOWS_ROW = 8     # output rows from which im2col is the hand-written kernel (codegen.WindowsCode)
+
+
+def _buffered_input(v):
+    """On the CPU, rows of ``MIN_WINDOWS_ROW`` and more take the kernel, which reads a buffer:
+    a transpose inlined into the gather instead (Conv1d on a permuted embedding) ran it as the
+    generic checked gather, ~10x slower per element than the copy and the kernel together."""
+    return runs_fused() and v.shape[5] >= MIN_WINDOWS_ROW
+
+
+register(OpSpec("conv_windows", "reindex", infer=_infer, index=_index, grad=_grad, buffered_input=_buffered_input))
 
 
 # --- col2im as one hand-written kernel on the CPU -------------------------------------------------
