@@ -1,11 +1,14 @@
-"""The example models against PyTorch eager twins on the CPU: step time, first step, peak RSS.
+"""The example models and four more against PyTorch eager twins on the CPU: step time, first step, peak RSS.
 
 Models: the MLP, LeNet-5, char transformer, GRU, VGG+BN (train, and eval under no_grad), GAN of
-examples/, and ResNet-18 (jtmini.models). The jtmini side builds each model and optimizer with the
-example's own classes and ``make_optimizer``; the PyTorch twins here have the same layers, sizes,
-optimizer, batch and loss. Batches are random arrays of the example's shapes (no download); both
-sides draw the same ones and convert them inside the timed step (``jt.array``/``torch.from_numpy``),
-and each step ends by reading the loss (``.item()``) or, in eval, the logits (``.numpy()``).
+examples/, ResNet-18 (jtmini.models), and four that no example has, defined here on both sides: an
+LSTM classifier, a MobileNet-style net (depthwise-separable convs + BN), a TextCNN (Embedding, three
+Conv1d) and a conv autoencoder (ConvTranspose2d decoder, MSE loss). For an example's model the
+jtmini side uses the example's own classes and ``make_optimizer``; the PyTorch twins here have the
+same layers, sizes, optimizer, batch and loss. Batches are random arrays of the models' shapes (no
+download); both sides draw the same ones and convert them inside the timed step
+(``jt.array``/``torch.from_numpy``), and each step ends by reading the loss (``.item()``) or, in
+eval, the logits (``.numpy()``).
 
 Every (side, model, thread count) runs in its own subprocess, so its peak RSS is its own; the
 sides take turns, ``--rounds`` runs each (jtmini, torch, jtmini, torch, ...), and each side's
@@ -79,6 +82,21 @@ def _char_vocab():
     text = next(node.value for node in tree.body if isinstance(node, ast.Assign)
                 and getattr(node.targets[0], "id", None) == "TEXT")
     return sorted(set(ast.literal_eval(text)))
+
+
+def _tokens(batch, seq, vocab, classes):
+    """(token ids, one class per sequence)."""
+    def draw(rng):
+        return (rng.integers(0, vocab, (batch, seq)).astype(np.int32),
+                rng.integers(0, classes, batch).astype(np.int32))
+    return draw
+
+
+def _unit_images(shape):
+    """Images in [0, 1): an autoencoder's inputs and its targets."""
+    def draw(rng):
+        return (rng.random(shape).astype(np.float32),)
+    return draw
 
 
 def _gan_batch(batch):
@@ -186,6 +204,78 @@ def jt_gan():
         g_loss = bce(discriminator(fake), ones)
         g_opt.step(g_loss)
         return d_loss.item() + g_loss.item()
+    return step
+
+
+def jt_lstm():
+    from jtmini import nn
+
+    class LSTMClassifier(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lstm, self.fc = nn.LSTM(32, 128, batch_first=True), nn.Linear(128, 10)
+
+        def execute(self, x):
+            return self.fc(self.lstm(x)[0][:, -1])
+
+    model = LSTMClassifier()
+    return _jt_train_step(model, nn.Adam(model.parameters(), lr=1e-3))
+
+
+def _jt_mobilenet():
+    """A 3x3 conv, then three depthwise 3x3 + pointwise 1x1 blocks; conv without bias + BN + ReLU."""
+    from jtmini import nn
+
+    def cbr(cin, cout, k, stride=1, groups=1):
+        return [nn.Conv2d(cin, cout, k, stride=stride, padding=k // 2, groups=groups, bias=False),
+                nn.BatchNorm2d(cout), nn.ReLU()]
+
+    layers = cbr(3, 32, 3)
+    for cin, cout, stride in ((32, 64, 1), (64, 128, 2), (128, 256, 2)):
+        layers += cbr(cin, cin, 3, stride, groups=cin) + cbr(cin, cout, 1)
+    return nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(256, 10))
+
+
+def jt_mobilenet():
+    from jtmini import nn
+    model = _jt_mobilenet()
+    return _jt_train_step(model, nn.SGD(model.parameters(), 0.05, momentum=0.9))
+
+
+def jt_textcnn():
+    import jtmini as jt
+    from jtmini import nn
+
+    class TextCNN(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = nn.Embedding(5000, 128)
+            self.convs = nn.ModuleList([nn.Conv1d(128, 100, k) for k in (3, 4, 5)])
+            self.drop, self.fc = nn.Dropout(0.5), nn.Linear(300, 2)
+
+        def execute(self, x):
+            h = self.emb(x).permute(0, 2, 1)                          # (batch, 128, seq)
+            feats = [nn.relu(conv(h)).max(2) for conv in self.convs]   # max over time
+            return self.fc(self.drop(jt.concat(feats, 1)))
+
+    model = TextCNN()
+    return _jt_train_step(model, nn.Adam(model.parameters(), lr=1e-3))
+
+
+def jt_conv_ae():
+    import jtmini as jt
+    from jtmini import nn
+    model = nn.Sequential(nn.Conv2d(1, 16, 3, 2, 1), nn.ReLU(), nn.Conv2d(16, 32, 3, 2, 1), nn.ReLU(),
+                          nn.ConvTranspose2d(32, 16, 4, 2, 1), nn.ReLU(), nn.ConvTranspose2d(16, 1, 4, 2, 1),
+                          nn.Sigmoid())
+    opt, mse = nn.Adam(model.parameters(), lr=1e-3), nn.MSELoss()
+    model.train()
+
+    def step(x):
+        x = jt.array(x)
+        loss = mse(model(x), x)
+        opt.step(loss)
+        return loss.item()
     return step
 
 
@@ -358,6 +448,79 @@ def torch_gan():
     return step
 
 
+def torch_lstm():
+    import torch
+    from torch import nn
+
+    class LSTMClassifier(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lstm, self.fc = nn.LSTM(32, 128, batch_first=True), nn.Linear(128, 10)
+
+        def forward(self, x):
+            return self.fc(self.lstm(x)[0][:, -1])
+
+    model = LSTMClassifier()
+    return _torch_train_step(model, torch.optim.Adam(model.parameters(), lr=1e-3))
+
+
+def _torch_mobilenet():
+    from torch import nn
+
+    def cbr(cin, cout, k, stride=1, groups=1):
+        return [nn.Conv2d(cin, cout, k, stride=stride, padding=k // 2, groups=groups, bias=False),
+                nn.BatchNorm2d(cout), nn.ReLU()]
+
+    layers = cbr(3, 32, 3)
+    for cin, cout, stride in ((32, 64, 1), (64, 128, 2), (128, 256, 2)):
+        layers += cbr(cin, cin, 3, stride, groups=cin) + cbr(cin, cout, 1)
+    return nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(256, 10))
+
+
+def torch_mobilenet():
+    model = _torch_mobilenet()
+    return _torch_train_step(model, _sgd(model, 0.05))
+
+
+def torch_textcnn():
+    import torch
+    from torch import nn
+
+    class TextCNN(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = nn.Embedding(5000, 128)
+            self.convs = nn.ModuleList([nn.Conv1d(128, 100, k) for k in (3, 4, 5)])
+            self.drop, self.fc = nn.Dropout(0.5), nn.Linear(300, 2)
+
+        def forward(self, x):
+            h = self.emb(x.long()).permute(0, 2, 1)
+            feats = [torch.relu(conv(h)).amax(2) for conv in self.convs]
+            return self.fc(self.drop(torch.cat(feats, 1)))
+
+    model = TextCNN()
+    return _torch_train_step(model, torch.optim.Adam(model.parameters(), lr=1e-3))
+
+
+def torch_conv_ae():
+    import torch
+    from torch import nn
+    model = nn.Sequential(nn.Conv2d(1, 16, 3, 2, 1), nn.ReLU(), nn.Conv2d(16, 32, 3, 2, 1), nn.ReLU(),
+                          nn.ConvTranspose2d(32, 16, 4, 2, 1), nn.ReLU(), nn.ConvTranspose2d(16, 1, 4, 2, 1),
+                          nn.Sigmoid())
+    opt, mse = torch.optim.Adam(model.parameters(), lr=1e-3), nn.MSELoss()
+    model.train()
+
+    def step(x):
+        opt.zero_grad()
+        x = torch.from_numpy(x)
+        loss = mse(model(x), x)
+        loss.backward()
+        opt.step()
+        return loss.item()
+    return step
+
+
 MODELS = {
     "mlp": Model("784-256-10, batch 128, SGD momentum", 300, _images((128, 1, 28, 28), 10), jt_mlp, torch_mlp),
     "lenet": Model("1x32x32, batch 64, SGD momentum", 200, _images((64, 1, 32, 32), 10), jt_lenet, torch_lenet),
@@ -371,6 +534,14 @@ MODELS = {
     "gan": Model("MLPs 8-64-64-2 / 2-64-64-1, batch 128, 2 Adam", 150, _gan_batch(128), jt_gan, torch_gan),
     "resnet18": Model("1x28x28, batch 100, SGD momentum", 10, _images((100, 1, 28, 28), 10),
                       jt_resnet18, torch_resnet18),
+    "lstm": Model("32 steps of 32, hidden 128, batch 64, Adam", 200, _images((64, 32, 32), 10),
+                  jt_lstm, torch_lstm),
+    "mobilenet": Model("3 depthwise-separable blocks + BN, 3x32x32, batch 64, SGD momentum", 15,
+                       _images((64, 3, 32, 32), 10), jt_mobilenet, torch_mobilenet),
+    "textcnn": Model("emb 5000x128, Conv1d 3/4/5 x 100, seq 64, batch 64, Adam", 50, _tokens(64, 64, 5000, 2),
+                     jt_textcnn, torch_textcnn),
+    "conv_ae": Model("1x28x28, 2 convs + 2 transposed, batch 64, MSE, Adam", 300, _unit_images((64, 1, 28, 28)),
+                     jt_conv_ae, torch_conv_ae),
 }
 # Where the examples' defaults (used here) differ from the sizes the benchmark's issue suggested.
 DEVIATIONS = ("sizes are the examples' defaults, not the issue's: MLP 784-256-10 (not 784-512-256-10), "
