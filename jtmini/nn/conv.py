@@ -5,6 +5,9 @@ by it, and a reshape + permute of the product (index math fused into the consume
 the result in NCHW. The backward pass comes from the op rules: matmul's gradients and, for the
 input, conv_windows' gathered col2im (no scatter-add).
 
+A depthwise layer (``groups`` = in = out channels) runs kernels of its own on the CPU
+(``ops/depthwise.py``): im2col would gather 9 copies of every pixel to multiply each by one number.
+
 A map smaller than the kernel's live window (ResNet's 2x2 stage on MNIST: 4 pixels under 9 taps)
 is cheaper as one dense product, ``x`` as (N, C*H*W) times the weight spread over every (input
 pixel, output pixel) pair (``conv_spread``): no windows to gather, and 4/9 of the work.
@@ -20,6 +23,8 @@ import math
 from dataclasses import dataclass
 
 from .. import init
+from ..ops.depthwise import depthwise_conv
+from ..ops.softmax import runs_fused
 from ..ops.window import conv_spread, conv_windows
 from .arguments import count, is_count, items
 from .module import Module
@@ -121,7 +126,11 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     hax = _axis(x.shape[2], kh, s_h, p_h, d_h)
     wax = _axis(x.shape[3], kw, s_w, p_w, d_w)
     n, out_hw = x.shape[0], (hax.out, wax.out)
-    if groups == 1 and _dense_is_cheaper(x.shape[2:], hax, wax):
+    if groups == c == o and runs_fused() and x.dtype == weight.dtype and x.dtype in ("float32", "float64"):
+        # one filter per channel: three kernels of its own, reading each plane once (ops/depthwise.py)
+        geometry = dict(kernel=(kh, kw), stride=(s_h, s_w), padding=(p_h, p_w), dilation=(d_h, d_w))
+        out = depthwise_conv(x, weight, geometry)
+    elif groups == 1 and _dense_is_cheaper(x.shape[2:], hax, wax):
         # (N, C*H*W) @ (O*Ho*Wo, C*H*W)^T: plain reshapes, a transposed operand, an NCHW result;
         # the spread's gradient is then the product d^T x in its own layout (ops/matmul.py)
         spread = conv_spread(weight, x.shape[2:], out_hw, (s_h, s_w), (p_h, p_w), (d_h, d_w))
