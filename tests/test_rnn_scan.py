@@ -178,3 +178,25 @@ def test_cblas_gemm_is_found_for_floats_only():
         entry = cpu.BACKEND.cblas_gemm(dtype)
         assert entry is not None and entry.address and entry.int_type in ("int", "int64_t")
     assert blas.cblas_gemm("int32") is None
+
+
+@pytest.mark.parametrize("cell, read", [("LSTM", 2), ("GRU", 1), ("RNN_TANH", 1)])
+def test_the_backward_computes_the_gradient_of_the_read_blocks_only(cell, read):
+    """Its gradient is a pad of the states' gradients: whole, it wrote zeros over the gate
+    blocks too (an LSTM's 6 blocks a step, 2 of them read)."""
+    gates, steps, batch, hidden = GATES[cell], 5, 3, 4
+    gi, h0, w = jt.randn(steps * batch, gates * hidden), jt.randn(batch, hidden), jt.randn(gates * hidden, hidden)
+    out = rnn_scan(cell, gi, h0, jt.randn(batch, hidden) if cell == "LSTM" else None, w, None, steps)
+    (d_gi,) = jt.grad(out[0][-batch:].sum() + (out[1].sum() if cell == "LSTM" else 0), [gi])
+    backward = [v for v in _ancestors(d_gi) if v.op == "rnn_scan_grad"]
+    assert len(backward) == 1 and backward[0].inputs[0].shape == (read, steps * batch, hidden)
+
+
+def _ancestors(v):
+    seen, stack = {}, [v]
+    while stack:
+        u = stack.pop()
+        if id(u) not in seen:
+            seen[id(u)] = u
+            stack.extend(u.inputs)
+    return list(seen.values())

@@ -183,7 +183,17 @@ def _unpack(res, inputs, a):
     return grads
 
 
+def read_blocks(cell):
+    """How many leading blocks of ``out`` ``rnn_scan_grad`` reads the gradient of: the hidden
+    states, and LSTM's cell states (the gates' blocks are for the backward's own use)."""
+    return 2 if cell == "LSTM" else 1
+
+
 def _scan_grad(d, out, inputs, a):
+    # only the blocks read: their gradient is a pad of the states' gradients, and computing it
+    # whole wrote zeros over every gate block (6 blocks a step for LSTM, 2 of them read)
+    blocks = read_blocks(a["cell"])
+    d = slice_var(d, (0, 0, 0), (1, 1, 1), (blocks,) + d.shape[1:])
     return _unpack(Var.node("rnn_scan_grad", [d, out] + list(inputs), **a), inputs, a)
 
 
@@ -194,9 +204,10 @@ register(OpSpec("rnn_scan", "library", infer=_scan_infer, run=_scan_run, grad=_s
 def _grad_infer(inputs, a):
     d, out, *args = inputs
     shape, dtype = _scan_infer(args, a)
-    if d.shape != shape or out.shape != shape or d.dtype != dtype or out.dtype != dtype:
-        raise ValueError(f"rnn_scan_grad: d and out must be {shape} {dtype}, got {d.shape} {d.dtype}, "
-                         f"{out.shape} {out.dtype}")
+    d_shape = (read_blocks(a["cell"]),) + shape[1:]
+    if d.shape != d_shape or out.shape != shape or d.dtype != dtype or out.dtype != dtype:
+        raise ValueError(f"rnn_scan_grad: d must be {d_shape} and out {shape}, both {dtype}, got d {d.shape} "
+                         f"{d.dtype}, out {out.shape} {out.dtype}")
     batch, hidden = args[1].shape
     return (a["steps"] * batch + hidden + 1 + 2 * batch, GATES[a["cell"]] * hidden), dtype
 
