@@ -38,6 +38,8 @@ UNARY = {
     "abs": (np.abs, _away_from_zero, torch.abs),
     "exp": (np.exp, _any, torch.exp),
     "log": (np.log, _pos, torch.log),
+    "expm1": (np.expm1, _any, torch.expm1),
+    "log1p": (np.log1p, _pos, torch.log1p),
     "sqrt": (np.sqrt, _pos, torch.sqrt),
     "sin": (np.sin, _any, torch.sin),
     "cos": (np.cos, _any, torch.cos),
@@ -52,7 +54,7 @@ UNARY = {
     "sign": (np.sign, _any, torch.sign),
     "logical_not": (np.logical_not, lambda rng, s: rng.integers(-1, 2, s).astype(float), None),
 }
-FLOAT_ONLY = {"exp", "log", "sqrt", "sin", "cos", "tanh", "sigmoid", "gelu"}
+FLOAT_ONLY = {"exp", "expm1", "log", "log1p", "sqrt", "sin", "cos", "tanh", "sigmoid", "gelu"}
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
@@ -119,7 +121,7 @@ def test_unary_grad(name, layout, rng):
     check_grad(lambda x: getattr(x, name)(), t_fn, [domain(rng, SHAPE)], [layout], rng=rng)
 
 
-@pytest.mark.parametrize("name", ["exp", "tanh", "sigmoid", "sqrt", "gelu"])
+@pytest.mark.parametrize("name", ["exp", "expm1", "log1p", "tanh", "sigmoid", "sqrt", "gelu"])
 def test_unary_grad_float64(name, rng):
     _, domain, t_fn = UNARY[name]
     check_grad(lambda x: getattr(x, name)(), t_fn, [domain(rng, (2, 3, 2))], ["transposed"],

@@ -26,7 +26,7 @@ def _grid(dtype):
 
 
 FUNCTIONS = {"exp": np.exp, "log": np.log, "tanh": np.tanh, "sin": np.sin, "cos": np.cos,
-             "sqrt": np.sqrt, "sigmoid": lambda x: 1 / (1 + np.exp(-x))}
+             "sqrt": np.sqrt, "sigmoid": lambda x: 1 / (1 + np.exp(-x)), "expm1": np.expm1, "log1p": np.log1p}
 
 
 def _ulps(got, want, dtype):

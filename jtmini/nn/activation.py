@@ -18,7 +18,6 @@ import numbers
 from .. import dtypes
 from .. import init as initializers
 from ..autograd import custom_grad
-from ..ops.compat import expm1
 from ..ops.elementwise import where
 from ..ops.mathfns import erf  # noqa: F401  (nn.erf, as in Jittor)
 from ..var import Var
@@ -84,7 +83,7 @@ def elu(x, alpha=1.0):
     x, alpha = _float_input(x, "elu"), real("elu", "alpha", alpha)
     # exp reads 0 where x > 0, so a large x makes no inf for the unused branch.
     negative = where(x > 0, 0.0, x)
-    out = where(x > 0, x, expm1(negative) * alpha)
+    out = where(x > 0, x, negative.expm1() * alpha)
     return custom_grad(out, [x], lambda d: [where(x > 0, d, d * negative.exp() * alpha)],
                        key=("elu", alpha), saved=[negative])
 

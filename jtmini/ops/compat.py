@@ -252,16 +252,6 @@ def rsqrt(x):
     return 1 / _floats(x).sqrt()
 
 
-@export("expm1")
-def expm1(x):
-    """exp(x) - 1, accurate near 0 (Kahan's correction)."""
-    x = _floats(x)
-    u = x.exp()
-    shrink = u - 1.0
-    ratio = shrink * (x / where(shrink == 0, 1.0, u.log()))
-    return where(shrink == 0, x, where(shrink == -1.0, -1.0, ratio))
-
-
 @export("hypot", method=False)
 def hypot(a, b):
     """sqrt(a^2 + b^2), elementwise, with broadcasting."""

@@ -73,6 +73,9 @@ UNARY = {
     "abs": ("std::abs({0})", lambda d, out, x: d * x.sign(), False),
     "exp": ("std::exp({0})", lambda d, out, x: d * out, True),
     "log": ("std::log({0})", lambda d, out, x: d / x, True),
+    # accurate near 0 where exp(x) - 1 and log(1 + x) round; SIMD builds in the kernel prelude
+    "expm1": ("std::expm1({0})", lambda d, out, x: d * (out + 1), True),
+    "log1p": ("std::log1p({0})", lambda d, out, x: d / (x + 1), True),
     "sqrt": ("std::sqrt({0})", lambda d, out, x: d / (out * 2), True),
     "sin": ("std::sin({0})", lambda d, out, x: d * x.cos(), True),
     "cos": ("std::cos({0})", lambda d, out, x: -d * x.sin(), True),
