@@ -369,3 +369,42 @@ def test_a_python_step_handing_an_arena_buffer_through_keeps_its_value(table_run
         want = ((((np.tanh(x_np + k) + 1) @ x_np) * np.exp(x_np * 2).T) @ x_np).sum(1)
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3)
     assert table_runs
+
+
+def _recurrent(cell, threads=1, steps=6):
+    """Losses and parameters of a GRU (without biases, so b_hh is absent), an LSTM, or a loop of
+    LSTM cells trained a few steps with Adam."""
+    jt.sync_all()
+    replay.clear()
+    jt.seed(4)
+    jt.flags.num_threads = threads
+    try:
+        layer = {"gru": lambda: nn.GRU(5, 8, bias=False), "lstm": lambda: nn.LSTM(5, 8),
+                 "cells": lambda: nn.LSTMCell(5, 8)}[cell]()
+        opt, data, losses = nn.Adam(layer.parameters(), lr=1e-2), np.random.default_rng(4), []
+        for _ in range(steps):
+            x = jt.array(data.standard_normal((6, 3, 5)).astype("float32"))
+            if cell == "cells":
+                state = None
+                for t in range(6):
+                    state = layer(x[t], state)
+                out = state[0]
+            else:
+                out = layer(x)[0]
+            loss = (out * out).mean()
+            opt.step(loss)
+            losses.append(loss.item())
+        return losses, [p.numpy() for p in layer.parameters()]
+    finally:
+        jt.flags.num_threads = 1
+
+
+@pytest.mark.parametrize("cell", ["gru", "lstm", "cells"])
+def test_recurrences_run_as_kernel_entries_with_the_same_bits(cell, table_runs, monkeypatch):
+    """rnn_scan and its gradient are kernel entries: a loop of cells (a library call per cell
+    step and direction) left that many Python steps in the table."""
+    with_tables = _recurrent(cell, threads=2)
+    assert len(table_runs) >= 2
+    assert not [p for t in table_runs for p in t.pieces if type(p) is cpu_table.PyStep]
+    monkeypatch.setattr(cpu_table, "enabled", False)
+    _assert_same(with_tables, _recurrent(cell, threads=2))

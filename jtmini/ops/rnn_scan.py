@@ -36,7 +36,7 @@ import numpy as np
 from .. import dtypes
 from ..autograd import grad
 from ..var import Var
-from .registry import OpSpec, register
+from .registry import OpSpec, TableKernel, launched_run, register, table_kernel_from
 from .reindex import concat, slice_var
 
 GATES = {"RNN_TANH": 1, "RNN_RELU": 1, "LSTM": 4, "GRU": 3}
@@ -156,15 +156,35 @@ def _planned(backend, cell, dtype):
     return [("rnn_scan", dict(common, mode=m)) for m in ("forward", "backward")]
 
 
-def _scan_run(arrays, a, backend):
-    gi, h0, w_hh, c0, b_hh = _args([np.ascontiguousarray(x) for x in arrays], a)
-    batch, hidden = h0.shape
-    zeros = np.zeros(max(w_hh.shape[0], hidden * batch), gi.dtype)      # absent c0 and b_hh
-    out = np.empty((scan_blocks(a["cell"]), a["steps"] * batch, hidden), gi.dtype)
-    kernel, gemm = _kernel(backend, a["cell"], "forward", gi.dtype)
-    kernel.run([gi, h0, zeros if c0 is None else c0, w_hh, zeros if b_hh is None else b_hh, out],
-               [a["steps"], batch, hidden, gemm, int(a["reverse"])], [], backend.thread_count())
-    return out
+def _launch(mode):
+    """``launch(arrays, attrs, backend) -> (call, arrays it reads)`` of the forward or backward
+    kernel. An absent c0 or b_hh is stood in for by an input the kernel does not read then (the
+    ints say which are there), so a launch table can make the call on the inputs alone."""
+    def launch(arrays, a, backend):
+        laid = [np.ascontiguousarray(x) for x in arrays]
+        first = 2 if mode == "backward" else 0        # d and out come before the forward's inputs
+        gi, h0, w_hh, c0, b_hh = _args(range(first, len(laid)), a)     # places in laid
+        kernel, gemm = _kernel(backend, a["cell"], mode, laid[0].dtype)
+        batch, hidden = laid[h0].shape
+        ints = [a["steps"], batch, hidden, gemm, int(a["reverse"]), int(b_hh is not None)]
+        c0 = h0 if c0 is None else c0
+        order = (gi, h0, c0, w_hh, w_hh if b_hh is None else b_hh) if mode == "forward" else (0, 1, h0, c0, w_hh)
+        return TableKernel(kernel, ints, [], threads=backend.thread_count(), order=order), laid
+    return launch
+
+
+def _result_rows(a, batch, hidden):
+    return a["steps"] * batch + hidden + 1 + 2 * batch
+
+
+def _scan_output(laid, a):
+    h0 = laid[1]
+    return (scan_blocks(a["cell"]), a["steps"] * h0.shape[0], h0.shape[1]), h0.dtype
+
+
+def _grad_output(laid, a):
+    h0 = laid[3]
+    return (_result_rows(a, *h0.shape), GATES[a["cell"]] * h0.shape[1]), h0.dtype
 
 
 def _unpack(res, inputs, a):
@@ -197,8 +217,9 @@ def _scan_grad(d, out, inputs, a):
     return _unpack(Var.node("rnn_scan_grad", [d, out] + list(inputs), **a), inputs, a)
 
 
-register(OpSpec("rnn_scan", "library", infer=_scan_infer, run=_scan_run, grad=_scan_grad,
-                kernels=lambda inputs, a, backend: _planned(backend, a["cell"], inputs[0].dtype)))
+register(OpSpec("rnn_scan", "library", infer=_scan_infer, run=launched_run(_launch("forward"), _scan_output),
+                grad=_scan_grad, kernels=lambda inputs, a, backend: _planned(backend, a["cell"], inputs[0].dtype),
+                table_kernel=table_kernel_from(_launch("forward"))))
 
 
 def _grad_infer(inputs, a):
@@ -209,19 +230,7 @@ def _grad_infer(inputs, a):
         raise ValueError(f"rnn_scan_grad: d must be {d_shape} and out {shape}, both {dtype}, got d {d.shape} "
                          f"{d.dtype}, out {out.shape} {out.dtype}")
     batch, hidden = args[1].shape
-    return (a["steps"] * batch + hidden + 1 + 2 * batch, GATES[a["cell"]] * hidden), dtype
-
-
-def _grad_run(arrays, a, backend):
-    d, out, *rest = [np.ascontiguousarray(x) for x in arrays]
-    args = _args(rest, a)
-    batch, hidden = args.h0.shape
-    res = np.empty((a["steps"] * batch + hidden + 1 + 2 * batch, GATES[a["cell"]] * hidden), d.dtype)
-    c0 = np.zeros_like(args.h0) if args.c0 is None else args.c0
-    kernel, gemm = _kernel(backend, a["cell"], "backward", d.dtype)
-    kernel.run([d, out, args.h0, c0, args.w_hh, res], [a["steps"], batch, hidden, gemm, int(a["reverse"])], [],
-               backend.thread_count())
-    return res
+    return (_result_rows(a, batch, hidden), GATES[a["cell"]] * hidden), dtype
 
 
 def _stand_in(v):
@@ -248,8 +257,9 @@ def _grad_grad(c, res, inputs, a):
     return [d_d, None] + d_args
 
 
-register(OpSpec("rnn_scan_grad", "library", infer=_grad_infer, run=_grad_run, grad=_grad_grad,
-                kernels=lambda inputs, a, backend: _planned(backend, a["cell"], inputs[0].dtype)))
+register(OpSpec("rnn_scan_grad", "library", infer=_grad_infer, run=launched_run(_launch("backward"), _grad_output),
+                grad=_grad_grad, kernels=lambda inputs, a, backend: _planned(backend, a["cell"], inputs[0].dtype),
+                table_kernel=table_kernel_from(_launch("backward"))))
 
 
 def rnn_scan(cell, gi, h0, c0, w_hh, b_hh, steps, reverse=False):
