@@ -285,7 +285,7 @@ class Var:
     def expand_as(self, other: Any) -> Var:
         """``x`` broadcast to ``other``'s shape."""
     def expm1(self) -> Var:
-        """exp(x) - 1, accurate near 0 (Kahan's correction)."""
+        """Elementwise expm1."""
     def eye_(self) -> Var:
         """The identity in place (``var`` must be 2-d); returns ``var``: ``init.eye_(nn.Linear(4, 4).weight)``."""
     def fetch_sync(self) -> Any:
@@ -378,6 +378,8 @@ class Var:
         """``log|Gamma(x)|``, elementwise (+inf at 0 and the negative integers); its gradient is digamma."""
     def log(self) -> Var:
         """Elementwise log."""
+    def log1p(self) -> Var:
+        """Elementwise log1p."""
     def log2(self) -> Var:
         """Base-2 logarithm."""
     def log_sigmoid(self) -> Var:
@@ -887,7 +889,7 @@ def expand(x: Any, *shape: Any) -> Var:
     """``x`` broadcast to ``shape`` (dims or one tuple); -1 keeps that dim of ``x``, and new dims"""
 
 def expm1(x: Any) -> Var:
-    """exp(x) - 1, accurate near 0 (Kahan's correction)."""
+    """Elementwise expm1."""
 
 def eye(n: Any, m: Any = ..., dtype: Any = ...) -> Any:
     """An ``n`` x ``m`` (default square) matrix with ones on the diagonal; ``n`` may be a shape"""
@@ -1034,6 +1036,9 @@ def load(path: Any) -> Any:
 
 def log(x: Any) -> Var:
     """Elementwise log."""
+
+def log1p(x: Any) -> Var:
+    """Elementwise log1p."""
 
 def log2(x: Any) -> Var:
     """Base-2 logarithm."""

@@ -10,6 +10,7 @@ from jtmini.nn.rnn import GRU, LSTM, RNN
 from jtmini.ops.rnn_scan import GATES, composed_scan, rnn_scan
 from jtmini.runtime import cpu
 
+from conftest import graph_nodes
 from test_rnn import check_against_torch, flat, twins
 
 torch = pytest.importorskip("torch")
@@ -188,15 +189,6 @@ def test_the_backward_computes_the_gradient_of_the_read_blocks_only(cell, read):
     gi, h0, w = jt.randn(steps * batch, gates * hidden), jt.randn(batch, hidden), jt.randn(gates * hidden, hidden)
     out = rnn_scan(cell, gi, h0, jt.randn(batch, hidden) if cell == "LSTM" else None, w, None, steps)
     (d_gi,) = jt.grad(out[0][-batch:].sum() + (out[1].sum() if cell == "LSTM" else 0), [gi])
-    backward = [v for v in _ancestors(d_gi) if v.op == "rnn_scan_grad"]
+    backward = [v for v in graph_nodes(d_gi) if v.op == "rnn_scan_grad"]
     assert len(backward) == 1 and backward[0].inputs[0].shape == (read, steps * batch, hidden)
 
-
-def _ancestors(v):
-    seen, stack = {}, [v]
-    while stack:
-        u = stack.pop()
-        if id(u) not in seen:
-            seen[id(u)] = u
-            stack.extend(u.inputs)
-    return list(seen.values())

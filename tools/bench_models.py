@@ -222,10 +222,9 @@ def jt_lstm():
     return _jt_train_step(model, nn.Adam(model.parameters(), lr=1e-3))
 
 
-def _jt_mobilenet():
-    """A 3x3 conv, then three depthwise 3x3 + pointwise 1x1 blocks; conv without bias + BN + ReLU."""
-    from jtmini import nn
-
+def _mobilenet(nn):
+    """A 3x3 conv, then three depthwise 3x3 + pointwise 1x1 blocks; conv without bias + BN + ReLU.
+    ``nn``: jtmini's or PyTorch's (the layers take the same arguments)."""
     def cbr(cin, cout, k, stride=1, groups=1):
         return [nn.Conv2d(cin, cout, k, stride=stride, padding=k // 2, groups=groups, bias=False),
                 nn.BatchNorm2d(cout), nn.ReLU()]
@@ -236,9 +235,16 @@ def _jt_mobilenet():
     return nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(256, 10))
 
 
+def _conv_ae(nn):
+    """Two stride-2 convs down, two stride-2 transposed convs up; ``nn`` as for ``_mobilenet``."""
+    return nn.Sequential(nn.Conv2d(1, 16, 3, 2, 1), nn.ReLU(), nn.Conv2d(16, 32, 3, 2, 1), nn.ReLU(),
+                         nn.ConvTranspose2d(32, 16, 4, 2, 1), nn.ReLU(), nn.ConvTranspose2d(16, 1, 4, 2, 1),
+                         nn.Sigmoid())
+
+
 def jt_mobilenet():
     from jtmini import nn
-    model = _jt_mobilenet()
+    model = _mobilenet(nn)
     return _jt_train_step(model, nn.SGD(model.parameters(), 0.05, momentum=0.9))
 
 
@@ -265,9 +271,7 @@ def jt_textcnn():
 def jt_conv_ae():
     import jtmini as jt
     from jtmini import nn
-    model = nn.Sequential(nn.Conv2d(1, 16, 3, 2, 1), nn.ReLU(), nn.Conv2d(16, 32, 3, 2, 1), nn.ReLU(),
-                          nn.ConvTranspose2d(32, 16, 4, 2, 1), nn.ReLU(), nn.ConvTranspose2d(16, 1, 4, 2, 1),
-                          nn.Sigmoid())
+    model = _conv_ae(nn)
     opt, mse = nn.Adam(model.parameters(), lr=1e-3), nn.MSELoss()
     model.train()
 
@@ -322,19 +326,23 @@ def torch_lenet():
     return _torch_train_step(model, _sgd(model, 0.05, 1e-4))
 
 
-def torch_gru():
-    import torch
+def _torch_last_step_classifier(rnn, hidden, classes):
+    """``rnn`` (batch first) then a Linear on its last step's output."""
     from torch import nn
 
-    class WaveClassifier(nn.Module):
+    class LastStep(nn.Module):
         def __init__(self):
             super().__init__()
-            self.gru, self.fc = nn.GRU(1, 32, batch_first=True), nn.Linear(32, 4)
+            self.rnn, self.fc = rnn, nn.Linear(hidden, classes)
 
         def forward(self, x):
-            return self.fc(self.gru(x)[0][:, -1])
+            return self.fc(self.rnn(x)[0][:, -1])
+    return LastStep()
 
-    model = WaveClassifier()
+
+def torch_gru():
+    import torch
+    model = _torch_last_step_classifier(torch.nn.GRU(1, 32, batch_first=True), 32, 4)
     return _torch_train_step(model, torch.optim.Adam(model.parameters(), lr=5e-3))
 
 
@@ -450,35 +458,13 @@ def torch_gan():
 
 def torch_lstm():
     import torch
-    from torch import nn
-
-    class LSTMClassifier(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.lstm, self.fc = nn.LSTM(32, 128, batch_first=True), nn.Linear(128, 10)
-
-        def forward(self, x):
-            return self.fc(self.lstm(x)[0][:, -1])
-
-    model = LSTMClassifier()
+    model = _torch_last_step_classifier(torch.nn.LSTM(32, 128, batch_first=True), 128, 10)
     return _torch_train_step(model, torch.optim.Adam(model.parameters(), lr=1e-3))
 
 
-def _torch_mobilenet():
-    from torch import nn
-
-    def cbr(cin, cout, k, stride=1, groups=1):
-        return [nn.Conv2d(cin, cout, k, stride=stride, padding=k // 2, groups=groups, bias=False),
-                nn.BatchNorm2d(cout), nn.ReLU()]
-
-    layers = cbr(3, 32, 3)
-    for cin, cout, stride in ((32, 64, 1), (64, 128, 2), (128, 256, 2)):
-        layers += cbr(cin, cin, 3, stride, groups=cin) + cbr(cin, cout, 1)
-    return nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(256, 10))
-
-
 def torch_mobilenet():
-    model = _torch_mobilenet()
+    from torch import nn
+    model = _mobilenet(nn)
     return _torch_train_step(model, _sgd(model, 0.05))
 
 
@@ -505,9 +491,7 @@ def torch_textcnn():
 def torch_conv_ae():
     import torch
     from torch import nn
-    model = nn.Sequential(nn.Conv2d(1, 16, 3, 2, 1), nn.ReLU(), nn.Conv2d(16, 32, 3, 2, 1), nn.ReLU(),
-                          nn.ConvTranspose2d(32, 16, 4, 2, 1), nn.ReLU(), nn.ConvTranspose2d(16, 1, 4, 2, 1),
-                          nn.Sigmoid())
+    model = _conv_ae(nn)
     opt, mse = torch.optim.Adam(model.parameters(), lr=1e-3), nn.MSELoss()
     model.train()
 

@@ -21,9 +21,9 @@
 import math
 
 from .. import dtypes, init
+from ..ops.window import col2im
 from ..var import Var
 from .arguments import count, is_count, items
-from ..ops.window import col2im
 from .conv import check_geometry, conv2d, pair
 from .module import Module
 
