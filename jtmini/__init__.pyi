@@ -285,7 +285,7 @@ class Var:
     def expand_as(self, other: Any) -> Var:
         """``x`` broadcast to ``other``'s shape."""
     def expm1(self) -> Var:
-        """Elementwise expm1."""
+        """exp(x) - 1, elementwise, accurate near 0 where exp(x) rounds to 1 (ELU's negative side)."""
     def eye_(self) -> Var:
         """The identity in place (``var`` must be 2-d); returns ``var``: ``init.eye_(nn.Linear(4, 4).weight)``."""
     def fetch_sync(self) -> Any:
@@ -379,7 +379,7 @@ class Var:
     def log(self) -> Var:
         """Elementwise log."""
     def log1p(self) -> Var:
-        """Elementwise log1p."""
+        """log(1 + x), elementwise, accurate near 0 where 1 + x rounds to 1."""
     def log2(self) -> Var:
         """Base-2 logarithm."""
     def log_sigmoid(self) -> Var:
@@ -889,7 +889,7 @@ def expand(x: Any, *shape: Any) -> Var:
     """``x`` broadcast to ``shape`` (dims or one tuple); -1 keeps that dim of ``x``, and new dims"""
 
 def expm1(x: Any) -> Var:
-    """Elementwise expm1."""
+    """exp(x) - 1, elementwise, accurate near 0 where exp(x) rounds to 1 (ELU's negative side)."""
 
 def eye(n: Any, m: Any = ..., dtype: Any = ...) -> Any:
     """An ``n`` x ``m`` (default square) matrix with ones on the diagonal; ``n`` may be a shape"""
@@ -1038,7 +1038,7 @@ def log(x: Any) -> Var:
     """Elementwise log."""
 
 def log1p(x: Any) -> Var:
-    """Elementwise log1p."""
+    """log(1 + x), elementwise, accurate near 0 where 1 + x rounds to 1."""
 
 def log2(x: Any) -> Var:
     """Base-2 logarithm."""

@@ -129,6 +129,16 @@ def _no_grad_of(name, what):
 
 # docstrings of the rows whose behaviour needs more than a name (the others say "Elementwise <name>.")
 DOCS = {
+    "expm1": """exp(x) - 1, elementwise, accurate near 0 where exp(x) rounds to 1 (ELU's negative side).
+
+    >>> jt.expm1(jt.array([1e-10])).numpy()
+    array([1.e-10], dtype=float32)
+    """,
+    "log1p": """log(1 + x), elementwise, accurate near 0 where 1 + x rounds to 1.
+
+    >>> jt.log1p(jt.array([1e-10])).numpy()
+    array([1.e-10], dtype=float32)
+    """,
     "erfinv": """The inverse error function, elementwise: +-inf at +-1 and NaN outside [-1, 1].
 
     ``erf(erfinv(x)) = x`` on (-1, 1); integers are cast to float32.
