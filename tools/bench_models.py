@@ -1,9 +1,11 @@
-"""The example models and four more against PyTorch eager twins on the CPU: step time, first step, peak RSS.
+"""The example models and six more against PyTorch eager twins on the CPU: step time, first step, peak RSS.
 
 Models: the MLP, LeNet-5, char transformer, GRU, VGG+BN (train, and eval under no_grad), GAN of
-examples/, ResNet-18 (jtmini.models), and four that no example has, defined here on both sides: an
+examples/, ResNet-18 (jtmini.models), and six that no example has, defined here on both sides: an
 LSTM classifier, a MobileNet-style net (depthwise-separable convs + BN), a TextCNN (Embedding, three
-Conv1d) and a conv autoencoder (ConvTranspose2d decoder, MSE loss). For an example's model the
+Conv1d), a conv autoencoder (ConvTranspose2d decoder, MSE loss), a small U-Net (nearest up-sampling,
+skip concats, BCE with logits against binary masks) and a seq2seq (GRUCell encoder, LSTMCell decoder
+with teacher forcing, cross-entropy summed over the steps). For an example's model the
 jtmini side uses the example's own classes and ``make_optimizer``; the PyTorch twins here have the
 same layers, sizes, optimizer, batch and loss. Batches are random arrays of the models' shapes (no
 download); both sides draw the same ones and convert them inside the timed step
@@ -96,6 +98,23 @@ def _unit_images(shape):
     """Images in [0, 1): an autoencoder's inputs and its targets."""
     def draw(rng):
         return (rng.random(shape).astype(np.float32),)
+    return draw
+
+
+def _masked_images(shape):
+    """(images, binary masks of the same shape as float targets)."""
+    def draw(rng):
+        return (rng.standard_normal(shape).astype(np.float32),
+                (rng.random(shape) < 0.5).astype(np.float32))
+    return draw
+
+
+def _seq2seq_batch(batch, steps, dim, vocab):
+    """(source sequences, target-side inputs for teacher forcing, target token ids)."""
+    def draw(rng):
+        return (rng.standard_normal((batch, steps, dim)).astype(np.float32),
+                rng.standard_normal((batch, steps, dim)).astype(np.float32),
+                rng.integers(0, vocab, (batch, steps)).astype(np.int32))
     return draw
 
 
@@ -242,6 +261,24 @@ def _conv_ae(nn):
                          nn.Sigmoid())
 
 
+def _unet_parts(nn):
+    """Two double 3x3 conv blocks down (16, 32 channels), one at the bottom (64), two up (32, 16)
+    that also take the skip's channels, a 1x1 conv head, then the 2x max pool and the 2x nearest
+    up-sampling; ``nn`` as for ``_mobilenet``."""
+    def double(cin, cout):
+        return nn.Sequential(nn.Conv2d(cin, cout, 3, padding=1), nn.ReLU(),
+                             nn.Conv2d(cout, cout, 3, padding=1), nn.ReLU())
+
+    return (double(1, 16), double(16, 32), double(32, 64), double(64 + 32, 32), double(32 + 16, 16),
+            nn.Conv2d(16, 1, 1), nn.MaxPool2d(2), nn.Upsample(scale_factor=2, mode="nearest"))
+
+
+def _seq2seq_cells(nn):
+    """The encoder's GRUCell and the decoder's LSTMCell (inputs 32, hidden 128), and the decoder's
+    Linear(128, 50) to the target vocabulary; ``nn`` as for ``_mobilenet``."""
+    return nn.GRUCell(32, 128), nn.LSTMCell(32, 128), nn.Linear(128, 50)
+
+
 def jt_mobilenet():
     from jtmini import nn
     model = _mobilenet(nn)
@@ -278,6 +315,66 @@ def jt_conv_ae():
     def step(x):
         x = jt.array(x)
         loss = mse(model(x), x)
+        opt.step(loss)
+        return loss.item()
+    return step
+
+
+def jt_unet():
+    import jtmini as jt
+    from jtmini import nn
+
+    class UNet(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.d1, self.d2, self.mid, self.u2, self.u1, self.head, self.pool, self.up = _unet_parts(nn)
+
+        def execute(self, x):
+            s1 = self.d1(x)                                     # 16 x 64 x 64
+            s2 = self.d2(self.pool(s1))                         # 32 x 32 x 32
+            h = self.mid(self.pool(s2))                         # 64 x 16 x 16
+            h = self.u2(jt.concat([self.up(h), s2], 1))         # 32 x 32 x 32
+            return self.head(self.u1(jt.concat([self.up(h), s1], 1)))
+
+    model = UNet()
+    opt, bce = nn.Adam(model.parameters(), lr=1e-3), nn.BCEWithLogitsLoss()
+    model.train()
+
+    def step(x, mask):
+        loss = bce(model(jt.array(x)), jt.array(mask))
+        opt.step(loss)
+        return loss.item()
+    return step
+
+
+def jt_seq2seq():
+    import jtmini as jt
+    from jtmini import nn
+
+    class Seq2Seq(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.enc, self.dec, self.out = _seq2seq_cells(nn)
+
+        def execute(self, src, tgt_in):
+            """The logits of each target step."""
+            h = self.enc(src[:, 0])
+            for t in range(1, src.shape[1]):
+                h = self.enc(src[:, t], h)
+            state, logits = (h, jt.zeros_like(h)), []
+            for t in range(tgt_in.shape[1]):
+                state = self.dec(tgt_in[:, t], state)
+                logits.append(self.out(state[0]))
+            return logits
+
+    model = Seq2Seq()
+    opt = nn.Adam(model.parameters(), lr=1e-3)
+    model.train()
+
+    def step(src, tgt_in, tgt):
+        tgt = jt.array(tgt)
+        logits = model(jt.array(src), jt.array(tgt_in))
+        loss = sum(nn.cross_entropy_loss(out, tgt[:, t]) for t, out in enumerate(logits))
         opt.step(loss)
         return loss.item()
     return step
@@ -505,6 +602,69 @@ def torch_conv_ae():
     return step
 
 
+def torch_unet():
+    import torch
+    from torch import nn
+
+    class UNet(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.d1, self.d2, self.mid, self.u2, self.u1, self.head, self.pool, self.up = _unet_parts(nn)
+
+        def forward(self, x):
+            s1 = self.d1(x)
+            s2 = self.d2(self.pool(s1))
+            h = self.mid(self.pool(s2))
+            h = self.u2(torch.cat([self.up(h), s2], 1))
+            return self.head(self.u1(torch.cat([self.up(h), s1], 1)))
+
+    model = UNet()
+    opt, bce = torch.optim.Adam(model.parameters(), lr=1e-3), nn.BCEWithLogitsLoss()
+    model.train()
+
+    def step(x, mask):
+        opt.zero_grad()
+        loss = bce(model(torch.from_numpy(x)), torch.from_numpy(mask))
+        loss.backward()
+        opt.step()
+        return loss.item()
+    return step
+
+
+def torch_seq2seq():
+    import torch
+    from torch import nn
+
+    class Seq2Seq(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.enc, self.dec, self.out = _seq2seq_cells(nn)
+
+        def forward(self, src, tgt_in):
+            h = self.enc(src[:, 0])
+            for t in range(1, src.shape[1]):
+                h = self.enc(src[:, t], h)
+            state, logits = (h, torch.zeros_like(h)), []
+            for t in range(tgt_in.shape[1]):
+                state = self.dec(tgt_in[:, t], state)
+                logits.append(self.out(state[0]))
+            return logits
+
+    model = Seq2Seq()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    model.train()
+
+    def step(src, tgt_in, tgt):
+        opt.zero_grad()
+        tgt = torch.from_numpy(tgt).long()
+        logits = model(torch.from_numpy(src), torch.from_numpy(tgt_in))
+        loss = sum(nn.functional.cross_entropy(out, tgt[:, t]) for t, out in enumerate(logits))
+        loss.backward()
+        opt.step()
+        return loss.item()
+    return step
+
+
 MODELS = {
     "mlp": Model("784-256-10, batch 128, SGD momentum", 300, _images((128, 1, 28, 28), 10), jt_mlp, torch_mlp),
     "lenet": Model("1x32x32, batch 64, SGD momentum", 200, _images((64, 1, 32, 32), 10), jt_lenet, torch_lenet),
@@ -526,6 +686,10 @@ MODELS = {
                      jt_textcnn, torch_textcnn),
     "conv_ae": Model("1x28x28, 2 convs + 2 transposed, batch 64, MSE, Adam", 300, _unit_images((64, 1, 28, 28)),
                      jt_conv_ae, torch_conv_ae),
+    "unet": Model("16-32-64 U-Net, 1x64x64, nearest up, batch 16, BCE with logits, Adam", 8,
+                  _masked_images((16, 1, 64, 64)), jt_unet, torch_unet),
+    "seq2seq": Model("GRUCell enc + LSTMCell dec, 20 + 20 steps, hidden 128, vocab 50, batch 32, Adam", 100,
+                     _seq2seq_batch(32, 20, 32, 50), jt_seq2seq, torch_seq2seq),
 }
 # Where the examples' defaults (used here) differ from the sizes the benchmark's issue suggested.
 DEVIATIONS = ("sizes are the examples' defaults, not the issue's: MLP 784-256-10 (not 784-512-256-10), "
