@@ -194,7 +194,9 @@ def _windows_code(kernel):
         return None
     geometry = {f"{name}{axis}": a[attr][k] for attr, name in
                 (("stride", "s"), ("padding", "p"), ("dilation", "d"), ("first", "f")) for k, axis in enumerate("hw")}
-    key = ("conv_windows", dtypes.C_TYPES[node.dtype], node.shape, (height, width), tuple(sorted(geometry.items())))
+    # im2col moves bits, and its template has no prelude (no jt_half): float16 moves as uint16_t
+    ctype = "uint16_t" if node.dtype == "float16" else dtypes.C_TYPES[node.dtype]
+    key = ("conv_windows", ctype, node.shape, (height, width), tuple(sorted(geometry.items())))
     code = _memo.get(key)
     if code is None:
         code = _memo[key] = WindowsCode(render("cpu", "conv_windows", ctype=key[1], channels=c, th=th, tw=tw,

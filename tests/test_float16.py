@@ -263,6 +263,32 @@ def test_gradients_flow_in_float16_as_torchs(rng, case):
     assert all(g.dtype == "float16" for g in leaf_grads)
 
 
+@pytest.mark.parametrize("case", ["conv2d", "conv_transpose2d", "depthwise"])
+def test_convolutions_on_wide_maps_run_and_differentiate_in_float16(rng, case):
+    """col2im's kernel has no half path: on rows of 7 and more (where conv2d's input gradient and
+    conv_transpose2d's output take it in float32) half takes the gathers. Against PyTorch's
+    float32 convolution of the same half values."""
+    F = torch.nn.functional
+    fns = {"conv2d": (lambda x, w: F.conv2d(x, w, padding=1), (6, 4, 3, 3)),
+           "conv_transpose2d": (lambda x, w: F.conv_transpose2d(x, w, stride=2, padding=1), (4, 3, 3, 3)),
+           "depthwise": (lambda x, w: F.conv2d(x, w, padding=1, groups=4), (4, 1, 3, 3))}
+    fn, w_shape = fns[case]
+    arrays = [_halves(rng, (2, 4, 9, 9), 1.0), _halves(rng, w_shape, 0.5)]
+    ours = {"conv2d": lambda x, w: jt.nn.conv2d(x, w, padding=1),
+            "conv_transpose2d": lambda x, w: jt.nn.conv_transpose2d(x, w, stride=2, padding=1),
+            "depthwise": lambda x, w: jt.nn.conv2d(x, w, padding=1, groups=4)}[case]
+    xs = [jt.array(a) for a in arrays]
+    out = ours(*xs)
+    assert out.dtype == "float16"
+    w = rng.uniform(0.5, 1.5, out.shape).astype(np.float16)
+    grads = jt.grad((out.float32() * jt.array(w.astype(np.float32))).sum(), xs)
+    t_out, t_grads = _torch_half_grads(fn, [a.astype(np.float32) for a in arrays], w.astype(np.float32))
+    np.testing.assert_allclose(out.numpy().astype(np.float64), t_out, rtol=1e-2, atol=1e-2)
+    for g, tg in zip(grads, t_grads):
+        assert g.dtype == "float16"
+        np.testing.assert_allclose(g.numpy().astype(np.float64), tg, rtol=1e-2, atol=2e-2)
+
+
 def test_cast_gradient_returns_to_half(rng):
     a = _halves(rng, (8,))
     x = jt.array(a)

@@ -109,7 +109,7 @@ def col2im(dcols, x_shape, a, kernel=None):
     (see ``uses_col2im_kernel``; None: decided by the row width alone). A transposed convolution
     is a product followed by this (``nn.conv_transpose2d``)."""
     if kernel is None:
-        kernel = runs_fused() and dtypes.is_float(dcols.dtype) and x_shape[3] >= MIN_KERNEL_WIDTH
+        kernel = _kernel_dtype(dcols) and x_shape[3] >= MIN_KERNEL_WIDTH
     return conv_windows_grad(dcols, x_shape, a) if kernel else _gathers(dcols, x_shape, a)
 
 
@@ -117,16 +117,21 @@ MIN_KERNEL_WIDTH = 7      # narrower maps keep the gathers (see uses_col2im_kern
 
 
 def uses_col2im_kernel(x, dcols):
-    """Whether col2im is one hand-written kernel (on the CPU, float): where ``x`` comes from a
+    """Whether col2im is one hand-written kernel (``_kernel_dtype``): where ``x`` comes from a
     library op (a max pool, whose gradient reads whole buffers anyway), or its rows are at least
     ``MIN_KERNEL_WIDTH`` wide. Otherwise the gathers, which fuse with the gradient of ``x``'s
     producer (ReLU's mask, a residual add). Measured on 1 thread, kernel and a separate mask
     against fused gathers and mask: 25-45% faster on 7x7 to 14x14 maps, 2x slower on 4x4 (rows
     of 4 are all edge)."""
-    if not (runs_fused() and dtypes.is_float(dcols.dtype)):
+    if not _kernel_dtype(dcols):
         return False
     producer = OPS.get(x.op)
     return (producer is not None and producer.kind == "library") or x.shape[3] >= MIN_KERNEL_WIDTH
+
+
+def _kernel_dtype(dcols):
+    """On the CPU, for float32 and float64: the kernel has no float16 path (the gathers have)."""
+    return runs_fused() and dcols.dtype in ("float32", "float64")
 
 
 def _gathers(dcols, shape, a):
