@@ -1,11 +1,12 @@
 """The example models and six more against PyTorch eager twins on the CPU: step time, first step, peak RSS.
 
 Models: the MLP, LeNet-5, char transformer, GRU, VGG+BN (train, and eval under no_grad), GAN of
-examples/, ResNet-18 (jtmini.models), and six that no example has, defined here on both sides: an
+examples/, ResNet-18 (jtmini.models), and six that no example has, each defined once here for both: an
 LSTM classifier, a MobileNet-style net (depthwise-separable convs + BN), a TextCNN (Embedding, three
 Conv1d), a conv autoencoder (ConvTranspose2d decoder, MSE loss), a small U-Net (nearest up-sampling,
 skip concats, BCE with logits against binary masks) and a seq2seq (GRUCell encoder, LSTMCell decoder
-with teacher forcing, cross-entropy summed over the steps). For an example's model the
+with teacher forcing, cross-entropy summed over the steps), built from either framework's ``nn``. For
+an example's model the
 jtmini side uses the example's own classes and ``make_optimizer``; the PyTorch twins here have the
 same layers, sizes, optimizer, batch and loss. Batches are random arrays of the models' shapes (no
 download); both sides draw the same ones and convert them inside the timed step
@@ -228,22 +229,26 @@ def jt_gan():
 
 def jt_lstm():
     from jtmini import nn
+    model = _last_step_classifier(nn, nn.LSTM(32, 128, batch_first=True), 128, 10)
+    return _jt_train_step(model, nn.Adam(model.parameters(), lr=1e-3))
 
-    class LSTMClassifier(nn.Module):
+
+def _last_step_classifier(nn, rnn, hidden, classes):
+    """``rnn`` (batch first), then a Linear on its last step's output; ``nn``: jtmini's or
+    PyTorch's (a jtmini Module may define ``forward``, as PyTorch's does)."""
+    class LastStep(nn.Module):
         def __init__(self):
             super().__init__()
-            self.lstm, self.fc = nn.LSTM(32, 128, batch_first=True), nn.Linear(128, 10)
+            self.rnn, self.fc = rnn, nn.Linear(hidden, classes)
 
-        def execute(self, x):
-            return self.fc(self.lstm(x)[0][:, -1])
-
-    model = LSTMClassifier()
-    return _jt_train_step(model, nn.Adam(model.parameters(), lr=1e-3))
+        def forward(self, x):
+            return self.fc(self.rnn(x)[0][:, -1])
+    return LastStep()
 
 
 def _mobilenet(nn):
     """A 3x3 conv, then three depthwise 3x3 + pointwise 1x1 blocks; conv without bias + BN + ReLU.
-    ``nn``: jtmini's or PyTorch's (the layers take the same arguments)."""
+    ``nn`` as for ``_last_step_classifier`` (the layers take the same arguments)."""
     def cbr(cin, cout, k, stride=1, groups=1):
         return [nn.Conv2d(cin, cout, k, stride=stride, padding=k // 2, groups=groups, bias=False),
                 nn.BatchNorm2d(cout), nn.ReLU()]
@@ -255,28 +260,74 @@ def _mobilenet(nn):
 
 
 def _conv_ae(nn):
-    """Two stride-2 convs down, two stride-2 transposed convs up; ``nn`` as for ``_mobilenet``."""
+    """Two stride-2 convs down, two stride-2 transposed convs up; ``nn`` as for ``_last_step_classifier``."""
     return nn.Sequential(nn.Conv2d(1, 16, 3, 2, 1), nn.ReLU(), nn.Conv2d(16, 32, 3, 2, 1), nn.ReLU(),
                          nn.ConvTranspose2d(32, 16, 4, 2, 1), nn.ReLU(), nn.ConvTranspose2d(16, 1, 4, 2, 1),
                          nn.Sigmoid())
 
 
-def _unet_parts(nn):
+def _unet(nn, cat):
     """Two double 3x3 conv blocks down (16, 32 channels), one at the bottom (64), two up (32, 16)
-    that also take the skip's channels, a 1x1 conv head, then the 2x max pool and the 2x nearest
-    up-sampling; ``nn`` as for ``_mobilenet``."""
+    on the 2x nearest up-sampling concatenated (``cat``) with the skip, a 1x1 conv head; ``nn``
+    as for ``_last_step_classifier``."""
     def double(cin, cout):
         return nn.Sequential(nn.Conv2d(cin, cout, 3, padding=1), nn.ReLU(),
                              nn.Conv2d(cout, cout, 3, padding=1), nn.ReLU())
 
-    return (double(1, 16), double(16, 32), double(32, 64), double(64 + 32, 32), double(32 + 16, 16),
-            nn.Conv2d(16, 1, 1), nn.MaxPool2d(2), nn.Upsample(scale_factor=2, mode="nearest"))
+    class UNet(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.d1, self.d2, self.mid, self.u2, self.u1 = (double(1, 16), double(16, 32), double(32, 64),
+                                                            double(64 + 32, 32), double(32 + 16, 16))
+            self.head, self.pool = nn.Conv2d(16, 1, 1), nn.MaxPool2d(2)
+            self.up = nn.Upsample(scale_factor=2, mode="nearest")
+
+        def forward(self, x):
+            s1 = self.d1(x)                                     # 16 x 64 x 64
+            s2 = self.d2(self.pool(s1))                         # 32 x 32 x 32
+            h = self.mid(self.pool(s2))                         # 64 x 16 x 16
+            h = self.u2(cat([self.up(h), s2], 1))               # 32 x 32 x 32
+            return self.head(self.u1(cat([self.up(h), s1], 1)))
+    return UNet()
 
 
-def _seq2seq_cells(nn):
-    """The encoder's GRUCell and the decoder's LSTMCell (inputs 32, hidden 128), and the decoder's
-    Linear(128, 50) to the target vocabulary; ``nn`` as for ``_mobilenet``."""
-    return nn.GRUCell(32, 128), nn.LSTMCell(32, 128), nn.Linear(128, 50)
+def _seq2seq(nn, zeros_like):
+    """A GRUCell encoder and an LSTMCell decoder (inputs 32, hidden 128) stepped in a Python loop,
+    the decoder teacher-forced and read out by a Linear(128, 50) at every step; ``nn`` as for
+    ``_last_step_classifier``."""
+    class Seq2Seq(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.enc, self.dec, self.out = nn.GRUCell(32, 128), nn.LSTMCell(32, 128), nn.Linear(128, 50)
+
+        def forward(self, src, tgt_in):
+            """The logits of each target step."""
+            h = self.enc(src[:, 0])
+            for t in range(1, src.shape[1]):
+                h = self.enc(src[:, t], h)
+            state, logits = (h, zeros_like(h)), []
+            for t in range(tgt_in.shape[1]):
+                state = self.dec(tgt_in[:, t], state)
+                logits.append(self.out(state[0]))
+            return logits
+    return Seq2Seq()
+
+
+def _textcnn(nn, cat, time_max):
+    """Embedding(5000, 128), Conv1d(128, 100, k) for k = 3, 4, 5 with ReLU and the max over time
+    (``time_max``), concatenated (``cat``), Dropout(0.5), Linear(300, 2); ``nn`` as for
+    ``_last_step_classifier``."""
+    class TextCNN(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = nn.Embedding(5000, 128)
+            self.convs = nn.ModuleList([nn.Conv1d(128, 100, k) for k in (3, 4, 5)])
+            self.relu, self.drop, self.fc = nn.ReLU(), nn.Dropout(0.5), nn.Linear(300, 2)
+
+        def forward(self, x):
+            h = self.emb(x).permute(0, 2, 1)                          # (batch, 128, seq)
+            return self.fc(self.drop(cat([time_max(self.relu(conv(h))) for conv in self.convs], 1)))
+    return TextCNN()
 
 
 def jt_mobilenet():
@@ -288,20 +339,7 @@ def jt_mobilenet():
 def jt_textcnn():
     import jtmini as jt
     from jtmini import nn
-
-    class TextCNN(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.emb = nn.Embedding(5000, 128)
-            self.convs = nn.ModuleList([nn.Conv1d(128, 100, k) for k in (3, 4, 5)])
-            self.drop, self.fc = nn.Dropout(0.5), nn.Linear(300, 2)
-
-        def execute(self, x):
-            h = self.emb(x).permute(0, 2, 1)                          # (batch, 128, seq)
-            feats = [nn.relu(conv(h)).max(2) for conv in self.convs]   # max over time
-            return self.fc(self.drop(jt.concat(feats, 1)))
-
-    model = TextCNN()
+    model = _textcnn(nn, jt.concat, lambda v: v.max(2))
     return _jt_train_step(model, nn.Adam(model.parameters(), lr=1e-3))
 
 
@@ -324,19 +362,7 @@ def jt_unet():
     import jtmini as jt
     from jtmini import nn
 
-    class UNet(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.d1, self.d2, self.mid, self.u2, self.u1, self.head, self.pool, self.up = _unet_parts(nn)
-
-        def execute(self, x):
-            s1 = self.d1(x)                                     # 16 x 64 x 64
-            s2 = self.d2(self.pool(s1))                         # 32 x 32 x 32
-            h = self.mid(self.pool(s2))                         # 64 x 16 x 16
-            h = self.u2(jt.concat([self.up(h), s2], 1))         # 32 x 32 x 32
-            return self.head(self.u1(jt.concat([self.up(h), s1], 1)))
-
-    model = UNet()
+    model = _unet(nn, jt.concat)
     opt, bce = nn.Adam(model.parameters(), lr=1e-3), nn.BCEWithLogitsLoss()
     model.train()
 
@@ -351,23 +377,7 @@ def jt_seq2seq():
     import jtmini as jt
     from jtmini import nn
 
-    class Seq2Seq(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.enc, self.dec, self.out = _seq2seq_cells(nn)
-
-        def execute(self, src, tgt_in):
-            """The logits of each target step."""
-            h = self.enc(src[:, 0])
-            for t in range(1, src.shape[1]):
-                h = self.enc(src[:, t], h)
-            state, logits = (h, jt.zeros_like(h)), []
-            for t in range(tgt_in.shape[1]):
-                state = self.dec(tgt_in[:, t], state)
-                logits.append(self.out(state[0]))
-            return logits
-
-    model = Seq2Seq()
+    model = _seq2seq(nn, jt.zeros_like)
     opt = nn.Adam(model.parameters(), lr=1e-3)
     model.train()
 
@@ -423,23 +433,9 @@ def torch_lenet():
     return _torch_train_step(model, _sgd(model, 0.05, 1e-4))
 
 
-def _torch_last_step_classifier(rnn, hidden, classes):
-    """``rnn`` (batch first) then a Linear on its last step's output."""
-    from torch import nn
-
-    class LastStep(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.rnn, self.fc = rnn, nn.Linear(hidden, classes)
-
-        def forward(self, x):
-            return self.fc(self.rnn(x)[0][:, -1])
-    return LastStep()
-
-
 def torch_gru():
     import torch
-    model = _torch_last_step_classifier(torch.nn.GRU(1, 32, batch_first=True), 32, 4)
+    model = _last_step_classifier(torch.nn, torch.nn.GRU(1, 32, batch_first=True), 32, 4)
     return _torch_train_step(model, torch.optim.Adam(model.parameters(), lr=5e-3))
 
 
@@ -555,7 +551,7 @@ def torch_gan():
 
 def torch_lstm():
     import torch
-    model = _torch_last_step_classifier(torch.nn.LSTM(32, 128, batch_first=True), 128, 10)
+    model = _last_step_classifier(torch.nn, torch.nn.LSTM(32, 128, batch_first=True), 128, 10)
     return _torch_train_step(model, torch.optim.Adam(model.parameters(), lr=1e-3))
 
 
@@ -568,20 +564,7 @@ def torch_mobilenet():
 def torch_textcnn():
     import torch
     from torch import nn
-
-    class TextCNN(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.emb = nn.Embedding(5000, 128)
-            self.convs = nn.ModuleList([nn.Conv1d(128, 100, k) for k in (3, 4, 5)])
-            self.drop, self.fc = nn.Dropout(0.5), nn.Linear(300, 2)
-
-        def forward(self, x):
-            h = self.emb(x.long()).permute(0, 2, 1)
-            feats = [torch.relu(conv(h)).amax(2) for conv in self.convs]
-            return self.fc(self.drop(torch.cat(feats, 1)))
-
-    model = TextCNN()
+    model = _textcnn(nn, torch.cat, lambda v: v.amax(2))
     return _torch_train_step(model, torch.optim.Adam(model.parameters(), lr=1e-3))
 
 
@@ -606,19 +589,7 @@ def torch_unet():
     import torch
     from torch import nn
 
-    class UNet(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.d1, self.d2, self.mid, self.u2, self.u1, self.head, self.pool, self.up = _unet_parts(nn)
-
-        def forward(self, x):
-            s1 = self.d1(x)
-            s2 = self.d2(self.pool(s1))
-            h = self.mid(self.pool(s2))
-            h = self.u2(torch.cat([self.up(h), s2], 1))
-            return self.head(self.u1(torch.cat([self.up(h), s1], 1)))
-
-    model = UNet()
+    model = _unet(nn, torch.cat)
     opt, bce = torch.optim.Adam(model.parameters(), lr=1e-3), nn.BCEWithLogitsLoss()
     model.train()
 
@@ -635,22 +606,7 @@ def torch_seq2seq():
     import torch
     from torch import nn
 
-    class Seq2Seq(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.enc, self.dec, self.out = _seq2seq_cells(nn)
-
-        def forward(self, src, tgt_in):
-            h = self.enc(src[:, 0])
-            for t in range(1, src.shape[1]):
-                h = self.enc(src[:, t], h)
-            state, logits = (h, torch.zeros_like(h)), []
-            for t in range(tgt_in.shape[1]):
-                state = self.dec(tgt_in[:, t], state)
-                logits.append(self.out(state[0]))
-            return logits
-
-    model = Seq2Seq()
+    model = _seq2seq(nn, torch.zeros_like)
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     model.train()
 
