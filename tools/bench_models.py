@@ -5,13 +5,12 @@ examples/, ResNet-18 (jtmini.models), and six that no example has, each defined 
 LSTM classifier, a MobileNet-style net (depthwise-separable convs + BN), a TextCNN (Embedding, three
 Conv1d), a conv autoencoder (ConvTranspose2d decoder, MSE loss), a small U-Net (nearest up-sampling,
 skip concats, BCE with logits against binary masks) and a seq2seq (GRUCell encoder, LSTMCell decoder
-with teacher forcing, cross-entropy summed over the steps), built from either framework's ``nn``. For
-an example's model the
-jtmini side uses the example's own classes and ``make_optimizer``; the PyTorch twins here have the
-same layers, sizes, optimizer, batch and loss. Batches are random arrays of the models' shapes (no
-download); both sides draw the same ones and convert them inside the timed step
-(``jt.array``/``torch.from_numpy``), and each step ends by reading the loss (``.item()``) or, in
-eval, the logits (``.numpy()``).
+with teacher forcing, cross-entropy summed over the steps), built from either framework's ``nn``.
+For an example's model the jtmini side uses the example's own classes and ``make_optimizer``; the
+PyTorch twins here have the same layers, sizes, optimizer, batch and loss. Batches are random
+arrays of the models' shapes (no download); both sides draw the same ones and convert them inside
+the timed step (``jt.array``/``torch.from_numpy``), and each step ends by reading the loss
+(``.item()``) or, in eval, the logits (``.numpy()``).
 
 Every (side, model, thread count) runs in its own subprocess, so its peak RSS is its own; the
 sides take turns, ``--rounds`` runs each (jtmini, torch, jtmini, torch, ...), and each side's
