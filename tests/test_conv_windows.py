@@ -277,8 +277,9 @@ def test_col2im_kernel_refuses_windows_that_do_not_fit():
 
 
 def test_col2im_kernel_on_pooled_inputs_and_wide_maps():
-    x, w = jt.randn(2, 3, 12, 12), jt.randn(4, 3, 3, 3)
-    pooled = nn.max_pool2d(x, 2)                 # 6x6: narrow, but nothing would fuse with the gathers
+    # 10x10: under nn.conv.MIN_TILED_MAP output pixels, so the convolution is im2col and a product
+    x, w = jt.randn(2, 3, 10, 10), jt.randn(4, 3, 3, 3)
+    pooled = nn.max_pool2d(x, 2)                 # 5x5: narrow, but nothing would fuse with the gathers
     for source, kernel in [(pooled, True), (pooled.relu(), False), (x.relu(), True), (x, True)]:
         out = nn.conv2d(source, w, padding=1)
         ops = [s.root.op for s in schedule.plan(jt.grad((out * out).sum(), [x]))]

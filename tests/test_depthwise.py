@@ -7,7 +7,7 @@ import pytest
 
 import jtmini as jt
 from jtmini import nn
-from jtmini.ops.depthwise import depthwise_conv
+from jtmini.ops.conv_kernels import depthwise_conv
 from conftest import check_grad
 
 torch = pytest.importorskip("torch")

@@ -1,0 +1,139 @@
+"""The tiled convolution's kernels (``jtmini/ops/conv_kernels.py``, ``templates/cpu/conv_tiled.cc.j2``)
+against PyTorch CPU (a test-only oracle): values, first and second gradients over strided, padded,
+dilated and non-square geometries, tiles of one row to the whole map (the last one short),
+non-contiguous inputs, float64, the same bits at any thread count, ``nn.conv2d``'s choice of it,
+and errors that name shapes."""
+import numpy as np
+import pytest
+
+import jtmini as jt
+from jtmini import nn
+from jtmini.nn import conv
+from jtmini.ops import conv_kernels
+from jtmini.ops.conv_kernels import tiled_conv
+from conftest import check_grad
+
+torch = pytest.importorskip("torch")
+TF = torch.nn.functional
+
+# (x shape, out channels, kernel, stride, padding, dilation): padding past the taps' reach,
+# windows hanging past the edge, rows narrower than the kernel, dilation with stride, 1x1
+GEOMETRIES = [
+    ((2, 3, 9, 9), 4, (3, 3), (1, 1), (1, 1), (1, 1)),
+    ((2, 4, 10, 7), 5, (3, 3), (2, 2), (1, 1), (1, 1)),
+    ((1, 2, 8, 11), 3, (2, 5), (3, 2), (0, 3), (1, 2)),
+    ((3, 2, 6, 6), 2, (5, 5), (2, 1), (4, 2), (1, 1)),
+    ((2, 3, 3, 2), 4, (3, 3), (1, 1), (1, 1), (2, 1)),
+    ((2, 5, 7, 6), 3, (1, 1), (1, 1), (0, 0), (1, 1)),
+]
+IDS = [str(g[1:]) for g in GEOMETRIES]
+
+
+def _geometry(g):
+    return dict(kernel=g[2], stride=g[3], padding=g[4], dilation=g[5])
+
+
+def _torch(g):
+    return lambda x, w: TF.conv2d(x, w, stride=g[3], padding=g[4], dilation=g[5])
+
+
+def _weights(g, rng):
+    shape = g[0]
+    return rng.standard_normal(shape), rng.standard_normal((g[1], shape[1]) + g[2])
+
+
+@pytest.fixture(params=[1 << 20, 1], ids=["tiles of the map", "tiles of one row"])
+def tile_bytes(request, monkeypatch):
+    """The default tile size (the whole of these small maps) and the least (one row a tile:
+    every tile boundary, and the input gradient's tiles reading their neighbours' rows)."""
+    monkeypatch.setattr(conv_kernels, "TILE_BYTES", request.param)
+    return request.param
+
+
+@pytest.mark.parametrize("geometry", GEOMETRIES, ids=IDS)
+@pytest.mark.parametrize("layout", ["contig", "transposed", "sliced"])
+def test_values_and_gradients_match_torch(geometry, layout, tile_bytes, rng):
+    x, w = _weights(geometry, rng)
+    check_grad(lambda x, w: tiled_conv(x, w, _geometry(geometry)), _torch(geometry), [x, w],
+               layouts=[layout, "contig"])
+
+
+def test_uneven_tiles_and_chunks_in_float64(monkeypatch, rng):
+    """Tiles of 3 rows over 13 (the last one short) and 19 images (16 chunks, some of 2)."""
+    monkeypatch.setattr(conv_kernels, "TILE_BYTES", 3 * 4 * 9 * 13 * 8)
+    g = ((19, 4, 13, 13), 6, (3, 3), (1, 1), (1, 1), (1, 1))
+    assert conv_kernels.tile_rows("forward", _geometry(g), 4, 13, 8) == 3
+    x, w = _weights(g, rng)
+    check_grad(lambda x, w: tiled_conv(x, w, _geometry(g)), _torch(g), [x, w], dtype="float64")
+
+
+@pytest.mark.parametrize("geometry", GEOMETRIES[1:3], ids=IDS[1:3])
+def test_second_order_gradients_match_torch(geometry, tile_bytes, rng):
+    x, w = _weights(geometry, rng)
+    jx, jw = jt.array(x, dtype="float64"), jt.array(w, dtype="float64")
+    tx, tw = (torch.tensor(v, requires_grad=True) for v in (x, w))
+    out, t_out = tiled_conv(jx, jw, _geometry(geometry)), _torch(geometry)(tx, tw)
+    weights = rng.uniform(0.5, 1.5, size=out.shape)
+    gx, gw = jt.grad((out * out * jt.array(weights, dtype="float64")).sum(), [jx, jw])
+    t_gx, t_gw = torch.autograd.grad((t_out * t_out * torch.tensor(weights)).sum(), [tx, tw], create_graph=True)
+    probe = [rng.standard_normal(g.shape) for g in (gx, gw)]
+    second = jt.grad((gx * jt.array(probe[0], dtype="float64")).sum() + (gw * jt.array(probe[1], dtype="float64")).sum(),
+                     [jx, jw])
+    t_second = torch.autograd.grad((t_gx * torch.tensor(probe[0])).sum() + (t_gw * torch.tensor(probe[1])).sum(), [tx, tw])
+    for got, want in zip(second, t_second):
+        np.testing.assert_allclose(got.numpy(), want.detach().numpy(), rtol=1e-9, atol=1e-9)
+
+
+def test_the_same_bits_at_any_thread_count(monkeypatch, rng):
+    """Every output of the three kernels is summed in an order set by the shapes alone: 20
+    images (16 chunks for the weight gradient), tiles of 5 rows."""
+    monkeypatch.setattr(conv_kernels, "TILE_BYTES", 5 * 6 * 9 * 24 * 4)
+    x = jt.array(rng.standard_normal((20, 6, 24, 24)).astype("float32"))
+    w = jt.array(rng.standard_normal((8, 6, 3, 3)).astype("float32"))
+    d = jt.array(rng.standard_normal((20, 8, 24, 24)).astype("float32"))
+    results = []
+    for threads in (1, 2, 3):
+        with jt.flag_scope(num_threads=threads):
+            out = nn.conv2d(x, w, padding=1)
+            assert out.op == "tiled_conv"
+            results.append([v.numpy() for v in [out] + jt.grad((out * d).sum(), [x, w])])
+    for other in results[1:]:
+        for got, want in zip(other, results[0]):
+            np.testing.assert_array_equal(got, want)
+
+
+def test_conv2d_takes_tiles_on_large_maps_only(rng):
+    x = jt.array(rng.standard_normal((2, 3, 16, 16)).astype("float32"))
+    w = jt.array(rng.standard_normal((4, 3, 3, 3)).astype("float32"))
+    layer = nn.Conv2d(3, 4, 3, padding=1)
+    out = layer(x)
+    assert out.op == "add" and out.inputs[0].op == "tiled_conv"          # the bias after the kernel
+    assert 16 * 16 >= conv.MIN_TILED_MAP > 8 * 8
+    assert nn.conv2d(x, w, stride=2, padding=1).op != "tiled_conv"       # 8x8 outputs: im2col
+    assert nn.conv2d(x.float16(), w.float16(), padding=1).op != "tiled_conv"
+    assert nn.conv2d(jt.array(rng.standard_normal((2, 4, 16, 16)).astype("float32")),
+                     jt.array(rng.standard_normal((4, 2, 3, 3)).astype("float32")), padding=1, groups=2).op != "tiled_conv"
+    check_grad(lambda x, w: nn.conv2d(x, w, padding=1), lambda x, w: TF.conv2d(x, w, padding=1),
+               [rng.standard_normal((2, 3, 16, 16)), rng.standard_normal((4, 3, 3, 3))], layouts=["transposed", "contig"])
+
+
+def test_an_empty_batch_has_a_zero_weight_gradient():
+    x, w = jt.zeros((0, 3, 16, 16)), jt.randn(4, 3, 3, 3)
+    out = nn.conv2d(x, w, padding=1)
+    gx, gw = jt.grad((out * out).sum() + w.sum(), [x, w])
+    assert out.shape == (0, 4, 16, 16) and gx.shape == (0, 3, 16, 16)
+    np.testing.assert_array_equal(gw.numpy(), np.ones((4, 3, 3, 3), "float32"))
+
+
+def test_bad_inputs_name_the_shapes():
+    a = dict(kernel=(3, 3), stride=(1, 1), padding=(0, 0), dilation=(1, 1))
+    with pytest.raises(ValueError, match=r"tiled_conv: inputs \(2, 3, 8, 8\) and \(4, 2, 3, 3\) do not fit"):
+        tiled_conv(jt.randn(2, 3, 8, 8), jt.randn(4, 2, 3, 3), a)
+    with pytest.raises(ValueError, match="float"):
+        tiled_conv(jt.ones((2, 3, 8, 8), "int32"), jt.ones((4, 3, 3, 3), "int32"), a)
+    with pytest.raises(ValueError, match="geometry"):
+        tiled_conv(jt.randn(2, 3, 2, 2), jt.randn(4, 3, 3, 3), a)
+    with pytest.raises(ValueError, match="one dtype, float32 or float64, got .* float32 and .* float64"):
+        tiled_conv(jt.randn(2, 3, 8, 8), jt.randn(4, 3, 3, 3).float64(), a)
+    with pytest.raises(TypeError, match="tiled_conv: float16 inputs are not supported"):
+        tiled_conv(jt.randn(2, 3, 8, 8).float16(), jt.randn(4, 3, 3, 3).float16(), a)
