@@ -325,6 +325,9 @@ def test_pixel_shuffle_errors():
 # --- interpolate ---------------------------------------------------------------------------------
 @pytest.mark.parametrize("kwargs,layout", [
     (dict(scale_factor=2), "transposed"),
+    (dict(scale_factor=3), "sliced"),
+    (dict(size=(10, 18)), "contig"),
+    (dict(scale_factor=(2, 1)), "transposed"),
     (dict(size=(3, 8)), "sliced"),
     (dict(scale_factor=(1.5, 0.7)), "contig"),
     (dict(size=(7, 4), mode="bilinear"), "transposed"),
@@ -335,6 +338,22 @@ def test_pixel_shuffle_errors():
 def test_interpolate_matches_torch(kwargs, layout, rng):
     check_grad(lambda x: interpolate(x, **kwargs), lambda t: TF.interpolate(t, **kwargs),
                [rng.standard_normal(SHAPE)], layouts=[layout])
+
+
+def test_nearest_by_whole_factors_repeats_pixels(rng):
+    """Every pixel repeated into a block: a broadcast forward, and a gradient summing the
+    block's strided slices in one elementwise kernel (no scatter-add); other sizes gather."""
+    from jtmini import schedule
+    x = jt.array(rng.standard_normal(SHAPE).astype("float32"))
+    for kwargs, repeated in [(dict(scale_factor=2), True), (dict(size=(10, 18)), True), (dict(size=(7, 12)), False)]:
+        out = interpolate(x, **kwargs)
+        (g,) = jt.grad((out * out).sum(), [x])
+        kinds = {step.root.op for step in schedule.plan([g])}
+        assert ("reindex_reduce" not in kinds) == repeated, (kwargs, kinds)
+    codes = jt.array(np.arange(6).reshape(1, 1, 2, 3))
+    ints = interpolate(codes, scale_factor=2)
+    assert ints.dtype == codes.dtype
+    np.testing.assert_array_equal(ints.numpy()[0, 0], np.arange(6).reshape(2, 3).repeat(2, 0).repeat(2, 1))
 
 
 def test_interpolate_in_float64_and_kept_sizes(rng):

@@ -17,7 +17,9 @@ import numbers
 import numpy as np
 
 from .. import creation, dtypes
+from ..autograd import custom_grad
 from ..ops import random_op
+from ..ops.elementwise import add_n
 from ..ops.reindex import pad as constant_pad
 from ..ops.reindex import reindex
 from ..var import Var
@@ -331,6 +333,28 @@ def _nearest_table(in_size, out_size, scale):
     return np.minimum(source, in_size - 1)
 
 
+def _repeats(in_size, out_size, scale):
+    """Whether nearest resizing repeats each row ``out_size / in_size`` times (PyTorch's table
+    is ``i // factor``: a factor of 2, or a size that is a multiple of the input's)."""
+    return out_size % in_size == 0 and np.array_equal(
+        _nearest_table(in_size, out_size, scale), np.arange(out_size) // (out_size // in_size))
+
+
+def _repeat_pixels(x, sizes):
+    """``x`` with every pixel repeated into a (kh, kw) block: a broadcast, whose gradient is the
+    sum of the kh*kw strided slices of the output's, one elementwise kernel that fuses with its
+    producer. As two table gathers the gradient was two scatter-adds, and as the broadcast's own
+    gradient a reduce over two inner axes of 2: a U-Net's up-sampling gradients took 6.5 and 5.3
+    ms of a 135 ms step."""
+    n, c, h, w = x.shape
+    kh, kw = sizes[0] // h, sizes[1] // w
+    out = x.reshape(n, c, h, 1, w, 1).broadcast_to((n, c, h, kh, w, kw)).reshape(n, c, *sizes)
+
+    def rule(d):
+        return [add_n([d[:, :, a::kh, b::kw] for a in range(kh) for b in range(kw)])]
+    return custom_grad(out, [x], rule, key=("repeat_pixels", kh, kw))
+
+
 def _linear_table(in_size, out_size, scale, align_corners, dtype):
     """(low rows, high rows, weight of the high row) of linear interpolation, with PyTorch's
     arithmetic in the input's float type, so the rows picked match it exactly."""
@@ -430,6 +454,8 @@ def interpolate(x, size=None, scale_factor=None, mode="nearest", align_corners=F
     if mode == "area":               # PyTorch's "area" is adaptive average pooling to the size
         from .pool import adaptive_avg_pool2d
         return adaptive_avg_pool2d(x, sizes)
+    if mode == "nearest" and all(_repeats(n, out, scale) for n, out, scale in zip(x.shape[2:], sizes, scales)):
+        return _repeat_pixels(x, sizes)
     # width first, then height: PyTorch's order of the multiply-adds
     x = _resample_dim(x, 3, sizes[1], scales[1], mode, align_corners)
     return _resample_dim(x, 2, sizes[0], scales[0], mode, align_corners)
