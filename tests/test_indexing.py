@@ -19,6 +19,10 @@ CASES = {
     "ints": (1, 2),
     "negative ints": (-4, -5, -6),
     "full slice": slice(None),
+    "time step": np.s_[:, 3],
+    "ints and full slices": np.s_[-1, :, 2],
+    "int and a full slice": np.s_[2, :],
+    "numpy int": np.s_[:, np.int64(3)],
     "slice": np.s_[1:3],
     "reverse": np.s_[::-1],
     "steps and int": np.s_[::2, 1:, -2],
@@ -107,7 +111,7 @@ def test_getitem_zero_dim():
     np.testing.assert_array_equal(x[None, ...].numpy(), [3.5])
 
 
-@pytest.mark.parametrize("name", ["int", "negative steps", "int ellipsis int", "list", "negative entries",
+@pytest.mark.parametrize("name", ["int", "time step", "ints and full slices", "negative steps", "int ellipsis int", "list", "negative entries",
                                   "arrays separated", "arrays broadcast", "int with array in place",
                                   "empty ellipsis separates", "2-d array and slices", "mask and array",
                                   "full mask", "none separates"])
@@ -232,6 +236,8 @@ def test_setitem_gradients(index, value_shape):
     (np.s_[..., [0, 6, 2]], ["index 6", "dim 2", "size 6"]),
     (np.s_[jt.array([1, -5])], ["index -5", "dim 0", "size 4"]),
     (np.s_[0, 0, 0, 0], ["too many indices", "4", "(4, 5, 6)"]),
+    (np.s_[:, 5], ["index 5", "dim 1", "size 5"]),
+    (np.s_[-5, :], ["index -5", "dim 0", "size 4"]),
     (np.s_[0, MASK_56, 0], ["too many indices", "4"]),
     (np.s_[:, MASK_4], ["mask of shape (4,)", "(5,)"]),
     (np.s_[[0, 1], [0, 1, 2]], ["(2,)", "(3,)"]),

@@ -25,7 +25,7 @@ import numpy as np
 
 from .. import creation, dtypes, init
 from ..ops.reindex import concat
-from ..ops.rnn_scan import rnn_scan, rows as _rows, step as _step
+from ..ops.rnn_scan import block_rows, rnn_scan, rows as _rows, step as _step
 from ..var import Var
 from . import functional as F
 from .arguments import count
@@ -104,9 +104,10 @@ def _project(mode, x, w_ih, b_ih, b_hh):
     return gi + (b_ih if mode == "GRU" else b_ih + b_hh)
 
 
-def _scan(mode, gi, state, w_hh, b_hh, steps, reverse=False):
-    """The hidden states of all steps (steps * batch, hidden) and the final state (h, or (h, c)
-    for LSTM) of the recurrence over ``gi`` (see ``_project``), through the fused kernels."""
+def _scan(mode, gi, state, w_hh, b_hh, steps, reverse=False, sequence=True):
+    """The hidden states of all steps (steps * batch, hidden; None unless ``sequence``) and the
+    final state (h, or (h, c) for LSTM) of the recurrence over ``gi`` (see ``_project``),
+    through the fused kernels."""
     h0, c0 = state if mode == "LSTM" else (state, None)
     batch, b_hh = h0.shape[0], b_hh if mode == "GRU" else None
     # the kernel takes one dtype: any float64 operand makes it float64, as the products promote
@@ -114,9 +115,10 @@ def _scan(mode, gi, state, w_hh, b_hh, steps, reverse=False):
     wide = "float64" if any(v is not None and v.dtype == "float64" for v in operands) else gi.dtype
     gi, h0, c0, w_hh, b_hh = (v if v is None or v.dtype == wide else v.cast(wide) for v in operands)
     out = rnn_scan(mode, gi, h0, c0, w_hh, b_hh, steps, reverse)
-    hs, last = out[0], (0 if reverse else steps - 1) * batch
-    final = _rows(hs, last, batch)
-    return hs, ((final, _rows(out[1], last, batch)) if mode == "LSTM" else final)
+    last = (0 if reverse else steps - 1) * batch
+    final = block_rows(out, 0, last, batch)
+    hs = block_rows(out, 0, 0, steps * batch) if sequence else None
+    return hs, ((final, block_rows(out, 1, last, batch)) if mode == "LSTM" else final)
 
 
 def _uniform(shape, hidden_size):
@@ -165,7 +167,7 @@ class _Cell(Module):
         rows = (lambda v: v.reshape(1, -1)) if unbatched else (lambda v: v)
         gi = _project(self.mode, rows(x), self.weight_ih, self.bias_ih, self.bias_hh)
         state = (rows(h), rows(c)) if self.mode == "LSTM" else rows(h)
-        state = _scan(self.mode, gi, state, self.weight_hh, self.bias_hh, 1)[1]
+        state = _scan(self.mode, gi, state, self.weight_hh, self.bias_hh, 1, sequence=False)[1]
         back = (lambda v: v.reshape(self.hidden_size)) if unbatched else (lambda v: v)
         return (back(state[0]), back(state[1])) if self.mode == "LSTM" else back(state)
 

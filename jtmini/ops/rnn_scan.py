@@ -54,6 +54,12 @@ def rows(x, start, n):
     return slice_var(x, (start, 0), (1, 1), (n, x.shape[1]))
 
 
+def block_rows(out, k, start, n):
+    """Rows ``start .. start + n`` of block ``k`` of ``rnn_scan``'s 3-D ``out``, as a 2-D view:
+    two graph nodes, where ``out[k]`` and then ``rows`` made three (a cell's step is one)."""
+    return slice_var(out, (k, start, 0), (1, 1, 1), (1, n, out.shape[2])).reshape(n, out.shape[2])
+
+
 def cols(x, start, stop):
     """Columns ``start .. stop`` of the 2-D ``x``: a view, and one graph node."""
     return slice_var(x, (0, start), (1, 1), (x.shape[0], stop - start))
