@@ -80,7 +80,7 @@ class Var:
     def __format__(self, spec: Any) -> Any:
         '``f"{loss:.4f}"`` on a one-element Var formats its number, as Jittor\'s.'
     def __ge__(self, other: Any) -> Var: ...
-    def __getitem__(self, index: Any) -> Any:
+    def __getitem__(self, index: Any) -> Var:
         """``x[index]``; a basic index (ints, slices, None, ...) remembers x, the index and x's version:"""
     def __gt__(self, other: Any) -> Var: ...
     def __hash__(self, /) -> Any:
@@ -317,7 +317,7 @@ class Var:
         """N(mean, std^2) in place; returns ``var``: ``init.gauss_(linear.weight, 0.0, 0.01)``."""
     def gelu(self) -> Var:
         """Elementwise gelu."""
-    def getitem(self, index: Any) -> Any:
+    def getitem(self, index: Any) -> Var:
         """``x[index]`` with numpy's semantics; lazy, and differentiable with respect to ``x``."""
     @property
     def grad(self) -> None: ...
@@ -947,7 +947,7 @@ def get_max_memory_treemap(build_by: Any = ..., do_print: Any = ...) -> Any:
 def get_seed() -> Any:
     """The seed jtmini's generator was last seeded with (``jt.seed``, ``jt.set_global_seed``)."""
 
-def getitem(x: Any, index: Any) -> Any:
+def getitem(x: Any, index: Any) -> Var:
     """``x[index]`` with numpy's semantics; lazy, and differentiable with respect to ``x``."""
 
 def grad(loss: Any, targets: Any, retain_graph: Any = ...) -> Any:
