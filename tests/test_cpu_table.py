@@ -75,8 +75,8 @@ def test_float_constants_and_slice_starts_are_read_on_each_hit(table_runs):
     a_np = rng.standard_normal((12, 5)).astype("float32")
     w_np = rng.standard_normal((5, 4)).astype("float32")
     a, w = jt.array(a_np), jt.array(w_np)
-    for start in range(5):
-        scale = 0.5 + start
+    # repeated starts and scales too: a hit whose attrs equal the last one's keeps its arguments
+    for start, scale in [(0, 0.5), (0, 0.5), (1, 1.5), (1, 2.5), (0, 2.5), (4, 4.5), (4, 4.5), (2, 0.5)]:
         got = ((a[start:start + 6] * scale).tanh() @ w + a[start + 1:start + 7, :4]).numpy()
         want = np.tanh(a_np[start:start + 6] * np.float32(scale)) @ w_np + a_np[start + 1:start + 7, :4]
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
