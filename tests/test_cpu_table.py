@@ -80,6 +80,11 @@ def test_float_constants_and_slice_starts_are_read_on_each_hit(table_runs):
         got = ((a[start:start + 6] * scale).tanh() @ w + a[start + 1:start + 7, :4]).numpy()
         want = np.tanh(a_np[start:start + 6] * np.float32(scale)) @ w_np + a_np[start + 1:start + 7, :4]
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+        # a product's operand that is a view at the start (an address found again when it moves)
+        col = start % 2
+        rows = (a[start:start + 6] @ w + a[:, col:col + 4][2:8] * scale).numpy()
+        want = a_np[start:start + 6] @ w_np + a_np[2:8, col:col + 4] * np.float32(scale)
+        np.testing.assert_allclose(rows, want, rtol=1e-5, atol=1e-6)
     assert table_runs
 
 
