@@ -201,7 +201,7 @@ def _unpack(res, inputs, a):
     tb, width = a["steps"] * batch, GATES[a["cell"]] * hidden
     state_rows = tb + hidden + 1
     grads = [rows(res, 0, tb), cols(rows(res, state_rows, batch), 0, hidden),
-             rows(res, tb, hidden).transpose(1, 0)]
+             rows(res, tb, hidden).reshape(width, hidden)]
     if args.c0 is not None:
         grads.append(cols(rows(res, state_rows + batch, batch), 0, hidden))
     if args.b_hh is not None:
