@@ -1,4 +1,4 @@
-"""Depthwise convolution's own kernels (``jtmini/ops/depthwise.py``) against PyTorch CPU (a
+"""Depthwise convolution's own kernels (``jtmini/ops/conv_kernels.py``) against PyTorch CPU (a
 test-only oracle): ``nn.conv2d`` with groups = in = out channels takes them on the CPU; values,
 first and second gradients, strided, padded, dilated and non-square geometries, non-contiguous
 inputs, float64, a fixed reduction order at any thread count, and errors that name shapes."""

@@ -6,7 +6,10 @@ the result in NCHW. The backward pass comes from the op rules: matmul's gradient
 input, conv_windows' gathered col2im (no scatter-add).
 
 A depthwise layer (``groups`` = in = out channels) runs kernels of its own on the CPU
-(``ops/depthwise.py``): im2col would gather 9 copies of every pixel to multiply each by one number.
+(``ops/conv_kernels.py``): im2col would gather 9 copies of every pixel to multiply each by one number.
+So does a layer with output maps of ``MIN_TILED_MAP`` pixels or more (``tiled_conv``): im2col and
+the product a band of output rows at a time, in cache, where the whole batch's window matrix was
+written to memory and multiplied out of cache (few channels on large maps: a U-Net).
 
 A map smaller than the kernel's live window (ResNet's 2x2 stage on MNIST: 4 pixels under 9 taps)
 is cheaper as one dense product, ``x`` as (N, C*H*W) times the weight spread over every (input
@@ -127,7 +130,7 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     wax = _axis(x.shape[3], kw, s_w, p_w, d_w)
     n, out_hw = x.shape[0], (hax.out, wax.out)
     if groups == c == o and runs_fused() and x.dtype == weight.dtype and x.dtype in ("float32", "float64"):
-        # one filter per channel: three kernels of its own, reading each plane once (ops/depthwise.py)
+        # one filter per channel: three kernels of its own, reading each plane once (ops/conv_kernels.py)
         geometry = dict(kernel=(kh, kw), stride=(s_h, s_w), padding=(p_h, p_w), dilation=(d_h, d_w))
         out = depthwise_conv(x, weight, geometry)
     elif groups == 1 and _tiles_are_cheaper(x, weight, hax, wax):
