@@ -782,8 +782,8 @@ def _view_offset(table, view, source, vars_):
         return last[1]
     array = numpy_views.chain_view(source, [vars_[c] for c in view.chain])
     offset = address(array) - address(source)
-    if view.strides is not None and (array.strides, offset) != view.strides:
-        return None
+    if not np.may_share_memory(array, source) or (view.strides is not None and (array.strides, offset) != view.strides):
+        return None                     # a copy (no view at these attrs), or another gemm layout
     table.last_views[view.at] = (made_from, offset)
     return offset
 
