@@ -129,13 +129,12 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     hax = _axis(x.shape[2], kh, s_h, p_h, d_h)
     wax = _axis(x.shape[3], kw, s_w, p_w, d_w)
     n, out_hw = x.shape[0], (hax.out, wax.out)
-    if groups == c == o and runs_fused() and x.dtype == weight.dtype and x.dtype in ("float32", "float64"):
+    geometry = dict(kernel=(kh, kw), stride=(s_h, s_w), padding=(p_h, p_w), dilation=(d_h, d_w))
+    if groups == c == o and _kernels_apply(x, weight):
         # one filter per channel: three kernels of its own, reading each plane once (ops/conv_kernels.py)
-        geometry = dict(kernel=(kh, kw), stride=(s_h, s_w), padding=(p_h, p_w), dilation=(d_h, d_w))
         out = depthwise_conv(x, weight, geometry)
-    elif groups == 1 and _tiles_are_cheaper(x, weight, hax, wax):
+    elif groups == 1 and _kernels_apply(x, weight) and _tiles_are_cheaper(weight, hax, wax):
         # few channels on large maps: im2col and the product a tile of rows at a time, in cache
-        geometry = dict(kernel=(kh, kw), stride=(s_h, s_w), padding=(p_h, p_w), dilation=(d_h, d_w))
         out = tiled_conv(x, weight, geometry)
     elif groups == 1 and _dense_is_cheaper(x.shape[2:], hax, wax):
         # (N, C*H*W) @ (O*Ho*Wo, C*H*W)^T: plain reshapes, a transposed operand, an NCHW result;
@@ -168,13 +167,17 @@ def _weight_matrix(weight, groups, hax, wax):
 MIN_TILED_MAP = 128     # output pixels from which a convolution runs in tiles (ops/conv_kernels.py)
 
 
-def _tiles_are_cheaper(x, weight, hax, wax):
-    """On the CPU, float32/64, every tap live, and output maps of ``MIN_TILED_MAP`` pixels or
-    more. A layer's step (forward and both gradients) against whole-batch im2col, 1 thread: 2x
-    faster on 16 channels at 64x64, 1.7x on ResNet-18's 64 at 28x28, 1.1x at 14x14, but 0.6x at
-    7x7, where a tile of one image's 49 pixels makes the product too narrow (docs/DESIGN.md 4.9)."""
-    return (runs_fused() and x.dtype == weight.dtype and x.dtype in ("float32", "float64")
-            and (hax.taps, wax.taps) == weight.shape[2:] and hax.out * wax.out >= MIN_TILED_MAP)
+def _kernels_apply(x, weight):
+    """Whether ``ops/conv_kernels.py``'s kernels can run: on the CPU, float32 or float64 both."""
+    return runs_fused() and x.dtype == weight.dtype and x.dtype in ("float32", "float64")
+
+
+def _tiles_are_cheaper(weight, hax, wax):
+    """Every tap live, and output maps of ``MIN_TILED_MAP`` pixels or more. A layer's step
+    (forward and both gradients) against whole-batch im2col, 1 thread: 2x faster on 16 channels
+    at 64x64, 1.7x on ResNet-18's 64 at 28x28, 1.1x at 14x14, but 0.6x at 7x7, where a tile of
+    one image's 49 pixels makes the product too narrow (docs/DESIGN.md 4.9)."""
+    return (hax.taps, wax.taps) == weight.shape[2:] and hax.out * wax.out >= MIN_TILED_MAP
 
 
 def _dense_is_cheaper(hw, hax, wax):

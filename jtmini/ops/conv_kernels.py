@@ -35,7 +35,7 @@ GEOMETRY = ("kernel", "stride", "padding", "dilation")     # (h, w) pairs, compi
 MODES = ("forward", "input_grad", "weight_grad")
 FAMILIES = ("depthwise_conv", "tiled_conv")
 TILE_BYTES = 1 << 20       # a tiled convolution's windows: the best of 0.25-1.5 MB on a 2 MB-L2 core
-_kernels = {}        # (family, mode, dtype, geometry, channels, in_hw, out_hw, TILE_BYTES) -> (HandKernel, extra ints)
+_kernels = {}        # (family, mode, dtype, geometry, channels, in_hw, out_hw, TILE_BYTES) -> (kernel, ints, factor)
 register_cache("convolution kernels", _kernels.clear, "one entry per family, mode, dtype, geometry and size met")
 
 
@@ -81,7 +81,8 @@ def _shapes(family, mode, inputs, a):
 def _infer(family, mode):
     def infer(inputs, a):
         name, (first, second) = op_name(family, mode), inputs
-        if first.ndim != 4 or second.ndim != 4 or first.dtype != second.dtype or first.dtype not in ("float32", "float64"):
+        if (first.ndim != 4 or second.ndim != 4 or first.dtype != second.dtype
+                or first.dtype not in ("float32", "float64")):
             raise ValueError(f"{name}: inputs must be NCHW-shaped Vars of one dtype, float32 or float64, got "
                              f"{first.shape} {first.dtype} and {second.shape} {second.dtype}")
         want = _shapes(family, mode, inputs, a)
@@ -140,15 +141,16 @@ def _launch(family, mode):
         found = _kernels.get(key)
         if found is None:
             (template, context), = _planned(family, mode)(laid, a, backend)
-            blas = backend.cblas_gemm(dtype) if family == "tiled_conv" else None
-            extra = [] if family == "depthwise_conv" else [blas.address if blas else 0]
-            found = _kernels[key] = (backend.kernel(template, **context), extra)
-        fn, extra = found
+            if family == "depthwise_conv":      # ints: N, C; a multiply-add per tap of each output
+                tail, per_output = [channels[0]], 1
+            else:                               # ints: N, the gemm's address; O multiply-adds more
+                blas = backend.cblas_gemm(dtype)
+                tail, per_output = [blas.address if blas else 0], channels[1]
+            found = _kernels[key] = (backend.kernel(template, **context), tail, per_output)
+        fn, tail, per_output = found
         n = laid[0].shape[0]
-        work = n * channels[0] * out_hw[0] * out_hw[1] * a["kernel"][0] * a["kernel"][1]
-        if family == "depthwise_conv":
-            return TableKernel(fn, [n, channels[0]], [], size=work), laid
-        return TableKernel(fn, [n] + extra, [], size=work * channels[1]), laid
+        work = n * channels[0] * out_hw[0] * out_hw[1] * a["kernel"][0] * a["kernel"][1] * per_output
+        return TableKernel(fn, [n] + tail, [], size=work), laid
     return launch
 
 
