@@ -413,3 +413,21 @@ def test_recurrences_run_as_kernel_entries_with_the_same_bits(cell, table_runs, 
     assert not [p for t in table_runs for p in t.pieces if type(p) is cpu_table.PyStep]
     monkeypatch.setattr(cpu_table, "enabled", False)
     _assert_same(with_tables, _recurrent(cell, threads=2))
+
+
+def test_a_target_view_keeps_its_buffer_alive_past_later_readers(table_runs):
+    # ``stats`` is a view of ``y`` handed out as a target (BatchNorm's running statistics are rows
+    # of its table); ``y`` is read again after the view was made, and the steps after that place
+    # new buffers: the view's bytes must still hold ``y`` when it is copied out at the end
+    w_np = rng.standard_normal((48, 48)).astype("float32") / 8
+    w = jt.array(w_np)
+    for _ in range(5):
+        x_np = rng.standard_normal((16, 48)).astype("float32")
+        y = jt.array(x_np) @ w
+        stats = y.detach()
+        h = (y * 2).tanh() @ w
+        for _ in range(3):
+            h = h.exp().tanh() @ w
+        jt.sync([stats, h])
+        np.testing.assert_allclose(stats.numpy(), x_np @ w_np, rtol=1e-5, atol=1e-5)
+    assert table_runs

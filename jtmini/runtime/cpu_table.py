@@ -261,12 +261,15 @@ def _last_reads(program, base):
     """Per position, the index of the last step that reads its buffer (a view's readers read the
     buffer it views, ``base``); ``len(program.steps)`` for a buffer a target views: it is copied
     out after the steps. (A held value ``cpu_inplace.keep`` copies then too: see ``Table.reused``.)"""
-    last, end = {}, len(program.steps)
+    last, end, copied = {}, len(program.steps), set()
     for t, step in enumerate(program.steps):
         for k in step.inputs if hasattr(step, "fn") else step.sources:
             last[base.get(k, k)] = t
         if not hasattr(step, "fn") and step.run is None and step.output.target:
-            last[base[step.output.at]] = end
+            copied.add(base[step.output.at])
+    # after the loop: a step reading the buffer after its target view was made (BatchNorm's
+    # normalisation reading the table whose rows are the running statistics) must not end its life
+    last.update((k, end) for k in copied)
     return last
 
 
