@@ -37,6 +37,7 @@ from .ops.adam_many import adam_many, unpack
 from .ops.collective import broadcast_in_place, mpi_all_reduce_many
 from .ops.elementwise import adam_update, axpby, axpby_square
 from .ops.reindex import stack
+from .ops.sgd_many import sgd_many
 from .ops.softmax import runs_fused
 from .ops.sum_squares import sum_squares_many
 from .state import replacing
@@ -602,6 +603,49 @@ class SGD(Optimizer):
             out.append((p, axpby(1, p, -lr, d)))
         return out
 
+    def _packed_update(self, grads, coef):
+        return _packed_sgd(self, grads, coef)
+
+
+PACKED_SGD_ON_CPU = False       # tests turn it on: the CPU writes the composed update in place instead
+
+
+def _packed_sgd(optimizer, grads, coef):
+    """``PackedUpdate`` of an ``SGD``'s own update (not a subclass's) off the CPU (``ops/sgd_many.py``
+    says why), with plain number hyper-parameters, momentum in every group or in none, and one
+    float dtype; None otherwise."""
+    if (runs_fused() and not PACKED_SGD_ON_CPU) or type(optimizer).updates is not SGD.updates or not grads:
+        return None
+    params, bufs, hyper, momenta = [], [], [], set()
+    for group in optimizer.param_groups:
+        lr, momentum, decay, dampening = (optimizer.hyper(group, name)
+                                          for name in ("lr", "momentum", "weight_decay", "dampening"))
+        if not all(isinstance(h, numbers.Real) for h in (lr, momentum, decay, dampening)):
+            return None
+        momenta.add(bool(momentum))
+        nesterov = float(bool(optimizer.hyper(group, "nesterov")))
+        for p, buf, steps in zip(optimizer.trainable(group), optimizer.state(group, "values"),
+                                 optimizer.steps_taken(group)):
+            # PyTorch starts the buffer at the gradient: only with dampening does that differ
+            hyper.append((lr, momentum, 1 - dampening, decay, float(steps == 0 and bool(dampening)), nesterov))
+            params.append(p), bufs.append(buf)
+    if len(momenta) != 1 or not _one_float_dtype(params, grads):
+        return None
+    if coef is not None and coef.dtype != params[0].dtype:
+        coef = coef.cast(params[0].dtype)
+    momentum = momenta.pop()
+    flat = sgd_many(grads, bufs if momentum else None, params, coef, hyper)
+    return PackedUpdate(flat, [(b, p) for b, p in zip(bufs, params)] if momentum else [(p,) for p in params])
+
+
+def _one_float_dtype(params, grads):
+    """Whether every parameter and gradient has the first parameter's float32 or float64 dtype,
+    and each gradient its parameter's shape."""
+    dtype = params[0].dtype
+    # shapes are mostly one shared object (var._shape_of): identity first, Shape.__ne__ is Python
+    return dtype in ("float32", "float64") and not any(
+        x.dtype != dtype or (x.shape is not p.shape and x.shape != p.shape) for p, g in zip(params, grads) for x in (p, g))
+
 
 class Adam(Optimizer):
     """Adam (Kingma & Ba) with bias correction and L2 ``weight_decay`` added to the gradient, as
@@ -637,17 +681,17 @@ class Adam(Optimizer):
 
 
 class PackedUpdate(NamedTuple):
-    """An optimizer's whole update as one computed Var: ``flat`` holds, per parameter in turn,
-    its new m, v and value (``ops/adam_many.py``); ``assignments`` gives each Var its new array."""
+    """An optimizer's whole update as one computed Var: ``flat`` holds, per parameter in turn, the
+    new values of the Vars of its row of ``targets`` (Adam's m, v and value: ``ops/adam_many.py``;
+    SGD's buffer and value: ``ops/sgd_many.py``); ``assignments`` gives each Var its new array, a
+    view of the computed buffer (on the host or the device)."""
     flat: Var
-    params: list
-    ms: list
-    vs: list
+    targets: list
 
     def assignments(self):
-        parts = unpack(self.flat._value(), [p.shape for p in self.params])
-        for p, m, v, (m_new, v_new, p_new) in zip(self.params, self.ms, self.vs, parts):
-            yield from ((m, m_new), (v, v_new), (p, p_new))
+        shapes = [row[-1].shape for row in self.targets]
+        for row, news in zip(self.targets, unpack(self.flat.sync()._data, shapes, len(self.targets[0]))):
+            yield from zip(row, news)
 
 
 def _packed_adam(optimizer, grads, coef):
@@ -668,14 +712,11 @@ def _packed_adam(optimizer, grads, coef):
             hyper.append((lr / (1 - b1 ** t), (1 - b2 ** t) ** 0.5, b1, 1 - b1, b2, 1 - b2, eps,
                           1 - lr * decay if decay else 1.0))
             params.append(p), ms.append(m), vs.append(v)
-    dtype = params[0].dtype
-    # shapes are mostly one shared object (var._shape_of): identity first, Shape.__ne__ is Python
-    if dtype not in ("float32", "float64") or any(x.dtype != dtype or (x.shape is not p.shape and x.shape != p.shape)
-                                                  for p, g in zip(params, grads) for x in (p, g)):
+    if not _one_float_dtype(params, grads):
         return None
-    if coef is not None and coef.dtype != dtype:
-        coef = coef.cast(dtype)
-    return PackedUpdate(adam_many(grads, ms, vs, params, coef, hyper, decays), params, ms, vs)
+    if coef is not None and coef.dtype != params[0].dtype:
+        coef = coef.cast(params[0].dtype)
+    return PackedUpdate(adam_many(grads, ms, vs, params, coef, hyper, decays), list(zip(ms, vs, params)))
 
 
 class AdamW(Adam):

@@ -201,6 +201,47 @@ def test_batch_norm_layer_trains_like_torch(rng):
     assert_var(layer.running_var, ref.running_var.numpy(), rtol=1e-5)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("momentum", [False, True])
+def test_sgd_many_kernel_matches_the_host_form(dtype, momentum, rng):
+    # 40 parameters: two launches of runtime/cuda_library.SGD_CHUNK; one empty, one 0-d, one large
+    from jtmini.ops import sgd_many as sm
+    from jtmini.ops.adam_many import unpack
+    shapes = [(int(rng.integers(1, 40)), 3) for _ in range(37)] + [(0, 4), (), (300, 257)]
+    values = [[rng.standard_normal(s).astype(dtype) for s in shapes] for _ in range(3)]
+    rows = [(0.1 / (k + 1), 0.9, 0.7, 1e-2 * (k % 2), k % 3 == 0, k % 2) for k in range(len(shapes))]
+    coef = np.array(0.37, dtype)
+
+    def update():
+        grads, ps = ([jt.array(v, dtype=dtype) for v in values[j]] for j in (0, 2))
+        bufs = [jt.array(v, dtype=dtype) for v in values[1]] if momentum else None
+        return sm.sgd_many(grads, bufs, ps, jt.array(coef, dtype=dtype), rows).numpy()
+    with jt.flag_scope(use_cuda=False):
+        want = update()
+    got = update()
+    blocks = 2 if momentum else 1
+    for k, (a, b) in enumerate(zip(unpack(got, shapes, blocks), unpack(want, shapes, blocks))):
+        for x, y in zip(a, b):
+            np.testing.assert_allclose(x, y, rtol=1e-6 if dtype == "float32" else 1e-13, atol=1e-7, err_msg=f"{k}")
+
+
+def test_sgd_trains_through_its_packed_update_like_the_cpu():
+    # on the GPU, SGD's update is one sgd_many node (optim._packed_sgd); the CPU composes it
+    from jtmini import nn
+    results = []
+    for cuda in (True, False):
+        with jt.flag_scope(use_cuda=cuda):
+            jt.seed(5)
+            model = nn.Sequential(nn.Linear(5, 16), nn.ReLU(), nn.Linear(16, 2))
+            opt = nn.SGD(model.parameters(), 0.1, momentum=0.9, nesterov=True, weight_decay=1e-3)
+            data = np.random.default_rng(5)
+            for _ in range(4):
+                opt.step((model(jt.array(data.standard_normal((8, 5)).astype("float32"))) ** 2).mean())
+            results.append([p.numpy() for p in model.parameters()] + [b.numpy() for b in opt.param_groups[0]["values"]])
+    for a, b in zip(*results):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
 # --- a repeating step as one CUDA graph (runtime/cuda_graph.py) -------------------------------------
 def _train_small_cnn(steps, graphs, lr_at=None, dropout=0.0):
     """Losses (read at once, and read again from the held Vars at the end) and final weights of a

@@ -98,13 +98,14 @@ def adam_many(grads, ms, vs, ps, coef, hyper, decay=False):
                     hyper=tuple(tuple(float(h) for h in row) for row in hyper)).stop_grad()
 
 
-def unpack(flat, shapes):
-    """[(m', v', p')] per parameter of ``shapes``: read-only views of the computed ``flat``."""
+def unpack(flat, shapes, blocks=3):
+    """Per parameter of ``shapes``, its ``blocks`` new arrays ((m', v', p') for Adam, ``sgd_many``'s
+    (buffer', p') or (p',)): views of the computed ``flat`` (a numpy or cupy array)."""
     out, at = [], 0
     for shape in shapes:
         n = math.prod(shape)
-        out.append(tuple(flat[at + j * n:at + (j + 1) * n].reshape(shape) for j in range(3)))
-        at += 3 * n
+        out.append(tuple(flat[at + j * n:at + (j + 1) * n].reshape(shape) for j in range(blocks)))
+        at += blocks * n
     return out
 
 
