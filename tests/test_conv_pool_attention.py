@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import jtmini as jt
+from jtmini import schedule
 from jtmini.nn import attention as A
 from jtmini.nn import conv_more as C
 from conftest import GRAD_TOL, check_grad, storage, torch_view, view
@@ -116,6 +117,10 @@ TRANSPOSED = {   # in, out, kernel, stride, padding, output_padding, groups, dil
     # output_padding at stride 1 (allowed by the dilation): rows no window of x reaches stay 0 + bias
     "wide_stride1_dilated_output_padding": (3, 5, 3, 1, 2, 1, 1, 2, (8, 9)),
     "padding_past_the_kernel": (4, 3, 3, 2, 4, 0, 1, 1, (9, 9)),
+    # windows that tile the output (a DCGAN's 1x1 -> 7x7; stride = kernel): a permutation
+    "tiling_one_pixel": (5, 4, 7, 1, 0, 0, 1, 1, (1, 1)),
+    "tiling_stride_is_kernel_groups": (4, 6, (2, 3), (2, 3), 0, 0, 2, 1, (3, 4)),
+    "tiling_rows_only": (3, 2, (1, 3), (1, 3), 0, 0, 1, 1, (1, 5)),
 }
 
 
@@ -135,6 +140,15 @@ def test_conv_transpose2d_is_one_product_and_col2im():
     assert y.op == "conv_windows_grad" and y.shape == (2, 4, 14, 18)
     product = y.inputs[0].inputs[0]
     assert product.op == "matmul" and product.shape == (4 * 4 * 4, 2 * 7 * 9)
+
+
+def test_conv_transpose2d_whose_windows_tile_the_output_is_a_permutation():
+    y = C.conv_transpose2d(jt.randn(3, 8, 1, 1), jt.randn(8, 5, 7, 7))
+    steps = schedule.plan([y, *jt.grad((y * y).sum(), [y.inputs[0]])])
+    assert y.shape == (3, 5, 7, 7) and not any("conv_windows" in s.root.op for s in steps)
+    # overlapping windows, padding or output padding still go through col2im
+    for kwargs in (dict(stride=2), dict(stride=7, padding=1), dict(stride=7, output_padding=1)):
+        assert C.conv_transpose2d(jt.randn(3, 8, 2, 2), jt.randn(8, 5, 7, 7), **kwargs).op == "conv_windows_grad"
 
 
 def test_conv_transpose2d_function_unbatched_and_without_bias(rng):

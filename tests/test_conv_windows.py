@@ -4,10 +4,12 @@ geometries where a stride skips pixels, and the properties the design promises (
 no division in the kernels, bit-identical results at any thread count, batch-size-free source)."""
 import numpy as np
 import pytest
+import torch
 
 import jtmini as jt
 from jtmini import codegen, grad_recipe, nn, schedule
 from jtmini.ops.window import conv_windows
+from conftest import check_grad
 
 # (x shape, out (Ho, Wo), taps, stride, padding, dilation, first live tap)
 GEOMETRIES = [
@@ -178,6 +180,15 @@ def test_spread_weight_gradient_is_a_gather():
     products = [s.root for s in steps if s.root.op == "matmul"]
     assert any(tuple(p.shape) == (16 * 2 * 2, 8 * 2 * 2) for p in products), [p.shape for p in products]
     assert not [k for k in kernels if any(v.op == "transpose" and v.inputs[0].op == "add_n" for v in k.nodes)]
+
+
+def test_a_kernel_covering_the_whole_map_is_the_dense_product(rng):
+    # a DCGAN discriminator's last layer (7x7 -> 1x1): the spread is the weight itself, no windows
+    x, w = rng.standard_normal((4, 6, 7, 7)), rng.standard_normal((3, 6, 7, 7))
+    out = nn.conv2d(jt.array(x), jt.array(w))
+    steps = schedule.plan([out, *jt.grad((out * out).sum(), [out.inputs[0]])])
+    assert not any(s.root.op.startswith("conv_windows") for s in steps)
+    check_grad(lambda a, b: nn.conv2d(a, b), lambda a, b: torch.nn.functional.conv2d(a, b), [x, w])
 
 
 def test_without_specialisation_source_does_not_depend_on_batch_size():

@@ -182,7 +182,7 @@ def _tiles_are_cheaper(weight, hax, wax):
 
 def _dense_is_cheaper(hw, hax, wax):
     """The dense product costs C*H*W*O*Ho*Wo multiply-adds, im2col C*taps*O*Ho*Wo."""
-    return hw[0] * hw[1] < hax.taps * wax.taps
+    return hw[0] * hw[1] <= hax.taps * wax.taps
 
 
 class Conv2d(Module):

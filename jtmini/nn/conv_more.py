@@ -134,9 +134,20 @@ def conv_transpose2d(x, weight, bias=None, stride=1, padding=0, output_padding=0
     if groups == 1:         # a 2-D product: BLAS reads the weight transposed, no copy
         rows, taps = rows.reshape(cin, n * h * w), taps.reshape(og * kh * kw, cin)
     windows = (taps @ rows).reshape(groups * og, kh, kw, n, h, w)
-    geometry = dict(stride=stride, padding=padding, dilation=dilation, first=(0, 0))
-    y = col2im(windows, (n, groups * og, *out), geometry)
+    if _windows_tile(x.shape[2:], (kh, kw), stride, padding, extra, dilation):
+        # each output pixel is one tap of one input pixel (a DCGAN's 1x1 -> 7x7): a permutation
+        y = windows.permute(3, 0, 4, 1, 5, 2).reshape(n, groups * og, *out)
+    else:
+        geometry = dict(stride=stride, padding=padding, dilation=dilation, first=(0, 0))
+        y = col2im(windows, (n, groups * og, *out), geometry)
     return y + bias.reshape(1, -1, 1, 1) if bias is not None else y
+
+
+def _windows_tile(size, kernel, stride, padding, extra, dilation):
+    """Whether a transposed convolution's windows tile its output exactly, on both axes: no
+    padding, dilation or output padding, and a single input pixel or a stride of the kernel's size."""
+    return all(p == 0 and e == 0 and d == 1 and (i == 1 or s == k)
+               for i, k, s, p, e, d in zip(size, kernel, stride, padding, extra, dilation))
 
 
 def _channels(who, in_channels, out_channels, groups):
