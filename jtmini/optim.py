@@ -695,9 +695,9 @@ class PackedUpdate(NamedTuple):
 
 
 def _packed_adam(optimizer, grads, coef):
-    """``PackedUpdate`` of an ``Adam``'s own update (not a subclass's), on the CPU, with plain
-    number hyper-parameters, no L2 decay and one float dtype; None otherwise."""
-    if not runs_fused() or type(optimizer).updates is not Adam.updates or not grads:
+    """``PackedUpdate`` of an ``Adam``'s own update (not a subclass's), with plain number
+    hyper-parameters, no L2 decay and one float dtype; None otherwise."""
+    if type(optimizer).updates is not Adam.updates or not grads:
         return None
     params, ms, vs, hyper, decays = [], [], [], [], False
     for group in optimizer.param_groups:

@@ -225,19 +225,44 @@ def test_sgd_many_kernel_matches_the_host_form(dtype, momentum, rng):
             np.testing.assert_allclose(x, y, rtol=1e-6 if dtype == "float32" else 1e-13, atol=1e-7, err_msg=f"{k}")
 
 
-def test_sgd_trains_through_its_packed_update_like_the_cpu():
-    # on the GPU, SGD's update is one sgd_many node (optim._packed_sgd); the CPU composes it
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("clip", [False, True])
+@pytest.mark.parametrize("decay", [False, True])
+def test_adam_many_kernel_matches_the_cpu_kernel(dtype, clip, decay, rng):
+    from jtmini.ops import adam_many as am
+    shapes = [(int(rng.integers(1, 40)), 3) for _ in range(37)] + [(0, 4), (), (300, 257)]
+    values = [[rng.standard_normal(s).astype(dtype) for s in shapes] for _ in range(4)]
+    values[2] = [np.abs(v) for v in values[2]]                  # second moments
+    rows = [(1e-2 / (k + 1), 0.3, 0.9, 0.1, 0.999, 0.001, 1e-8, 1 - 1e-3 * k) for k in range(len(shapes))]
+
+    def update():
+        columns = [[jt.array(v, dtype=dtype) for v in column] for column in values]
+        coef = jt.array(np.array(0.37, dtype), dtype=dtype) if clip else None
+        return am.adam_many(*columns, coef, rows, decay).numpy()
+    with jt.flag_scope(use_cuda=False):
+        want = update()
+    got = update()
+    for k, (a, b) in enumerate(zip(am.unpack(got, shapes), am.unpack(want, shapes))):
+        for x, y in zip(a, b):
+            np.testing.assert_allclose(x, y, rtol=1e-5 if dtype == "float32" else 1e-12, atol=1e-7, err_msg=f"{k}")
+
+
+@pytest.mark.parametrize("optimizer", ["SGD", "AdamW"])
+def test_optimizers_train_through_their_packed_updates_like_the_cpu(optimizer):
+    # on the GPU, SGD's and Adam's updates are one node each (optim._packed_sgd, _packed_adam)
     from jtmini import nn
     results = []
     for cuda in (True, False):
         with jt.flag_scope(use_cuda=cuda):
             jt.seed(5)
             model = nn.Sequential(nn.Linear(5, 16), nn.ReLU(), nn.Linear(16, 2))
-            opt = nn.SGD(model.parameters(), 0.1, momentum=0.9, nesterov=True, weight_decay=1e-3)
+            opt = (nn.SGD(model.parameters(), 0.1, momentum=0.9, nesterov=True, weight_decay=1e-3)
+                   if optimizer == "SGD" else nn.AdamW(model.parameters(), 1e-2, weight_decay=0.1))
             data = np.random.default_rng(5)
             for _ in range(4):
                 opt.step((model(jt.array(data.standard_normal((8, 5)).astype("float32"))) ** 2).mean())
-            results.append([p.numpy() for p in model.parameters()] + [b.numpy() for b in opt.param_groups[0]["values"]])
+            states = [b for key in opt.STATE_KEYS for b in opt.param_groups[0][key]]
+            results.append([p.numpy() for p in model.parameters()] + [b.numpy() for b in states])
     for a, b in zip(*results):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 

@@ -96,7 +96,7 @@ def test_conv2d(cin, cout, k, stride, pad, dil, groups, bias, size):
 def test_conv2d_as_one_dense_product(cin, cout, k, stride, pad, dil, bias, size, monkeypatch):
     """The dense path (chosen on small maps) on every geometry, forced."""
     from jtmini.nn import conv
-    monkeypatch.setattr(conv, "_dense_is_cheaper", lambda hw, hax, wax: True)
+    monkeypatch.setattr(conv, "_dense_is_cheaper", lambda hw, hax, wax, kernel: True)
     jt.seed(0)
     layer = nn.Conv2d(cin, cout, k, stride, pad, dil, 1, bias)
     ref = torch.nn.Conv2d(cin, cout, k, stride, pad, dil, 1, bias)

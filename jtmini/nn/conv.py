@@ -136,7 +136,7 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     elif groups == 1 and _kernels_apply(x, weight) and _tiles_are_cheaper(weight, hax, wax):
         # few channels on large maps: im2col and the product a tile of rows at a time, in cache
         out = tiled_conv(x, weight, geometry)
-    elif groups == 1 and _dense_is_cheaper(x.shape[2:], hax, wax):
+    elif groups == 1 and _dense_is_cheaper(x.shape[2:], hax, wax, (kh, kw)):
         # (N, C*H*W) @ (O*Ho*Wo, C*H*W)^T: plain reshapes, a transposed operand, an NCHW result;
         # the spread's gradient is then the product d^T x in its own layout (ops/matmul.py)
         spread = conv_spread(weight, x.shape[2:], out_hw, (s_h, s_w), (p_h, p_w), (d_h, d_w))
@@ -180,9 +180,13 @@ def _tiles_are_cheaper(weight, hax, wax):
     return (hax.taps, wax.taps) == weight.shape[2:] and hax.out * wax.out >= MIN_TILED_MAP
 
 
-def _dense_is_cheaper(hw, hax, wax):
-    """The dense product costs C*H*W*O*Ho*Wo multiply-adds, im2col C*taps*O*Ho*Wo."""
-    return hw[0] * hw[1] <= hax.taps * wax.taps
+def _dense_is_cheaper(hw, hax, wax, kernel):
+    """The dense product costs C*H*W*O*Ho*Wo multiply-adds, im2col C*taps*O*Ho*Wo. On a tie the
+    dense product gathers nothing (a kernel covering the whole map: 7x7 -> 1x1), unless padding
+    leaves taps dead: then im2col's windows of the live taps are the input itself, and the weight's
+    gradient is those taps alone (what a rank sends under MPI)."""
+    pixels, taps = hw[0] * hw[1], hax.taps * wax.taps
+    return pixels < taps or (pixels == taps and (hax.taps, wax.taps) == tuple(kernel))
 
 
 class Conv2d(Module):

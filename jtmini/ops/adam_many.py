@@ -4,7 +4,8 @@ multi-tensor ("foreach") Adam. Composed, each parameter's update was ~6 graph no
 gradient, both moments, the update and its constants) and one merged kernel: for the char
 transformer's 30 parameters, ~180 nodes and 30 launches a step, where this is one node and one
 launch. Each value is computed by the same expressions as that kernel, in the same order, so
-updates are unchanged bit for bit. The GPU keeps the composed form.
+updates are unchanged bit for bit. On the GPU it is ``jt_adam_many``
+(``templates/cuda/library.cu.j2``), 32 parameters a launch.
 
 ``adam_many(grads, ms, vs, ps, coef, hyper, decay)`` returns one flat Var: for each parameter k
 in turn, its new first moment, second moment and value (n_k values each; ``unpack`` gives the

@@ -1,10 +1,11 @@
 """The hand-written library ops on the GPU: BatchNorm's four per-channel kernels, max pooling's
-pick and route and SGD's update of many parameters (``templates/cuda/library.cu.j2``), so that a
-training step's buffers stay on the device. ``runtime/cuda.run_library`` calls ``RUN[op](arrays, attrs)`` with cupy arrays.
+pick and route, and SGD's and Adam's updates of many parameters (``templates/cuda/library.cu.j2``),
+so that a training step's buffers stay on the device. ``runtime/cuda.run_library`` calls
+``RUN[op](arrays, attrs)`` with cupy arrays.
 
 Staged through the host instead, these ops took ~60 of a ~110 ms ResNet-18 step on an H100 (the
 copies there and back, and the CPU kernels); here each is one or a few launches. One module per
-dtype holds all seven kernels; sizes, strides and geometry are launch arguments, so a new layer
+dtype holds all eight kernels; sizes, strides and geometry are launch arguments, so a new layer
 shape compiles nothing.
 """
 import functools
@@ -19,9 +20,11 @@ BLOCK = 256          # threads per block; the block sums are sized by it
 _MAX_BLOCKS_PER_SM = 32      # grid-stride kernels: enough blocks to fill the GPU, no more
 _POOL = np.dtype([(name, np.int64) for name in ("planes", "H", "W", "OH", "OW", "kh", "kw", "sh", "sw",
                                                   "ph", "pw", "dh", "dw")])
-SGD_CHUNK = 32       # parameters a launch of jt_sgd_many takes: its by-value argument stays under 4 KB
+SGD_CHUNK = 32       # parameters a launch of jt_sgd_many or jt_adam_many takes: by value, under 4 KB
 _SGD = np.dtype([(name, np.int64, (SGD_CHUNK,)) for name in ("g", "buf", "p", "out", "n")]
                 + [("h", np.float64, (SGD_CHUNK, 6)), ("coef", np.int64), ("count", np.int64), ("momentum", np.int64)])
+_ADAM = np.dtype([(name, np.int64, (SGD_CHUNK,)) for name in ("g", "m", "v", "p", "out", "n")]
+                 + [("h", np.float64, (SGD_CHUNK, 8)), ("coef", np.int64), ("count", np.int64), ("decay", np.int64)])
 
 
 @functools.lru_cache(maxsize=None)
@@ -126,25 +129,43 @@ def _max_pool(mode):
 
 def _sgd_many(arrays, a):
     """``ops/sgd_many.py`` on the device: one launch per ``SGD_CHUNK`` parameters into one flat output."""
-    import cupy
     k, blocks = a["count"], 1 + a["momentum"]
-    arrays = [cupy.ascontiguousarray(x) for x in arrays]
-    grads, bufs, params = arrays[:k], arrays[k:2 * k] if a["momentum"] else [None] * k, arrays[blocks * k:(blocks + 1) * k]
+    columns = dict(g=arrays[:k], buf=arrays[k:2 * k] if a["momentum"] else [None] * k,
+                   p=arrays[blocks * k:(blocks + 1) * k])
+    return _many("jt_sgd_many", _SGD, columns, arrays[-1] if a["clip"] else None, blocks, a["hyper"],
+                 momentum=a["momentum"])
+
+
+def _adam_many(arrays, a):
+    """``ops/adam_many.py`` on the device, as ``_sgd_many``: each parameter's new m, v and value."""
+    k = a["count"]
+    columns = dict(zip("gmvp", (arrays[j * k:(j + 1) * k] for j in range(4))))
+    return _many("jt_adam_many", _ADAM, columns, arrays[-1] if a["clip"] else None, 3, a["hyper"], decay=a["decay"])
+
+
+def _many(name, struct, columns, coef, blocks, hyper, **flags):
+    """Launch the update kernel ``name`` over chunks of the parameters: ``columns`` maps each of
+    ``struct``'s address fields to one array (or None) per parameter, the last being the values."""
+    import cupy
+    columns = {field: [None if x is None else cupy.ascontiguousarray(x) for x in column]
+               for field, column in columns.items()}
+    params = columns["p"]
     sizes = [x.size for x in params]
-    out = cupy.empty((blocks * sum(sizes),), arrays[0].dtype)
+    out = cupy.empty((blocks * sum(sizes),), params[0].dtype)
     starts = np.cumsum([0] + [blocks * n for n in sizes]) * out.itemsize + out.data.ptr
-    kernel = _kernel(out.dtype.name, "jt_sgd_many")
-    for first in range(0, k, SGD_CHUNK):
-        last = min(k, first + SGD_CHUNK)
-        args = np.zeros(1, _SGD)
-        chunk = range(first, last)
-        for name, column in (("g", grads), ("buf", bufs), ("p", params)):
-            args[name][0, :len(chunk)] = [0 if column[j] is None else column[j].data.ptr for j in chunk]
-        args["out"][0, :len(chunk)] = starts[first:last]
-        args["n"][0, :len(chunk)] = sizes[first:last]
-        args["h"][0, :len(chunk)] = a["hyper"][first:last]
-        args["coef"], args["count"], args["momentum"] = arrays[-1].data.ptr if a["clip"] else 0, len(chunk), a["momentum"]
-        biggest = max(sizes[first:last])
+    kernel, coef = _kernel(out.dtype.name, name), cupy.ascontiguousarray(coef) if coef is not None else None
+    for first in range(0, len(params), SGD_CHUNK):
+        chunk = range(first, min(len(params), first + SGD_CHUNK))
+        args = np.zeros(1, struct)
+        for field, column in columns.items():
+            args[field][0, :len(chunk)] = [0 if column[j] is None else column[j].data.ptr for j in chunk]
+        args["out"][0, :len(chunk)] = starts[chunk.start:chunk.stop]
+        args["n"][0, :len(chunk)] = sizes[chunk.start:chunk.stop]
+        args["h"][0, :len(chunk)] = hyper[chunk.start:chunk.stop]
+        args["coef"], args["count"] = 0 if coef is None else coef.data.ptr, len(chunk)
+        for flag, value in flags.items():
+            args[flag] = value
+        biggest = max(sizes[chunk.start:chunk.stop])
         if biggest:
             kernel((min(-(-biggest // BLOCK), max_blocks()), len(chunk)), (BLOCK,), (args,))
     return out
@@ -157,5 +178,5 @@ def _matmul(arrays, a):
 
 RUN = {"matmul": _matmul, "batch_norm_stats": _stats, "batch_norm_grad_sums": _grad_sums, "batch_norm_table": _table,
        "batch_norm_grad_table": _grad_table, "max_pool_pick": _max_pool("pick"),
-       "max_pool_route": _max_pool("route"), "sgd_many": _sgd_many,
+       "max_pool_route": _max_pool("route"), "sgd_many": _sgd_many, "adam_many": _adam_many,
        "fuse_barrier": lambda arrays, attrs: arrays[0]}      # stop_fuse: the buffer stays on the device
