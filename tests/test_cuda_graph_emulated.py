@@ -11,13 +11,16 @@ import contextlib
 import ctypes
 import sys
 import types
+import weakref
 
 import numpy as np
 import pytest
 
 import jtmini as jt
 from jtmini import replay
-from jtmini.runtime import base, cpu, cuda_graph
+from jtmini.ops.registry import OPS
+from jtmini.ops.sgd_many import sgd_many
+from jtmini.runtime import base, cpu, cuda_graph, cuda_library
 from jtmini.runtime.pointers import address
 
 
@@ -42,17 +45,26 @@ class _FakeCupy:
     def __init__(self):
         self.recording = None           # the list closures go to while a stream records
         self.launches = self.copies = 0
+        self.pool = self.default = _Pool()
         stream = types.SimpleNamespace(ptr=0, synchronize=lambda: None)
         runtime = types.SimpleNamespace(memcpyDeviceToDevice=3, memcpyAsync=self._copy)
         self.cuda = types.SimpleNamespace(
-            MemoryPool=lambda: types.SimpleNamespace(malloc=None, total_bytes=lambda: 0),
-            using_allocator=lambda malloc: contextlib.nullcontext(), Stream=lambda non_blocking: _Stream(self),
+            MemoryPool=_Pool, using_allocator=self._using, Stream=lambda non_blocking: _Stream(self),
             get_current_stream=lambda: stream, runtime=runtime,
             Device=lambda: types.SimpleNamespace(mem_info=(1 << 40, 1 << 40)))
         self.ndarray = _Array
 
     def empty(self, shape, dtype):
-        return np.empty(shape, dtype).view(_Array)
+        """A buffer of the pool in use (``using_allocator``), which hands freed bytes out again."""
+        return self.pool.malloc(shape, np.dtype(dtype))
+
+    @contextlib.contextmanager
+    def _using(self, malloc):
+        before, self.pool = self.pool, malloc.__self__
+        try:
+            yield
+        finally:
+            self.pool = before
 
     def matmul(self, a, b, out):
         assert self.recording is None, "a product issued while a stream records (cupy refuses cuBLAS then)"
@@ -69,6 +81,28 @@ class _FakeCupy:
         assert self.recording is None
         self.copies += 1
         ctypes.memmove(dst, src, size)
+
+
+class _Pool:
+    """cupy's memory pool as far as cuda_graph relies on it: bytes freed (when the last array
+    viewing them dies) are handed out again by the same pool, best fit, never by another."""
+
+    def __init__(self):
+        self.free, self.blocks = [], []
+
+    def malloc(self, shape, dtype):
+        nbytes = int(np.prod(shape)) * dtype.itemsize
+        if nbytes == 0:
+            return np.empty(shape, dtype).view(_Array)
+        fits = [k for k, b in enumerate(self.free) if b.nbytes >= nbytes]
+        block = self.free.pop(min(fits, key=lambda k: self.free[k].nbytes)) if fits else np.empty(nbytes, np.uint8)
+        self.blocks.append(block)           # the pool keeps its memory
+        handle = (ctypes.c_uint8 * nbytes).from_address(address(block))
+        weakref.finalize(handle, self.free.append, block)
+        return np.ctypeslib.as_array(handle).view(dtype).reshape(shape).view(_Array)
+
+    def total_bytes(self):
+        return 0
 
 
 class _Stream:
@@ -110,17 +144,45 @@ class _RecordingBackend(base.Backend):
         self.cupy = cupy
 
     def run_kernel(self, kernel, compiled, read):
-        inputs = {id(v): read(v) for v in kernel.inputs}
+        inputs = {id(v): _at_address(read(v)) for v in kernel.inputs}
         outs = [self.cupy.empty(v.shape, np.dtype(v.dtype)) for v in kernel.roots]
+        written = [_at_address(out) for out in outs]
 
         def work():
-            for out, value in zip(outs, cpu.run_kernel(kernel, compiled, lambda v: inputs[id(v)])):
-                out[...] = value
+            for out, value in zip(written, cpu.run_kernel(kernel, compiled, lambda v: inputs[id(v)]())):
+                out()[...] = value
         self.cupy.issue(work)
         return outs
 
     def source_arrays(self, step, read):
         return cpu.source_arrays(step, read)
+
+    def run_tabled(self, step, read, table):
+        """A tabled op's host form, reading its hyper-parameters from ``table`` when the work runs."""
+        root, arrays = step.root, [_at_address(a) for a in cpu.source_arrays(step, read)]
+        out, name = self.cupy.empty(root.shape, np.dtype(root.dtype)), cuda_library.TABLED[root.op]
+        written, rows, op, recorded = _at_address(out), _at_address(table), root.op, dict(root.attrs)
+
+        def work():             # what the recording holds: the op and attrs as recorded, the table read now
+            attrs = dict(recorded, **{name: tuple(map(tuple, rows().tolist()))})
+            written()[...] = OPS[op].run([a() for a in arrays], attrs, None)
+        self.cupy.issue(work)
+        return out
+
+
+def _at_address(array):
+    """What recorded work keeps of a buffer, as a CUDA graph does: its address and layout, not a
+    reference, so the pool may hand its bytes out again once the recording drops it."""
+    shape, strides, dtype, at = array.shape, array.strides, array.dtype, address(array)
+    assert all(st >= 0 for st in strides)
+    span = sum((n - 1) * st for n, st in zip(shape, strides)) + dtype.itemsize if array.size else 0
+
+    def view():
+        if not span:
+            return np.empty(shape, dtype)
+        memory = (ctypes.c_uint8 * span).from_address(at)
+        return np.ndarray(shape, dtype, buffer=memory, strides=strides)
+    return view
 
 
 @pytest.fixture
@@ -313,3 +375,54 @@ def test_a_program_does_not_keep_its_plan_alive(fake, rng):
         assert gone() is None
     finally:
         gc.enable()
+
+
+def test_a_packed_update_reads_its_hyper_parameters_from_a_table_written_each_hit(fake, rng):
+    """SGD's packed update with a new learning rate on every hit: one recording, each hit's values.
+    The table must not be bytes a step before the update writes (the pool hands dropped ones out)."""
+    replay.clear()
+    shapes = [(4, 3), (3,)]
+
+    def update(values, lr):
+        g, buf, p = ([jt.array(v) for v in column] for column in values)
+        # a buffer the recording drops before the update: its bytes go back to the recording's pool
+        spent = (jt.array(np.ones((16, 16), "float32")) * 0.5).exp()
+        g[0] = g[0] + (spent.sum() + spent.max()) * 0
+        return [sgd_many(g, buf, p, None, [(lr, 0.9, 1.0, 1e-2, 0, 1), (lr / 2, 0.9, 1.0, 0.0, 0, 0)]) * 1]
+
+    def want(values, lr):
+        out = []
+        for (g, buf, p), (rate, decay, nesterov) in zip(zip(*values), [(lr, 1e-2, 1), (lr / 2, 0.0, 0)]):
+            d = g + np.float32(decay) * p
+            b = np.float32(0.9) * buf + d
+            out += [b.ravel(), (p - np.float32(rate) * (d + np.float32(0.9) * b if nesterov else b)).ravel()]
+        return np.concatenate(out)
+
+    def draw():
+        return [[rng.standard_normal(s).astype("float32") for s in shapes] for _ in range(3)]
+    jt.sync(update(draw(), 0.1))
+    program, recordings = None, []
+    for n in range(4):
+        values, lr = draw(), 0.1 / (n + 1)
+        template, vars_, targets = _hit(lambda: update(values, lr))
+        program = program or cuda_graph.prepare(template, vars_)
+        _run(program, vars_, targets, fake)
+        recordings.append(id(program.parts))
+        np.testing.assert_allclose(targets[0]._data, want(values, lr), rtol=1e-5, atol=1e-7)
+    assert len(set(recordings)) == 1 and program.tables, "a new learning rate recorded again"
+
+
+def test_a_training_loop_with_a_packed_update_records_once_through_a_new_learning_rate(fake, monkeypatch):
+    """SGD's packed update (the GPU's: ``optim._packed_sgd``) reads its learning rate from its
+    table, so a changed one records nothing, and the numbers stay the CPU's."""
+    from jtmini import optim
+    monkeypatch.setattr(optim, "PACKED_SGD_ON_CPU", True)
+    replay.clear()
+    jt.reset_stats()
+    losses, weights = _train(12, _EmulatedGpu(fake), {6: 0.01})
+    stats = jt.stats()
+    plain_losses, plain_weights = _train(12, lr_at={6: 0.01})
+    assert stats["cuda_graph_launches"] >= 8 and stats["cuda_graph_recordings"] == 1
+    np.testing.assert_allclose(losses, plain_losses, rtol=1e-6)
+    for w, plain in zip(weights, plain_weights):
+        np.testing.assert_allclose(w, plain, rtol=1e-5, atol=1e-7)

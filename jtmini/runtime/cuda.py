@@ -189,6 +189,12 @@ def run_library(step, read):
     return cupy.ascontiguousarray(out, dtype=root.dtype).reshape(root.shape)
 
 
+def run_tabled(step, read, table):
+    """A packed optimizer update (``cuda_library.TABLED``) reading its hyper-parameters from
+    ``table``, a recording's device array (``runtime/cuda_graph.py``)."""
+    return cuda_library.RUN[step.root.op](source_arrays(step, read), step.root.attrs, table=table)
+
+
 def run_collective(step, read):
     """Through NCCL on the device when every rank has a GPU of its own; else through the host (MPI
     on numpy buffers), and readers upload the result (``runtime/nccl.py``)."""
@@ -201,6 +207,7 @@ class _Cuda(Backend):
     build = staticmethod(build)
     run_kernel = staticmethod(run_kernel)
     run_library = staticmethod(run_library)
+    run_tabled = staticmethod(run_tabled)
     run_collective = staticmethod(run_collective)
     source_arrays = staticmethod(source_arrays)
     to_host = staticmethod(to_host)

@@ -18,7 +18,10 @@ A recording reads and writes fixed addresses, so a hit goes in three parts:
    changes under them when the next hit writes the recording's buffers again.
 
 What a recording bakes in is checked on every hit: the values of runtime attrs (a learning rate
-that a scheduler changes, a slice's start) are compared, and a change records again. A plan that
+that a scheduler changes, a slice's start) are compared, and a change records again. The packed
+optimizer updates (``cuda_library.TABLED``: SGD's and Adam's, whose step sizes change every step)
+read their hyper-parameters from a device table of the recording instead, written before each
+launch, so a new learning rate or bias correction records nothing. A plan that
 keeps changing them (``MAX_CHURN`` recordings in a row each replaced within ``FEW_HITS`` hits),
 or one with a step that cannot be recorded (a collective, a library op staged through the host, a
 random draw), runs step by step, as does any hit under ``jt.profile_scope`` (which times each launch).
@@ -49,11 +52,11 @@ class Program:
     It holds its plan weakly: the plan holds it (``replay._Template.programs``), and a cycle would
     keep an evicted plan's GPU pool until the cyclic collector ran."""
     __slots__ = ("template", "runtime_at", "counts", "parts", "pool", "slots", "filled", "outs", "key", "served",
-                 "churn", "stepwise", "__weakref__")
+                 "churn", "stepwise", "tables", "__weakref__")
 
     def __init__(self, template, runtime_at, counts):
         self.template, self.runtime_at, self.counts = weakref.ref(template), runtime_at, counts
-        self.parts = self.pool = self.slots = self.filled = self.outs = self.key = None
+        self.parts = self.pool = self.slots = self.filled = self.outs = self.key = self.tables = None
         self.served, self.churn, self.stepwise = FEW_HITS, 0, False
 
 
@@ -71,9 +74,15 @@ def prepare(template, vars_):
             calls += 1
         elif row.cls is not schedule.View:
             return None                 # a collective: NCCL or MPI outside the recording
-    runtime_at = tuple((k, OPS[vars_[k].op].runtime_attrs) for k in range(template.n_order)
-                       if OPS[vars_[k].op].runtime_attrs)
+    # a tabled op's hyper-parameters are written into its table on each hit: not compared
+    runtime_at = tuple((k, names) for k, names in ((k, _baked(vars_[k].op)) for k in range(template.n_order))
+                       if names)
     return Program(template, runtime_at, (kernels, calls))
+
+
+def _baked(op):
+    """The runtime attrs of ``op`` a recording bakes in (all but a tabled op's table)."""
+    return tuple(name for name in OPS[op].runtime_attrs if name != cuda_library.TABLED.get(op))
 
 
 def run(program, vars_, backend, recorder=None):
@@ -106,10 +115,13 @@ def _record(program, vars_, backend, key):
     try:
         with cupy.cuda.using_allocator(pool.malloc):
             slots = [cupy.empty(v.shape, dtypes.NUMPY[v.dtype]) for v in vars_[template.n_order:]]
+            # before any step: bytes a step drops go back to this pool, and a table on them would be
+            # overwritten by the launches before the one that reads it (seen on an H200)
+            tables = {k: _table_of(vars_[k]) for k in _tabled(template, vars_)}
             parts = _Parts(cupy.cuda.Stream(non_blocking=True))
             with parts.stream:
                 try:
-                    buffers = _steps_into(template, vars_, backend, slots, parts)
+                    buffers = _steps_into(template, vars_, backend, slots, parts, tables)
                 except BaseException:
                     parts.abandon()
                     raise
@@ -123,6 +135,7 @@ def _record(program, vars_, backend, key):
         compiler._log(f"CUDA graphs would keep {kept / 2**20:.0f} MB of GPU memory; this step runs step by step")
         return False
     program.parts, program.pool, program.slots, program.key, program.served = parts.parts, pool, slots, key, 0
+    program.tables = list(tables.items())
     program.filled = [None] * len(slots)
     program.outs = [(k, buffers[k]) for k in template.targets]
     _live.add(program)
@@ -177,12 +190,14 @@ def _release(program):
         import cupy
         cupy.cuda.get_current_stream().synchronize()
     program.parts = program.pool = program.slots = program.filled = program.outs = program.key = None
+    program.tables = None
     _live.discard(program)
 
 
-def _steps_into(template, vars_, backend, slots, parts):
+def _steps_into(template, vars_, backend, slots, parts, tables):
     """Issue the plan's steps on ``vars_`` into ``parts`` (a ``_Parts``) with the realized inputs read from
-    ``slots``; returns the buffers of the computed positions still referenced."""
+    ``slots`` and each tabled op's hyper-parameters from ``tables[position]``; returns the buffers
+    of the computed positions still referenced."""
     n_order, at = template.n_order, {id(v): k for k, v in enumerate(vars_)}
     buffers = {}
 
@@ -193,6 +208,9 @@ def _steps_into(template, vars_, backend, slots, parts):
     for step, built, drops in zip(template.steps(vars_), template.compiled, template.last_reads()):
         if isinstance(step, schedule.LibraryCall) and step.root.op == "matmul":
             buffers[at[id(step.root)]] = _product(step, backend.source_arrays(step, read), parts)
+        elif isinstance(step, schedule.LibraryCall) and step.root.op in cuda_library.TABLED:
+            buffers[at[id(step.root)]] = backend.run_tabled(step, read, tables[at[id(step.root)]])
+            parts.issued()
         else:
             roots, outs = backend.run_step(step, built, read)
             for root, out in zip(roots, outs):
@@ -216,11 +234,31 @@ def _product(step, arrays, parts):
     return out
 
 
+def _tabled(template, vars_):
+    """The positions of the plan's tabled library calls."""
+    return [row.root for row, compiled in zip(template.rows, template.compiled) if compiled is None
+            and row.cls is schedule.LibraryCall and vars_[row.root].op in cuda_library.TABLED]
+
+
+def _table_of(root):
+    """A device table of the shape of ``root``'s tabled attr (one row of numbers per parameter)."""
+    import cupy
+    rows = root.attrs[cuda_library.TABLED[root.op]]
+    return cupy.empty((len(rows), len(rows[0]) if rows else 0), np.float64)
+
+
+def _write_tables(program, vars_):
+    """Each tabled op's current hyper-parameters into its table, on the stream, before the parts."""
+    for k, table in program.tables:
+        table.set(np.asarray(vars_[k].attrs[cuda_library.TABLED[vars_[k].op]], np.float64).reshape(table.shape))
+
+
 def _launched(program, vars_):
     """Fill the slots and launch the parts; False (logged, the plan then runs step by step) when
     the first launch of a recording fails: nothing the user holds was written yet."""
     try:
         _fill_slots(program, vars_)
+        _write_tables(program, vars_)
         _launch(program.parts)
     except Exception as e:
         if program.served:

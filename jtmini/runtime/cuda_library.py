@@ -22,9 +22,12 @@ _POOL = np.dtype([(name, np.int64) for name in ("planes", "H", "W", "OH", "OW", 
                                                   "ph", "pw", "dh", "dw")])
 SGD_CHUNK = 32       # parameters a launch of jt_sgd_many or jt_adam_many takes: by value, under 4 KB
 _SGD = np.dtype([(name, np.int64, (SGD_CHUNK,)) for name in ("g", "buf", "p", "out", "n")]
-                + [("h", np.float64, (SGD_CHUNK, 6)), ("coef", np.int64), ("count", np.int64), ("momentum", np.int64)])
+                + [(name, np.int64) for name in ("h", "coef", "count", "momentum")])
 _ADAM = np.dtype([(name, np.int64, (SGD_CHUNK,)) for name in ("g", "m", "v", "p", "out", "n")]
-                 + [("h", np.float64, (SGD_CHUNK, 8)), ("coef", np.int64), ("count", np.int64), ("decay", np.int64)])
+                 + [(name, np.int64) for name in ("h", "coef", "count", "decay")])
+# ops whose kernels read this attr (a row of numbers per parameter) from a device table: a
+# recording writes it before each launch instead of baking it in (runtime/cuda_graph.py)
+TABLED = {"sgd_many": "hyper", "adam_many": "hyper"}
 
 
 @functools.lru_cache(maxsize=None)
@@ -127,26 +130,32 @@ def _max_pool(mode):
     return run
 
 
-def _sgd_many(arrays, a):
-    """``ops/sgd_many.py`` on the device: one launch per ``SGD_CHUNK`` parameters into one flat output."""
+def _sgd_many(arrays, a, table=None):
+    """``ops/sgd_many.py`` on the device: one launch per ``SGD_CHUNK`` parameters into one flat
+    output; the hyper-parameters are read from ``table`` (see ``_many``)."""
     k, blocks = a["count"], 1 + a["momentum"]
     columns = dict(g=arrays[:k], buf=arrays[k:2 * k] if a["momentum"] else [None] * k,
                    p=arrays[blocks * k:(blocks + 1) * k])
-    return _many("jt_sgd_many", _SGD, columns, arrays[-1] if a["clip"] else None, blocks, a["hyper"],
+    return _many("jt_sgd_many", _SGD, columns, arrays[-1] if a["clip"] else None, blocks, a["hyper"], table,
                  momentum=a["momentum"])
 
 
-def _adam_many(arrays, a):
+def _adam_many(arrays, a, table=None):
     """``ops/adam_many.py`` on the device, as ``_sgd_many``: each parameter's new m, v and value."""
     k = a["count"]
     columns = dict(zip("gmvp", (arrays[j * k:(j + 1) * k] for j in range(4))))
-    return _many("jt_adam_many", _ADAM, columns, arrays[-1] if a["clip"] else None, 3, a["hyper"], decay=a["decay"])
+    return _many("jt_adam_many", _ADAM, columns, arrays[-1] if a["clip"] else None, 3, a["hyper"], table,
+                 decay=a["decay"])
 
 
-def _many(name, struct, columns, coef, blocks, hyper, **flags):
+def _many(name, struct, columns, coef, blocks, hyper, table, **flags):
     """Launch the update kernel ``name`` over chunks of the parameters: ``columns`` maps each of
-    ``struct``'s address fields to one array (or None) per parameter, the last being the values."""
+    ``struct``'s address fields to one array (or None) per parameter, the last being the values.
+    The kernels read the rows of ``hyper`` from ``table``, a device array of a recording that it
+    fills before each launch; None: uploaded here."""
     import cupy
+    if table is None:
+        table = cupy.asarray(np.asarray(hyper, np.float64))
     columns = {field: [None if x is None else cupy.ascontiguousarray(x) for x in column]
                for field, column in columns.items()}
     params = columns["p"]
@@ -161,7 +170,7 @@ def _many(name, struct, columns, coef, blocks, hyper, **flags):
             args[field][0, :len(chunk)] = [0 if column[j] is None else column[j].data.ptr for j in chunk]
         args["out"][0, :len(chunk)] = starts[chunk.start:chunk.stop]
         args["n"][0, :len(chunk)] = sizes[chunk.start:chunk.stop]
-        args["h"][0, :len(chunk)] = hyper[chunk.start:chunk.stop]
+        args["h"] = table.data.ptr + chunk.start * table.strides[0]
         args["coef"], args["count"] = 0 if coef is None else coef.data.ptr, len(chunk)
         for flag, value in flags.items():
             args[flag] = value
