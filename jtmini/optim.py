@@ -643,8 +643,8 @@ def _one_float_dtype(params, grads):
     and each gradient its parameter's shape."""
     dtype = params[0].dtype
     # shapes are mostly one shared object (var._shape_of): identity first, Shape.__ne__ is Python
-    return dtype in ("float32", "float64") and not any(
-        x.dtype != dtype or (x.shape is not p.shape and x.shape != p.shape) for p, g in zip(params, grads) for x in (p, g))
+    return dtype in ("float32", "float64") and not any(x.dtype != dtype or (x.shape is not p.shape and x.shape != p.shape)
+                                                       for p, g in zip(params, grads) for x in (p, g))
 
 
 class Adam(Optimizer):

@@ -4,8 +4,8 @@ parameter of a model as one library call, as PyTorch's multi-tensor ("foreach") 
 On the GPU, composed, each parameter's update was ~6 graph nodes (decay, buffer, update and their
 constants) and its own merged kernel, and each new value a target the recorded step copied out on
 its own: for ResNet-18's 62 parameters ~370 nodes, 62 launches and 124 copies a step, where this
-is one node, one launch per ``CHUNK`` parameters (``templates/cuda/library.cu.j2``) and one copy.
-On the CPU the composed update stays (``optim.SGD``): written over the old buffers
+is one node, one launch per ``cuda_library.SGD_CHUNK`` parameters (``templates/cuda/library.cu.j2``)
+and one copy. On the CPU the composed update stays (``optim.SGD``): written over the old buffers
 (``runtime/cpu_inplace.py``), it streams fewer bytes than a new flat buffer would; this op's host
 form (numpy, the same expressions in the same order) serves tests and staging.
 

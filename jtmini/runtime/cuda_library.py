@@ -38,7 +38,7 @@ def max_blocks():
 
 
 def source(dtype):
-    """The CUDA source of the six kernels for ``dtype`` (float32 or float64)."""
+    """The CUDA source of the library kernels for ``dtype``."""
     return codegen.render("cuda", "library", ctype=dtypes.C_TYPES[dtype], block=BLOCK, sgd_chunk=SGD_CHUNK)
 
 
