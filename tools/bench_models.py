@@ -1,11 +1,13 @@
 """The example models and six more against PyTorch eager twins on the CPU: step time, first step, peak RSS.
 
 Models: the MLP, LeNet-5, char transformer, GRU, VGG+BN (train, and eval under no_grad), GAN of
-examples/, ResNet-18 (jtmini.models), and six that no example has, each defined once here for both: an
-LSTM classifier, a MobileNet-style net (depthwise-separable convs + BN), a TextCNN (Embedding, three
+examples/, ResNet-18 (jtmini.models), and seven that no example has, each defined once here for both:
+an LSTM classifier, a MobileNet-style net (depthwise-separable convs + BN), a TextCNN (Embedding, three
 Conv1d), a conv autoencoder (ConvTranspose2d decoder, MSE loss), a small U-Net (nearest up-sampling,
-skip concats, BCE with logits against binary masks) and a seq2seq (GRUCell encoder, LSTMCell decoder
-with teacher forcing, cross-entropy summed over the steps), built from either framework's ``nn``.
+skip concats, BCE with logits against binary masks), a seq2seq (GRUCell encoder, LSTMCell decoder
+with teacher forcing, cross-entropy summed over the steps) and an MNIST-sized DCGAN (transposed convs
+with BatchNorm from a 1x1 code, a conv discriminator ending in a 7x7 kernel over the whole map, two
+Adams), built from either framework's ``nn``.
 For an example's model the jtmini side uses the example's own classes and ``make_optimizer``; the
 PyTorch twins here have the same layers, sizes, optimizer, batch and loss. Batches are random
 arrays of the models' shapes (no download); both sides draw the same ones and convert them inside
@@ -226,6 +228,27 @@ def jt_gan():
     return step
 
 
+def jt_dcgan():
+    """A discriminator step, then a generator step, as ``jt_gan``'s."""
+    import jtmini as jt
+    from jtmini import nn
+    generator, discriminator = _dcgan(nn)
+    g_opt = nn.Adam(generator.parameters(), lr=2e-4, betas=(0.5, 0.999))
+    d_opt = nn.Adam(discriminator.parameters(), lr=2e-4, betas=(0.5, 0.999))
+    bce = nn.BCEWithLogitsLoss()
+
+    def step(real, z):
+        real, z = jt.array(real), jt.array(z)
+        ones, zeros = jt.ones(len(real), 1), jt.zeros(len(real), 1)
+        fake = generator(z)
+        d_loss = bce(discriminator(real), ones) + bce(discriminator(fake.detach()), zeros)
+        d_opt.step(d_loss)
+        g_loss = bce(discriminator(fake), ones)
+        g_opt.step(g_loss)
+        return d_loss.item() + g_loss.item()
+    return step
+
+
 def jt_lstm():
     from jtmini import nn
     model = _last_step_classifier(nn, nn.LSTM(32, 128, batch_first=True), 128, 10)
@@ -263,6 +286,24 @@ def _conv_ae(nn):
     return nn.Sequential(nn.Conv2d(1, 16, 3, 2, 1), nn.ReLU(), nn.Conv2d(16, 32, 3, 2, 1), nn.ReLU(),
                          nn.ConvTranspose2d(32, 16, 4, 2, 1), nn.ReLU(), nn.ConvTranspose2d(16, 1, 4, 2, 1),
                          nn.Sigmoid())
+
+
+def _dcgan(nn):
+    """``(generator, discriminator)``: 64-d codes as 1x1 maps up to 1x28x28 images and back down to
+    one logit; ``nn`` as for ``_last_step_classifier``."""
+    generator = nn.Sequential(nn.ConvTranspose2d(64, 64, 7), nn.BatchNorm2d(64), nn.ReLU(),
+                              nn.ConvTranspose2d(64, 32, 4, 2, 1), nn.BatchNorm2d(32), nn.ReLU(),
+                              nn.ConvTranspose2d(32, 1, 4, 2, 1), nn.Tanh())
+    discriminator = nn.Sequential(nn.Conv2d(1, 32, 4, 2, 1), nn.LeakyReLU(0.2), nn.Conv2d(32, 64, 4, 2, 1),
+                                  nn.LeakyReLU(0.2), nn.Conv2d(64, 1, 7), nn.Flatten())
+    return generator, discriminator
+
+
+def _dcgan_batch(batch):
+    def draw(rng):
+        return (rng.random((batch, 1, 28, 28)).astype(np.float32) * 2 - 1,
+                rng.standard_normal((batch, 64, 1, 1)).astype(np.float32))
+    return draw
 
 
 def _unet(nn, cat):
@@ -548,6 +589,30 @@ def torch_gan():
     return step
 
 
+def torch_dcgan():
+    import torch
+    from torch import nn
+    generator, discriminator = _dcgan(nn)
+    g_opt = torch.optim.Adam(generator.parameters(), lr=2e-4, betas=(0.5, 0.999))
+    d_opt = torch.optim.Adam(discriminator.parameters(), lr=2e-4, betas=(0.5, 0.999))
+    bce = nn.BCEWithLogitsLoss()
+
+    def step(real, z):
+        real, z = torch.from_numpy(real), torch.from_numpy(z)
+        ones, zeros = torch.ones(len(real), 1), torch.zeros(len(real), 1)
+        fake = generator(z)
+        d_loss = bce(discriminator(real), ones) + bce(discriminator(fake.detach()), zeros)
+        d_opt.zero_grad()
+        d_loss.backward()
+        d_opt.step()
+        g_loss = bce(discriminator(fake), ones)
+        g_opt.zero_grad()
+        g_loss.backward()
+        g_opt.step()
+        return d_loss.item() + g_loss.item()
+    return step
+
+
 def torch_lstm():
     import torch
     model = _last_step_classifier(torch.nn, torch.nn.LSTM(32, 128, batch_first=True), 128, 10)
@@ -645,6 +710,8 @@ MODELS = {
                   _masked_images((16, 1, 64, 64)), jt_unet, torch_unet),
     "seq2seq": Model("GRUCell enc + LSTMCell dec, 20 + 20 steps, hidden 128, vocab 50, batch 32, Adam", 100,
                      _seq2seq_batch(32, 20, 32, 50), jt_seq2seq, torch_seq2seq),
+    "dcgan": Model("1x1 code -> 1x28x28 (transposed convs + BN) -> 7x7 conv logit, batch 64, 2 Adam", 30,
+                   _dcgan_batch(64), jt_dcgan, torch_dcgan),
 }
 # Where the examples' defaults (used here) differ from the sizes the benchmark's issue suggested.
 DEVIATIONS = ("sizes are the examples' defaults, not the issue's: MLP 784-256-10 (not 784-512-256-10), "
