@@ -207,13 +207,10 @@ def jt_transformer():
     return step
 
 
-def jt_gan():
+def _jt_gan_step(generator, discriminator, g_opt, d_opt):
     """examples/gan.py ``train``'s round: a discriminator step, then a generator step."""
     import jtmini as jt
     from jtmini import nn
-    ex = example("gan")
-    generator, discriminator = ex.Generator(), ex.Discriminator()
-    g_opt, d_opt = ex.make_optimizers(generator, discriminator)
     bce = nn.BCEWithLogitsLoss()
 
     def step(real, z):
@@ -226,27 +223,18 @@ def jt_gan():
         g_opt.step(g_loss)
         return d_loss.item() + g_loss.item()
     return step
+
+
+def jt_gan():
+    ex = example("gan")
+    generator, discriminator = ex.Generator(), ex.Discriminator()
+    return _jt_gan_step(generator, discriminator, *ex.make_optimizers(generator, discriminator))
 
 
 def jt_dcgan():
-    """A discriminator step, then a generator step, as ``jt_gan``'s."""
-    import jtmini as jt
     from jtmini import nn
     generator, discriminator = _dcgan(nn)
-    g_opt = nn.Adam(generator.parameters(), lr=2e-4, betas=(0.5, 0.999))
-    d_opt = nn.Adam(discriminator.parameters(), lr=2e-4, betas=(0.5, 0.999))
-    bce = nn.BCEWithLogitsLoss()
-
-    def step(real, z):
-        real, z = jt.array(real), jt.array(z)
-        ones, zeros = jt.ones(len(real), 1), jt.zeros(len(real), 1)
-        fake = generator(z)
-        d_loss = bce(discriminator(real), ones) + bce(discriminator(fake.detach()), zeros)
-        d_opt.step(d_loss)
-        g_loss = bce(discriminator(fake), ones)
-        g_opt.step(g_loss)
-        return d_loss.item() + g_loss.item()
-    return step
+    return _jt_gan_step(generator, discriminator, *example("gan").make_optimizers(generator, discriminator, lr=2e-4))
 
 
 def jt_lstm():
@@ -563,54 +551,41 @@ def torch_transformer():
     return step
 
 
-def torch_gan():
+def _torch_gan_step(generator, discriminator, lr):
+    """``_jt_gan_step``'s round in PyTorch, with two Adams of ``lr`` and betas (0.5, 0.999)."""
     import torch
+    from torch import nn
+    g_opt = torch.optim.Adam(generator.parameters(), lr=lr, betas=(0.5, 0.999))
+    d_opt = torch.optim.Adam(discriminator.parameters(), lr=lr, betas=(0.5, 0.999))
+    bce = nn.BCEWithLogitsLoss()
+
+    def step(real, z):
+        real, z = torch.from_numpy(real), torch.from_numpy(z)
+        ones, zeros = torch.ones(len(real), 1), torch.zeros(len(real), 1)
+        fake = generator(z)
+        d_loss = bce(discriminator(real), ones) + bce(discriminator(fake.detach()), zeros)
+        d_opt.zero_grad()
+        d_loss.backward()
+        d_opt.step()
+        g_loss = bce(discriminator(fake), ones)
+        g_opt.zero_grad()
+        g_loss.backward()
+        g_opt.step()
+        return d_loss.item() + g_loss.item()
+    return step
+
+
+def torch_gan():
     from torch import nn
     generator = nn.Sequential(nn.Linear(8, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 2))
     discriminator = nn.Sequential(nn.Linear(2, 64), nn.LeakyReLU(0.2), nn.Linear(64, 64), nn.LeakyReLU(0.2),
                                   nn.Linear(64, 1))
-    g_opt = torch.optim.Adam(generator.parameters(), lr=1e-3, betas=(0.5, 0.999))
-    d_opt = torch.optim.Adam(discriminator.parameters(), lr=1e-3, betas=(0.5, 0.999))
-    bce = nn.BCEWithLogitsLoss()
-
-    def step(real, z):
-        real, z = torch.from_numpy(real), torch.from_numpy(z)
-        ones, zeros = torch.ones(len(real), 1), torch.zeros(len(real), 1)
-        fake = generator(z)
-        d_loss = bce(discriminator(real), ones) + bce(discriminator(fake.detach()), zeros)
-        d_opt.zero_grad()
-        d_loss.backward()
-        d_opt.step()
-        g_loss = bce(discriminator(fake), ones)
-        g_opt.zero_grad()
-        g_loss.backward()
-        g_opt.step()
-        return d_loss.item() + g_loss.item()
-    return step
+    return _torch_gan_step(generator, discriminator, 1e-3)
 
 
 def torch_dcgan():
-    import torch
     from torch import nn
-    generator, discriminator = _dcgan(nn)
-    g_opt = torch.optim.Adam(generator.parameters(), lr=2e-4, betas=(0.5, 0.999))
-    d_opt = torch.optim.Adam(discriminator.parameters(), lr=2e-4, betas=(0.5, 0.999))
-    bce = nn.BCEWithLogitsLoss()
-
-    def step(real, z):
-        real, z = torch.from_numpy(real), torch.from_numpy(z)
-        ones, zeros = torch.ones(len(real), 1), torch.zeros(len(real), 1)
-        fake = generator(z)
-        d_loss = bce(discriminator(real), ones) + bce(discriminator(fake.detach()), zeros)
-        d_opt.zero_grad()
-        d_loss.backward()
-        d_opt.step()
-        g_loss = bce(discriminator(fake), ones)
-        g_opt.zero_grad()
-        g_loss.backward()
-        g_opt.step()
-        return d_loss.item() + g_loss.item()
-    return step
+    return _torch_gan_step(*_dcgan(nn), 2e-4)
 
 
 def torch_lstm():
