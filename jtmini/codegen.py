@@ -437,17 +437,31 @@ class _Builder:
         spec = OPS[op]
         src_dims = self.dims(inputs[0])
         imap = spec.index(dict(attrs), len(src_dims), ndim)
-        subst = self.substituter(idx, src_dims, self.dims(Ref("t", k)), inputs[1:], k)
-        names, conds = self.indices(imap, subst, src_dims, imap.checked)
+        out_dims = self.dims(Ref("t", k))
+        subst = self.substituter(idx, src_dims, out_dims, inputs[1:], k)
+        names, conds = self.indices(imap, subst, src_dims, imap.checked, self.within(idx, out_dims))
         return names, conds, imap
 
-    def indices(self, imap, subst, dims, checked=True):
+    def within(self, idx, dims):
+        """``self.ranges`` and the range each index symbol in ``idx`` takes inside ``dims`` where
+        compiled in: the index a node is read at lies in its shape. Only for taking divisions
+        apart (``Expr.fold_divisions``), not for proving reads in bounds: a read whose value a
+        condition discards may pass an index outside, and its load is clamped instead."""
+        ranges = dict(self.ranges)
+        for i, dim in zip(idx, dims):
+            size = self.known(dim)
+            if i.op == "sym" and size and i.args[0] not in ranges:
+                ranges[i.args[0]] = (0, size - 1)
+        return ranges
+
+    def indices(self, imap, subst, dims, checked=True, ranges=None):
         """Declare the index names of ``imap`` into a tensor of ``dims`` (Exprs of them); also the
         C conditions under which they are used: none of ``imap.conditions``, and, when
-        ``checked``, inside ``dims`` (but for the names whose range is known to be inside)."""
+        ``checked``, inside ``dims`` (but for the names whose range is known to be inside).
+        ``ranges`` (``within``): what divisions are taken apart with."""
         names, conds = [], []
         for expr, dim in zip(imap.exprs, dims):
-            name, expr = self.fresh("j"), subst(expr)
+            name, expr = self.fresh("j"), subst(expr).fold_divisions(ranges or self.ranges)
             self.lines.append(f"const int64_t {name} = {expr.render()};")
             self.index_defs[name] = expr.replace(self.expand)
             names.append(sym(name))

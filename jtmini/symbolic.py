@@ -108,6 +108,19 @@ class Expr:
         (or int) replaced by it, simplified again."""
         return _replace(self, leaf, {})
 
+    def fold_divisions(self, ranges):
+        """The expression with each division and remainder of a sum by a constant taken apart
+        where the symbols' ranges (as for ``interval``) allow: ``(x * c + y) / d`` is ``x / (d /
+        c)`` and ``(x * c + y) % d`` is ``(x % (d / c)) * c + y`` when ``c`` divides ``d``, ``x >=
+        0`` and ``0 <= y < c``. A reshape of a view unravels its flat index so, and the inner
+        loop's index then stays out of the division: the loop reads contiguously and vectorises.
+
+        >>> i = indices("i")
+        >>> ((i[0] * 128 + i[1]) % 512).fold_divisions({"i0": (0, 99), "i1": (0, 127)}).render()
+        '(((i0 % 4) * 128) + i1)'
+        """
+        return _fold(self, ranges, {})
+
     # --- rendering ---------------------------------------------------------------------------
     def render(self):
         """C source; a read must have been replaced first (``replace``)."""
@@ -360,6 +373,54 @@ def _replace(e, leaf, memo):
 
 
 _REBUILD = {"!": logical_not, "?:": where, "clamp": clamp}
+
+
+def _fold(e, ranges, memo):
+    if e in memo:
+        return memo[e]
+    out = e
+    if e.op not in ("num", "sym", "read"):
+        args = [_fold(a, ranges, memo) for a in e.args]
+        out = _REBUILD.get(e.op, lambda *xs: binary(e.op, *xs))(*args)
+        d = out.args[1].value if out.op in ("/", "%") else None
+        if d is not None and d > 0:
+            out = _split_division(out.op, out.args[0], d, ranges) or out
+    memo[e] = out
+    return out
+
+
+def _terms(e):
+    """``[(coefficient, Expr | None)]`` of a sum (None: the constant term)."""
+    if e.op == "+":
+        return _terms(e.args[0]) + _terms(e.args[1])
+    if e.value is not None:
+        return [(e.value, None)]
+    if e.op == "*" and e.args[1].value is not None:
+        return [(e.args[1].value, e.args[0])]
+    return [(1, e)]
+
+
+def _sum(terms):
+    total = num(0)
+    for c, x in terms:
+        total = total + (c if x is None else x * c)
+    return total
+
+
+def _split_division(op, a, d, ranges):
+    """``a / d`` or ``a % d`` without dividing the whole sum ``a`` (see ``fold_divisions``), or None."""
+    terms = _terms(a)
+    for c in sorted({d} | {c for c, x in terms if x is not None and 0 < c < d and d % c == 0}, reverse=True):
+        high = [(k // c, x) for k, x in terms if x is not None and k % c == 0]
+        low = [(k, x) for k, x in terms if x is None or k % c != 0]
+        if not high:
+            continue
+        x, y = _sum(high), _sum(low)
+        x_span, y_span = x.interval(ranges), y.interval(ranges)
+        if x_span is None or y_span is None or x_span[0] < 0 or y_span[0] < 0 or y_span[1] >= c:
+            continue
+        return x // (d // c) if op == "/" else (x % (d // c)) * c + y
+    return None
 
 
 def _render(e, c):

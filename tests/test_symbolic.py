@@ -131,3 +131,47 @@ def test_codegen_checks_only_the_indices_that_can_leave_their_dim():
     past = x.reindex([3, 3], ["i0", "i1 * 2"], overflow_value=-1) + 1    # the last column reads past
     assert checked_dims(past) == 1
     np.testing.assert_array_equal(past.numpy(), np.concatenate([x_np[:, 0:4:2], [[-1]] * 3], 1) + 1)
+
+
+FOLDABLE = [(i[0] * 128 + i[1]) // 512, (i[0] * 128 + i[1]) % 512, (i[0] * 1024 + i[1] + 5) % 512,
+            (i[0] * 4 + i[1] * 512) // 512, (i[0] * 128 + i[1] + 200) % 512, (i[0] * 3 + i[1]) // 6,
+            (i[0] * 6 + i[1] * 2 + 1) % 12, (i[0] * 8 + i[1] - 3) // 16, (i[0] * 16 + i[1]) // 4 % 8]
+
+
+@pytest.mark.parametrize("expr", FOLDABLE, ids=lambda e: e.source())
+def test_taking_divisions_apart_keeps_every_value(expr):
+    """Inside the ranges it was given, the folded expression takes the same value everywhere;
+    where the ranges do not allow it (a remainder reaching past the divisor), nothing changes."""
+    rng = np.random.default_rng(1)
+    for _ in range(20):
+        ranges = {"i0": (0, int(rng.integers(0, 40))), "i1": (0, int(rng.integers(0, 140)))}
+        folded = expr.fold_divisions(ranges)
+        for v0 in range(ranges["i0"][1] + 1):
+            for v1 in range(ranges["i1"][1] + 1):
+                env = {"i0": v0, "i1": v1}
+                assert folded.evaluate(env) == expr.evaluate(env), (expr.source(), folded.source(), ranges, env)
+
+
+def test_a_division_is_taken_apart_only_where_the_ranges_prove_it():
+    row = i[0] * 128 + i[1]
+    assert (row // 512).fold_divisions({"i0": (0, 9), "i1": (0, 127)}).render() == "(i0 / 4)"
+    assert (row % 512).fold_divisions({"i0": (0, 9), "i1": (0, 127)}).render() == "(((i0 % 4) * 128) + i1)"
+    assert (row // 512).fold_divisions({"i0": (0, 9), "i1": (0, 128)}) == row // 512       # i1 may carry
+    assert (row // 512).fold_divisions({"i0": (-1, 9), "i1": (0, 127)}) == row // 512      # C truncates
+    assert (row // 512).fold_divisions({"i0": (0, 9)}) == row // 512                      # i1 unknown
+
+
+def test_a_reshaped_view_reads_its_rows_without_dividing_in_the_inner_loop():
+    """A sum of reshaped row blocks of one buffer (an RNN's per-step weight gradients): the flat
+    index of the reshape is taken apart, so the kernel's loop over a row divides nothing."""
+    base_np = np.arange(12 * 512, dtype=np.float32).reshape(12, 512)
+    base = jt.array(base_np) * 1
+    base.sync()
+    blocks = [base[4 * k:4 * k + 4].reshape(16, 128) for k in range(3)]
+    total = blocks[0] + blocks[1] + blocks[2]
+    (kernel,) = schedule.plan([total])
+    source = codegen.generate(kernel).source
+    inner = source[source.rindex("for (int64_t i1"):]
+    assert not re.search(r"[/%] 512", inner), inner
+    expect = sum(base_np[4 * k:4 * k + 4].reshape(16, 128) for k in range(3))
+    np.testing.assert_array_equal(total.numpy(), expect)
