@@ -383,8 +383,9 @@ def _fold(e, ranges, memo):
         args = [_fold(a, ranges, memo) for a in e.args]
         out = _REBUILD.get(e.op, lambda *xs: binary(e.op, *xs))(*args)
         d = out.args[1].value if out.op in ("/", "%") else None
-        if d is not None and d > 0:
-            out = _split_division(out.op, out.args[0], d, ranges) or out
+        split = _split_division(out.op, out.args[0], d, ranges) if d is not None and d > 0 else None
+        if split is not None:           # what is left may divide again: ((a * 3 + b) * 4 + c) / 12
+            out = _fold(split, ranges, memo)
     memo[e] = out
     return out
 
@@ -410,7 +411,7 @@ def _sum(terms):
 def _split_division(op, a, d, ranges):
     """``a / d`` or ``a % d`` without dividing the whole sum ``a`` (see ``fold_divisions``), or None."""
     terms = _terms(a)
-    for c in sorted({d} | {c for c, x in terms if x is not None and 0 < c < d and d % c == 0}, reverse=True):
+    for c in sorted({d} | {c for c, x in terms if x is not None and 1 < c < d and d % c == 0}, reverse=True):
         high = [(k // c, x) for k, x in terms if x is not None and k % c == 0]
         low = [(k, x) for k, x in terms if x is None or k % c != 0]
         if not high:

@@ -159,6 +159,9 @@ def test_a_division_is_taken_apart_only_where_the_ranges_prove_it():
     assert (row // 512).fold_divisions({"i0": (0, 9), "i1": (0, 128)}) == row // 512       # i1 may carry
     assert (row // 512).fold_divisions({"i0": (-1, 9), "i1": (0, 127)}) == row // 512      # C truncates
     assert (row // 512).fold_divisions({"i0": (0, 9)}) == row // 512                      # i1 unknown
+    nested, ranges = (i[0] * 3 + i[1]) * 4 + i[2], {"i0": (0, 9), "i1": (0, 2), "i2": (0, 3)}
+    assert (nested // 12).fold_divisions(ranges).render() == "i0"            # what is left divides again
+    assert (nested % 12).fold_divisions(ranges).render() == "((i1 * 4) + i2)"
 
 
 def test_a_reshaped_view_reads_its_rows_without_dividing_in_the_inner_loop():
