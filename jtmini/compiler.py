@@ -51,6 +51,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 import typing
 
 from jtmini import counters
@@ -113,6 +114,7 @@ _private_lock = threading.Lock()
 _running = {}  # compiler Popen -> pid of the process that started it, killed at exit
 _active_temps = set()  # temp-file prefixes of compiles in flight, removed at exit
 _registry_lock = threading.Lock()
+_exiting = threading.Event()  # set when the exit's clean-up begins: no compiler starts after it
 _headers = {}  # (kernel dir, prelude key) -> its header path, or None where it cannot be built
 register_cache("kernel preludes", _headers.clear, "one precompiled header per kernel prelude met")
 # Kernel sources put this line after their includes and helpers: what is above it is parsed once
@@ -229,6 +231,8 @@ def _run(argv, timeout):
     seconds (``subprocess.TimeoutExpired``) or on any exception its whole process group is
     killed, so a compiler driver's children (cc1plus, as, ld) do not outlive it."""
     with _registry_lock:  # started and registered at once: an exit between the two would not kill it
+        if _exiting.is_set():     # a background compile reaching here after the exit's kill would outlive it
+            raise CompileError(f"not starting {argv[0]}: the process is exiting")
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True, errors="replace", start_new_session=True)
         _running[proc] = os.getpid()
@@ -254,6 +258,8 @@ def _kill_group(proc):
 def _log(message, every_rank=False):
     """Print ``[i jtmini] message`` to stderr, through the "jtmini" logger so users can silence it.
     Under mpirun only rank 0's lines show, unless ``every_rank`` (what differs by rank: its GPU)."""
+    if _exiting.is_set():     # compiles fail on purpose once the exit began (see _run): no news for the user
+        return
     logger = jtmini_logger()
     if every_rank and not logger.disabled:      # past the level that quiets ranks other than 0
         logger.handle(logger.makeRecord(logger.name, logging.INFO, __file__, 0, message, (), None))
@@ -1105,18 +1111,28 @@ def _sweep_private_dirs(root):
                 shutil.rmtree(entry.path, ignore_errors=True)
 
 
+def _own_temps():
+    with _registry_lock:
+        return [tmp for tmp in _active_temps if f".tmp.{temp_owner()}." in tmp]
+
+
 @atexit.register
 def _clean_up_at_exit():
     """Kill this process's compilers still running (in a thread the exit did not wait for) and
     remove its temporary files and private folder; a forked child leaves its parent's alone."""
     pid = os.getpid()
     with _registry_lock:
+        _exiting.set()
         running = [proc for proc, owner in _running.items() if owner == pid]
-        temps = [tmp for tmp in _active_temps if f".tmp.{temp_owner()}." in tmp]
     for proc in running:
         with contextlib.suppress(OSError):
             os.killpg(proc.pid, signal.SIGKILL)
-    for tmp in temps:
+    # The threads whose compilers died (or that met the gate in _run) remove their own temporary
+    # files; waiting for them briefly also catches a file written after a snapshot taken here.
+    deadline = time.monotonic() + 2.0
+    while _own_temps() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    for tmp in _own_temps():
         _remove_temps(tmp)
     if pid in _private:
         shutil.rmtree(_private[pid], ignore_errors=True)

@@ -251,6 +251,24 @@ def test_an_exit_while_compiling_in_the_background_kills_the_compilers(tmp_path)
     assert subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True).stdout == b""
 
 
+def test_a_compile_reaching_its_compiler_after_the_exit_began_starts_none(tmp_path):
+    """A background thread slow to start its compiler (delayed here by a wrapper) meets the exit's
+    clean-up first: no compiler may start then, and its temporary files go too."""
+    script = ("import atexit, json, sys, time\n"
+              "atexit.register(time.sleep, 1.0)\n"      # runs after jtmini's clean-up: a slow exit
+              "import jtmini.compiler as compiler\nrun = compiler._run\n"
+              "compiler._run = lambda *a: (time.sleep(0.5), run(*a))[1]\n"
+              "compiler.start_kernels(json.loads(sys.argv[1]))\ntime.sleep(0.1)\n")
+    done = subprocess.run([sys.executable, "-c", script, json.dumps([kernel(n) for n in range(4)])], cwd=REPO,
+                          capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, JTMINI_CACHE_DIR=str(tmp_path), PYTHONPATH=REPO))
+    assert done.returncode == 0, done.stderr
+    __import__("time").sleep(1.0)       # what a compiler started anyway would have written by now
+    assert "the process is exiting" not in done.stderr
+    assert list((tmp_path / "kernels").glob("*.tmp.*")) == []
+    assert subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True).stdout == b""
+
+
 def test_a_step_runs_while_its_later_kernels_compile(cache):
     """A realize on a fresh cache: values and gradients of a chain of maps, reductions and a
     hand-written kernel, against torch, with its kernels started in the background."""
