@@ -17,6 +17,7 @@ from . import dtypes, grad_recipe
 from .creation import zeros_like
 from .flags import flags
 from .gc_pause import paused
+from .ops.assemble import join_parts
 from .ops.registry import OPS, export
 from .var import Var
 
@@ -124,7 +125,7 @@ def _apply_rules(order, loss, targets):
                     break
     grads = {id(loss): loss.ones_like() if dtypes.is_float(loss.dtype) else None} if id(loss) in needed else {}
     for v in reversed(order):
-        d = grads.get(id(v))
+        d = _summed(grads, id(v))
         if d is None or v._stop_grad:
             continue
         for inp, g in zip(*_input_grads(v, d)):
@@ -135,8 +136,23 @@ def _apply_rules(order, loss, targets):
                 continue
             if g.dtype != inp.dtype:
                 g = g.cast(inp.dtype)
-            grads[id(inp)] = g if id(inp) not in grads else grads[id(inp)] + g
-    return [grads.get(id(t)) if grads.get(id(t)) is not None else zeros_like(t) for t in targets]
+            parts = grads.get(id(inp))         # added up when read: join_parts sees them all
+            if parts is None:
+                grads[id(inp)] = g
+            elif isinstance(parts, list):
+                parts.append(g)
+            else:
+                grads[id(inp)] = [parts, g]
+    summed = [_summed(grads, id(t)) for t in targets]
+    return [g if g is not None else zeros_like(t) for g, t in zip(summed, targets)]
+
+
+def _summed(grads, key):
+    """The gradient of the Var ``key``: its parts added once all are in (``join_parts``)."""
+    g = grads.get(key)
+    if isinstance(g, list):
+        g = grads[key] = join_parts(g)
+    return g
 
 
 class no_grad:

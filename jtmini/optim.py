@@ -38,7 +38,7 @@ from .ops.collective import broadcast_in_place, mpi_all_reduce_many
 from .ops.elementwise import adam_update, axpby, axpby_square
 from .ops.reindex import stack
 from .ops.sgd_many import sgd_many
-from .ops.softmax import runs_fused
+from .ops.registry import runs_fused
 from .ops.sum_squares import sum_squares_many
 from .state import replacing
 from .var import Var, pending_roots, untrack

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from .. import init
 from ..ops.conv_kernels import depthwise_conv, tiled_conv
-from ..ops.softmax import runs_fused
+from ..ops.registry import runs_fused
 from ..ops.window import conv_spread, conv_windows
 from .arguments import count, is_count, items
 from .module import Module

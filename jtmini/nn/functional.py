@@ -19,7 +19,7 @@ from ..ops.elementwise import leaky_relu as _leaky_relu
 from ..ops import random_op
 from ..ops.reindex import _permute_checked
 from ..ops.mathfns import softmax_over
-from ..ops.softmax import runs_fused
+from ..ops.registry import runs_fused
 from ..flags import flags
 from ..var import Var
 

@@ -22,8 +22,7 @@ import math
 from .. import dtypes
 from ..state import register_cache
 from ..var import Var
-from .registry import OpSpec, TableKernel, kernel_run, register
-from .sum_squares import _contiguous
+from .registry import OpSpec, TableKernel, c_contiguous, kernel_run, register
 
 _kernels = {}        # (backend, dtype, clip, decay) -> HandKernel
 register_cache("adam_many kernels", _kernels.clear, "one entry per backend, dtype, clipping and decay met")
@@ -86,7 +85,7 @@ def _no_grad(d, out, inputs, a):
 # the hyper-parameters change every step (bias corrections, a learning-rate schedule): launch
 # arguments, so the step's graph and plan stay the same
 register(OpSpec("adam_many", "library", infer=_infer, run=kernel_run(_call, _output), grad=_no_grad,
-                reads_view=_contiguous, runtime_attrs=("hyper",), table_kernel=_call,
+                reads_view=c_contiguous, runtime_attrs=("hyper",), table_kernel=_call,
                 kernels=lambda inputs, a, backend: _planned(inputs[0].dtype, a["clip"], a["decay"])))
 
 

@@ -38,7 +38,7 @@ from .. import dtypes
 from ..state import register_cache
 from ..symbolic import sym
 from ..var import Var
-from .registry import IndexMap, OpSpec, TableKernel, launched_run, register, table_kernel_from
+from .registry import IndexMap, OpSpec, TableKernel, c_contiguous, launched_run, register, table_kernel_from
 from .reindex import stack
 
 _kernels = {}        # (backend, mode, dtype, affine, pooled) -> HandKernel

@@ -25,8 +25,7 @@ import numpy as np
 from .. import dtypes
 from ..state import services
 from ..var import Var
-from .registry import OpSpec, export, register
-from .sum_squares import _contiguous
+from .registry import OpSpec, c_contiguous, export, register
 
 _ALIAS = re.compile(r"@alias\(\s*(\w+)\s*,\s*(\w+)\s*\)")
 _BUFFER = re.compile(r"(in|out)\d+")
@@ -234,7 +233,7 @@ def _planned(inputs, a, backend):
     return [("code", dict(a["context"]))]
 
 
-register(OpSpec("code", "library", infer=infer_outputs, run=_run, grad=grad_rule(_grads), reads_view=_contiguous, half=True,
+register(OpSpec("code", "library", infer=infer_outputs, run=_run, grad=grad_rule(_grads), reads_view=c_contiguous, half=True,
                 runtime_attrs=("values",), kernels=_planned))
 
 

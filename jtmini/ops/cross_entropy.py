@@ -18,8 +18,8 @@ import functools
 
 from .. import creation, dtypes
 from ..var import Var
-from .registry import OpSpec, TableKernel, kernel_run, register
-from .softmax import _contiguous, _kernel, planned, softmax_last, softmax_rows_grad
+from .registry import OpSpec, TableKernel, c_contiguous, kernel_run, register
+from .softmax import c_contiguous, _kernel, planned, softmax_last, softmax_rows_grad
 
 
 def _kernel_args(x, target, a):
@@ -66,7 +66,7 @@ def _planned(mode, x, target):
     return [planned(mode, False, False, x.dtype, ttype=dtypes.C_TYPES[target.dtype])]
 
 
-register(OpSpec("cross_entropy_rows", "library", infer=_rows_infer, reads_view=_contiguous,
+register(OpSpec("cross_entropy_rows", "library", infer=_rows_infer, reads_view=c_contiguous,
                 kernels=lambda inputs, a, backend: _planned("xent_forward", inputs[0], inputs[1]),
                 run=kernel_run(functools.partial(_call, "xent_forward"), _output("xent_forward")),
                 table_kernel=functools.partial(_call, "xent_forward"),
@@ -106,7 +106,7 @@ def _grad_grad(c, out, inputs, a):
     return [(c * (total * p - q)).sum(dims=(1,)), scale * softmax_rows_grad(c, p), None]
 
 
-register(OpSpec("cross_entropy_rows_grad", "library", infer=_grad_infer, reads_view=_contiguous,
+register(OpSpec("cross_entropy_rows_grad", "library", infer=_grad_infer, reads_view=c_contiguous,
                 kernels=lambda inputs, a, backend: _planned("xent_backward", inputs[1], inputs[2]),
                 run=kernel_run(functools.partial(_call, "xent_backward"), _output("xent_backward")),
                 table_kernel=functools.partial(_call, "xent_backward"),

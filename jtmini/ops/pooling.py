@@ -25,7 +25,7 @@ import numpy as np
 from .. import dtypes
 from ..state import register_cache
 from ..var import Var
-from .registry import OpSpec, TableKernel, launched_run, register, table_kernel_from
+from .registry import OpSpec, TableKernel, launched_run, register, runs_fused, table_kernel_from
 
 GEOMETRY = ("kernel", "stride", "padding", "dilation")     # (h, w) pairs, compiled in
 _kernels = {}        # (backend, mode, dtype, geometry, in_hw, out_hw) -> HandKernel
@@ -148,7 +148,6 @@ def relu_masked_route(route):
     the winners where ``x <= 0``: the same values without a pass over the whole gradient. None
     where that does not apply: another op, a route masked already, or a GPU run (whose route
     kernel has no mask)."""
-    from .softmax import runs_fused
     if route.op != "max_pool_route" or route.attrs.get("relu_mask") or not runs_fused():
         return None
     a = route.attrs

@@ -22,6 +22,7 @@ from typing import Callable, NamedTuple, Optional
 
 import numpy as np
 
+from ..flags import flags
 from ..state import services
 from ..symbolic import as_expr, sym
 
@@ -228,3 +229,19 @@ def _taking_arrays(fn):
             x = services.array(x)
         return fn(x, *args, **kwargs)
     return public
+
+
+def runs_fused():
+    """Whether the CPU runs the steps: elsewhere the library kernels would be staged to the host."""
+    return (flags.backend or ("cuda" if flags.use_cuda else "cpu")) == "cpu"
+
+
+def c_contiguous(shape, strides):
+    """Whether a view of ``shape`` with element ``strides`` is laid out C-contiguous (dims of size
+    1 may have any stride): the ``OpSpec.reads_view`` of library kernels that read flat buffers."""
+    step = 1
+    for size, stride in zip(reversed(shape), reversed(strides)):
+        if size > 1 and stride != step:
+            return False
+        step *= size
+    return True

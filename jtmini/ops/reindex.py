@@ -8,12 +8,14 @@ dims), ``yshape0, ...`` (output dims) and reads of extra inputs (``@e0(i0, i1)``
 input 0 at an output index). Jittor's string expressions are parsed into them here, once.
 """
 import functools
+import itertools
 import math
 
 from .. import dtypes
 from ..symbolic import IndexExprError, Expr, indices, parse, sym
 from ..var import Var
-from .registry import IndexMap, OpSpec, arg, export, register
+from .assemble import JOIN_BY_COPY, assemble
+from .registry import IndexMap, OpSpec, arg, export, register, runs_fused
 
 i, xshape, yshape = indices("i"), indices("xshape"), indices("yshape")
 
@@ -523,7 +525,12 @@ def pad(x, padding, mode="constant", value=0):
 # --- concat, stack -----------------------------------------------------------------------------
 @export("concat", "cat", method=False)
 def concat(xs, dim=0):
-    """Join Vars along ``dim``: one fused kernel that reads each input inside its own range."""
+    """Join Vars along ``dim``. Two Vars are a sum of pads, one kernel fused with what makes them;
+    more are copied once each into place (``ops/assemble.py``, on the CPU).
+
+    >>> jt.concat([jt.zeros(1, 2), jt.ones(2, 2)]).shape
+    (3, 2)
+    """
     from ..creation import as_var
     xs = [as_var(x) for x in xs]
     if not xs:
@@ -537,7 +544,10 @@ def concat(xs, dim=0):
             raise ValueError(f"concat along dim {dim}: shapes {[tuple(v.shape) for v in xs]} do not match")
     dtype = functools.reduce(dtypes.promote, (x.dtype for x in xs))
     xs = [x.cast(dtype) for x in xs]            # shapes differ along dim: cast only, no broadcast
-    total, before, out = sum(x.shape[dim] for x in xs), 0, None
+    total = sum(x.shape[dim] for x in xs)
+    if len(xs) >= JOIN_BY_COPY and runs_fused():
+        return assemble(xs, dim, itertools.accumulate([x.shape[dim] for x in xs[:-1]], initial=0), total)
+    before, out = 0, None
     for x in xs:
         widths = [(0, 0)] * x.ndim
         widths[dim] = (before, total - before - x.shape[dim])

@@ -37,8 +37,8 @@ from ..autograd import custom_grad, grad
 from ..state import register_cache
 from ..var import Var
 from .matmul import matmul
-from .registry import OpSpec, TableKernel, kernel_run, register
-from .softmax import _contiguous, runs_fused, softmax_last
+from .registry import OpSpec, TableKernel, c_contiguous, kernel_run, register, runs_fused
+from .softmax import softmax_last
 
 _kernels = {}        # (backend, mode, bias, dtype, small sizes) -> (HandKernel, gemm address)
 register_cache("attention kernels", _kernels.clear, "one entry per backend, mode, bias, dtype and small head met")
@@ -155,7 +155,7 @@ def _no_grad(op):
 
 
 register(OpSpec("attention_probs", "library", infer=_probs_infer, run=kernel_run(_call("probs"), _probs_output),
-                grad=_no_grad("attention_probs"), reads_view=_contiguous, kernels=_planned_for("probs"),
+                grad=_no_grad("attention_probs"), reads_view=c_contiguous, kernels=_planned_for("probs"),
                 table_kernel=_call("probs")))
 
 
@@ -176,7 +176,7 @@ def _out_output(arrays, a):
 
 
 register(OpSpec("attention_out", "library", infer=_out_infer, run=kernel_run(_call("out"), _out_output),
-                grad=_no_grad("attention_out"), reads_view=_contiguous, kernels=_planned_for("out"),
+                grad=_no_grad("attention_out"), reads_view=c_contiguous, kernels=_planned_for("out"),
                 table_kernel=_call("out")))
 
 
@@ -210,7 +210,7 @@ def _grad_grad(c, res, inputs, a):
     return [d_d, None, d_qkv]
 
 
-register(OpSpec("attention_grad", "library", infer=_grad_infer, grad=_grad_grad, reads_view=_contiguous,
+register(OpSpec("attention_grad", "library", infer=_grad_infer, grad=_grad_grad, reads_view=c_contiguous,
                 run=kernel_run(_call("grad"), lambda arrays, a: (arrays[2].shape, arrays[2].dtype)),
                 kernels=_planned_for("grad"), table_kernel=_call("grad")))
 

@@ -23,9 +23,8 @@ import numpy as np
 
 from .. import dtypes
 from ..state import register_cache
-from ..flags import flags
 from ..var import Var
-from .registry import OpSpec, register
+from .registry import OpSpec, c_contiguous, register, runs_fused
 from .reindex import normalize_dim
 
 _kernels = {}        # (backend, mode, log, bias, dtype, label type) -> HandKernel
@@ -46,15 +45,6 @@ def _kernel(backend, mode, log, bias, dtype, ttype=""):
 def planned(mode, log, bias, dtype, ttype=""):
     """``(template, context)`` of ``_kernel``'s kernel: what ``OpSpec.kernels`` gives for an op's node."""
     return "softmax", dict(mode=mode, log=log, bias=bias, ctype=dtypes.C_TYPES[dtype], ttype=ttype)
-
-
-def _contiguous(shape, strides):
-    """Library reads of C-contiguous views only: a kernel gathers any other on every thread."""
-    expected, step = [], 1
-    for size in reversed(shape):
-        expected.append(step)
-        step *= size
-    return all(size <= 1 or s == e for size, s, e in zip(shape, strides, reversed(expected)))
 
 
 # --- softmax_rows -----------------------------------------------------------------------------
@@ -94,7 +84,7 @@ def _rows_grad(d, out, inputs, a):
 
 
 register(OpSpec("softmax_rows", "library", infer=_rows_infer, run=_rows_run, grad=_rows_grad,
-                reads_view=_contiguous,
+                reads_view=c_contiguous,
                 kernels=lambda inputs, a, backend: [planned("forward", a["log"], len(inputs) == 2, inputs[0].dtype)]))
 
 
@@ -134,7 +124,7 @@ def _grad_grad(c, out, inputs, a):
 
 
 register(OpSpec("softmax_rows_grad", "library", infer=_grad_infer, run=_grad_run, grad=_grad_grad,
-                reads_view=_contiguous, kernels=lambda inputs, a, backend: [planned("backward", a["log"], False, inputs[1].dtype)]))
+                reads_view=c_contiguous, kernels=lambda inputs, a, backend: [planned("backward", a["log"], False, inputs[1].dtype)]))
 
 
 def softmax_rows_grad(g, y, log=False):
@@ -143,11 +133,6 @@ def softmax_rows_grad(g, y, log=False):
 
 
 # --- front end --------------------------------------------------------------------------------
-def runs_fused():
-    """Whether the CPU runs the steps: elsewhere the library kernels would be staged to the host."""
-    return (flags.backend or ("cuda" if flags.use_cuda else "cpu")) == "cpu"
-
-
 def softmax_last(x, bias=None, log=False):
     """Softmax (``log``: log-softmax) of the float ``x + bias`` over the last dim, ``bias`` (or
     None) shaped like trailing dims of ``x`` (an attention mask (L, S) under scores (B, L, S)):

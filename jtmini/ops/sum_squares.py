@@ -11,9 +11,8 @@ bit for bit. The GPU keeps the composed form.
 from .. import dtypes
 from ..state import register_cache
 from ..var import Var
-from .registry import OpSpec, TableKernel, kernel_run, register
+from .registry import OpSpec, TableKernel, c_contiguous, kernel_run, register, runs_fused
 from .reindex import stack
-from .softmax import runs_fused
 
 _kernels = {}        # (backend, dtype) -> HandKernel
 register_cache("sum_squares kernels", _kernels.clear, "one entry per backend and dtype met")
@@ -34,16 +33,6 @@ def _infer(inputs, a):
     return (len(inputs),), inputs[0].dtype
 
 
-def _contiguous(shape, strides):
-    """Only C-contiguous inputs are read as they are: the scheduler has a kernel gather others."""
-    step = 1
-    for size, stride in zip(reversed(shape), reversed(strides)):
-        if size > 1 and stride != step:
-            return False
-        step *= size
-    return True
-
-
 def _call(arrays, a, backend):
     return TableKernel(_kernel(backend, dtypes.numpy_name(arrays[0].dtype)), [len(arrays)] + [x.size for x in arrays],
                        [], threads=backend.thread_count())
@@ -59,7 +48,7 @@ def _planned(inputs, a, backend):
     return [("sum_squares", dict(ctype=dtypes.C_TYPES[inputs[0].dtype]))]
 
 
-register(OpSpec("sum_squares_many", "library", infer=_infer, grad=_grad, reads_view=_contiguous, kernels=_planned,
+register(OpSpec("sum_squares_many", "library", infer=_infer, grad=_grad, reads_view=c_contiguous, kernels=_planned,
                 run=kernel_run(_call, lambda arrays, a: ((len(arrays),), arrays[0].dtype)), table_kernel=_call))
 
 

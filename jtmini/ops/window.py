@@ -36,8 +36,8 @@ from ..state import register_cache
 from ..symbolic import indices
 from ..var import Var
 from .elementwise import add_n
-from .registry import OPS, IndexMap, OpSpec, TableKernel, launched_run, register, table_kernel_from
-from .softmax import _contiguous, runs_fused
+from .registry import (OPS, IndexMap, OpSpec, TableKernel, c_contiguous, launched_run, register, runs_fused,
+                       table_kernel_from)
 
 i = indices("i")
 
@@ -200,7 +200,7 @@ def _grad_grad(d, out, inputs, a):
 
 
 register(OpSpec("conv_windows_grad", "library", infer=_grad_infer, run=_grad_run, grad=_grad_grad,
-                reads_view=_contiguous, kernels=_grad_planned, table_kernel=table_kernel_from(_grad_launch)))
+                reads_view=c_contiguous, kernels=_grad_planned, table_kernel=table_kernel_from(_grad_launch)))
 
 
 def conv_windows_grad(dcols, x_shape, a):
