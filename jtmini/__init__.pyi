@@ -784,7 +784,7 @@ def cast(x: Any, dtype: Any) -> Var:
     """``x`` converted to ``dtype`` (float to int truncates toward zero, nonzero to bool is True)."""
 
 def cat(xs: Any, dim: Any = ...) -> Any:
-    """Join Vars along ``dim``: one fused kernel that reads each input inside its own range."""
+    """Join Vars along ``dim``, each read once into its own range of the result."""
 
 def ceil(x: Any) -> Var:
     """Elementwise ceil."""
@@ -814,7 +814,7 @@ def code(shape: Any = ..., dtype: Any = ..., inputs: Any = ..., cpu_src: Any = .
     """An op computed by the C++ body ``cpu_src`` (Jittor's ``jt.code``; see the module docstring"""
 
 def concat(xs: Any, dim: Any = ...) -> Any:
-    """Join Vars along ``dim``: one fused kernel that reads each input inside its own range."""
+    """Join Vars along ``dim``, each read once into its own range of the result."""
 
 def copy(x: Any) -> Var:
     """A new Var with ``x``'s value; gradients flow back to ``x``. Unlike ``y = x``, a later"""

@@ -525,8 +525,10 @@ def pad(x, padding, mode="constant", value=0):
 # --- concat, stack -----------------------------------------------------------------------------
 @export("concat", "cat", method=False)
 def concat(xs, dim=0):
-    """Join Vars along ``dim``. Two Vars are a sum of pads, one kernel fused with what makes them;
-    more are copied once each into place (``ops/assemble.py``, on the CPU).
+    """Join Vars along ``dim``, each read once into its own range of the result.
+
+    Two Vars are a sum of pads, one kernel fused with what makes them; more are copied once each
+    into place (``ops/assemble.py``, on the CPU).
 
     >>> jt.concat([jt.zeros(1, 2), jt.ones(2, 2)]).shape
     (3, 2)
