@@ -81,18 +81,21 @@ def _slices_loss(x, w, overlap):
     return loss + (x[:, 2:5] ** 2).sum() if overlap else loss
 
 
+@pytest.mark.parametrize("steps, joined", [(12, True), (4, False)])
 @pytest.mark.parametrize("overlap", [False, True])
-def test_gradient_through_disjoint_slices_is_one_copy_and_the_same_numbers(overlap, rng, monkeypatch):
-    value, w = rng.standard_normal((4, 9, 3)).astype(np.float32), rng.standard_normal(9)
+def test_gradient_through_disjoint_slices_is_one_copy_and_the_same_numbers(steps, joined, overlap, rng, monkeypatch):
+    """Parts a fused kernel computes (here tanh's gradient) are copied from JOIN_COMPUTED on."""
+    value, w = rng.standard_normal((4, steps, 3)).astype(np.float32), rng.standard_normal(steps)
     x = jt.array(value)
     g = jt.grad(_slices_loss(x, w, overlap), x)
-    assert "assemble" in _ops(g)
+    assert ("assemble" in _ops(g)) == joined
     tx = torch.tensor(value, dtype=torch.float64, requires_grad=True)
     _slices_loss(tx, w, overlap).backward()
     np.testing.assert_allclose(g.numpy(), tx.grad.numpy(), rtol=1e-5, atol=1e-6)
     again = jt.grad(_slices_loss(x, w, overlap), x)     # the same forward graph: the gradient's recipe
     np.testing.assert_array_equal(again.numpy(), g.numpy())
     monkeypatch.setattr(assemble_module, "JOIN_BY_COPY", 10 ** 9)
+    monkeypatch.setattr(assemble_module, "JOIN_COMPUTED", 10 ** 9)
     jt.clear_caches()
     summed = jt.grad(_slices_loss(x, w, overlap), x)   # the sum of pads it replaces, added in order
     assert "assemble" not in _ops(summed)
@@ -100,16 +103,18 @@ def test_gradient_through_disjoint_slices_is_one_copy_and_the_same_numbers(overl
 
 
 def test_gradient_of_a_training_step_reading_slices_matches_torch(rng):
-    """An embedding read a step at a time, as a seq2seq encoder does, trained for 3 SGD steps."""
-    emb_np, w_np = rng.standard_normal((10, 6)), rng.standard_normal((6, 6))
-    ids = rng.integers(0, 10, (5, 7))
+    """An embedding read a step at a time, as a seq2seq encoder does, trained for 3 SGD steps: each
+    step's input gradient is a product's output, so the 4 parts are copied into place."""
+    emb_np, w_np, u_np = rng.standard_normal((10, 6)), rng.standard_normal((6, 6)), rng.standard_normal((6, 6))
+    ids = rng.integers(0, 10, (5, 4))
     emb, w = jt.array(emb_np, dtype="float64"), jt.array(w_np, dtype="float64")
+    u, tu = jt.array(u_np, dtype="float64"), torch.tensor(u_np)
     temb, tw = torch.tensor(emb_np, requires_grad=True), torch.tensor(w_np, requires_grad=True)
     for _ in range(3):
         seq, tseq = emb[jt.array(ids)], temb[torch.tensor(ids)]
         h, th = jt.zeros((5, 6), dtype="float64"), torch.zeros(5, 6, dtype=torch.float64)
-        for t in range(7):
-            h, th = (seq[:, t] + h @ w).tanh(), (tseq[:, t] + th @ tw).tanh()
+        for t in range(4):
+            h, th = (seq[:, t] @ u + h @ w).tanh(), (tseq[:, t] @ tu + th @ tw).tanh()
         ge, gw = jt.grad((h * h).sum(), [emb, w])
         (th * th).sum().backward()
         assert "assemble" in _ops(ge)
