@@ -17,15 +17,11 @@ import operator
 
 from ..state import register_cache
 from ..var import Var
-from .registry import OPS, OpSpec, TableKernel, c_contiguous, kernel_run, register, runs_fused
+from .registry import OpSpec, TableKernel, c_contiguous, kernel_run, register, runs_fused
 
 # From this many pieces on, joining copies each into place rather than summing pads (every output
 # element evaluates each pad); two pads fuse with the kernels that make them and cost little.
 JOIN_BY_COPY = 3
-# Gradient parts that a fused kernel would compute (a broadcast, a product with a constant) are
-# joined by a copy from this many on: below, one fused sum of their pads beat materialising each
-# (a Var read through 5 slices: 0.20 ms summed, 0.36 copied; through 12: 0.65 summed, 0.41 copied).
-JOIN_COMPUTED = 10
 
 _kernels = {}        # backend name -> HandKernel
 register_cache("assemble kernels", _kernels.clear, "one entry per backend met")
@@ -124,20 +120,11 @@ def _padded_dim(g):
     return dims[0] if len(dims) == 1 else None
 
 
-def _materialized(v):
-    """Whether ``v`` is, as a C-contiguous buffer, the output of a kernel that fuses with nothing
-    (a product, a library op) or a value already there: copying it costs no extra kernel."""
-    while v.op in ("reshape", "detach") and v.inputs:
-        v = v.inputs[0]
-    return v.is_realized() or not v.inputs or OPS[v.op].kind in ("library", "reduce", "argreduce", "scatter")
-
-
 def join_parts(parts):
-    """The sum of the gradient ``parts`` of one Var, added in order; on the CPU, zero pads along
-    one dim that do not overlap (the parts of a Var read through disjoint slices) are one
-    ``assemble`` first, from three on where each piece is a kernel's output anyway (an RNN cell's
-    input gradients), from ``JOIN_COMPUTED`` on otherwise. Each element has one of those pads'
-    values at most, so the sum is the same bit for bit."""
+    """The sum of the gradient ``parts`` of one Var, added in order; on the CPU, three or more
+    zero pads along one dim that do not overlap (the parts of a Var read through disjoint slices)
+    are one ``assemble`` first. Each element has one of those pads' values at most, so the sum is
+    the same bit for bit."""
     by_dim = {}
     for k, g in enumerate(parts):
         dim = _padded_dim(g)
@@ -151,8 +138,7 @@ def join_parts(parts):
         if parts[k].attrs["pads"][dim][0] >= end:
             chosen.append(k)
             end = parts[k].attrs["pads"][dim][0] + parts[k].inputs[0].shape[dim]
-    if len(chosen) < JOIN_COMPUTED and (len(chosen) < JOIN_BY_COPY
-                                        or not all(_materialized(parts[k].inputs[0]) for k in chosen)):
+    if len(chosen) < JOIN_BY_COPY:
         return functools.reduce(operator.add, parts)
     joined = assemble([parts[k].inputs[0] for k in chosen], dim, [parts[k].attrs["pads"][dim][0] for k in chosen],
                       parts[chosen[0]].shape[dim])
