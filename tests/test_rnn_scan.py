@@ -78,23 +78,32 @@ def _loss(cell, hs, cs, weights):
     return total + (cs * cs).sum() if cs is not None else total
 
 
-def _fused(cell, ops, steps, reverse):
+def _fused(cell, ops, steps, reverse, b_in=None):
     """``rnn_scan``'s hidden states and LSTM's cell states, as ``composed_scan`` returns them."""
-    out = rnn_scan(cell, *ops, steps, reverse)
+    out = rnn_scan(cell, *ops, steps, reverse, b_in)
     return out[0], (out[1] if cell == "LSTM" else None)
 
 
+def _composed(cell, ops, steps, reverse, b_in=None):
+    """``composed_scan`` of the same operands, ``b_in`` added to ``gi`` first."""
+    gi, *rest = ops
+    return composed_scan(cell, gi if b_in is None else gi + b_in, *rest, steps, reverse)
+
+
+@pytest.mark.parametrize("in_bias", [False, True])
 @pytest.mark.parametrize("cell", sorted(GATES))
-def test_kernel_loops_without_cblas_match_the_composed_recurrence(cell, rng, monkeypatch):
-    """With no CBLAS found the kernels multiply with their own loops: same values and gradients."""
+def test_kernel_loops_without_cblas_match_the_composed_recurrence(cell, in_bias, rng, monkeypatch):
+    """With no CBLAS found the kernels multiply with their own loops: same values and gradients,
+    with and without gi's bias added in the kernel."""
     monkeypatch.setattr(type(cpu.BACKEND), "cblas_gemm", staticmethod(lambda dtype: None))
     steps, batch, hidden = 5, 3, 7
     ops = _operands(cell, steps, batch, hidden, rng)
+    b_in = jt.array(rng.standard_normal(GATES[cell] * hidden)) if in_bias else None
     weights = jt.array(rng.standard_normal((steps * batch, hidden)))
-    present = [v for v in ops if v is not None]
+    present = [v for v in ops + (b_in,) if v is not None]
     for reverse in (False, True):
-        fused = _loss(cell, *_fused(cell, ops, steps, reverse), weights)
-        composed = _loss(cell, *composed_scan(cell, *ops, steps, reverse), weights)
+        fused = _loss(cell, *_fused(cell, ops, steps, reverse, b_in), weights)
+        composed = _loss(cell, *_composed(cell, ops, steps, reverse, b_in), weights)
         np.testing.assert_allclose(fused.numpy(), composed.numpy(), rtol=1e-12)
         for g, e in zip(jt.grad(fused, present), jt.grad(composed, present)):
             np.testing.assert_allclose(g.numpy(), e.numpy(), rtol=1e-10, atol=1e-12)
@@ -105,11 +114,12 @@ def test_second_derivative_matches_the_composed_recurrence(cell, rng):
     """d/dops of (a weighted sum of the first gradient): through rnn_scan_grad's own rule."""
     steps, batch, hidden = 4, 2, 3
     ops = _operands(cell, steps, batch, hidden, rng)
+    b_in = jt.array(rng.standard_normal(GATES[cell] * hidden))
     weights = jt.array(rng.standard_normal((steps * batch, hidden)))
-    present = [v for v in ops if v is not None]
+    present = [v for v in ops + (b_in,) if v is not None]
     probes = [jt.array(rng.standard_normal(v.shape)) for v in present]
     results = []
-    for build in (lambda: _fused(cell, ops, steps, True), lambda: composed_scan(cell, *ops, steps, True)):
+    for build in (lambda: _fused(cell, ops, steps, True, b_in), lambda: _composed(cell, ops, steps, True, b_in)):
         firsts = jt.grad(_loss(cell, *build(), weights), present)
         second = sum((f * p).sum() for f, p in zip(firsts, probes))
         results.append([g.numpy() for g in jt.grad(second, present)])
@@ -192,3 +202,22 @@ def test_the_backward_computes_the_gradient_of_the_read_blocks_only(cell, read):
     backward = [v for v in graph_nodes(d_gi) if v.op == "rnn_scan_grad"]
     assert len(backward) == 1 and backward[0].inputs[0].shape == (read, steps * batch, hidden)
 
+
+
+@pytest.mark.parametrize("cell", sorted(GATES))
+def test_gi_bias_in_the_kernel_gives_the_numbers_of_adding_it_first(cell, rng):
+    """gi's bias added in the kernel (as nn layers now pass it) rounds as ``gi + b`` did: the same
+    float32 states and d_gi bit for bit; its own gradient, the column sums of d_gi, to rounding."""
+    steps, batch, hidden = 6, 4, 5
+    ops = _operands(cell, steps, batch, hidden, rng, dtype="float32")
+    b = jt.array(np.float32(rng.standard_normal(GATES[cell] * hidden)))
+    weights = jt.array(np.float32(rng.standard_normal((steps * batch, hidden))))
+    gi, *rest = ops
+    inside, added = (_fused(cell, ops, steps, False, b), _fused(cell, (gi + b, *rest), steps, False))
+    for got, want in zip(inside, added):
+        if want is not None:
+            np.testing.assert_array_equal(got.numpy(), want.numpy())
+    g_inside = jt.grad(_loss(cell, *inside, weights), [gi, b])
+    g_added = jt.grad(_loss(cell, *added, weights), [gi, b])
+    np.testing.assert_array_equal(g_inside[0].numpy(), g_added[0].numpy())
+    np.testing.assert_allclose(g_inside[1].numpy(), g_added[1].numpy(), rtol=1e-5, atol=1e-6)

@@ -95,26 +95,26 @@ def _proj_size(who, mode, value, hidden_size):
 
 # --- one time step -------------------------------------------------------------------------------
 def _project(mode, x, w_ih, b_ih, b_hh):
-    """``x @ w_ih.T`` plus the biases that do not depend on the step: both for RNN and LSTM
-    (added once here instead of once per step), only ``b_ih`` for GRU, whose ``b_hh`` has its
-    new-gate part scaled by the reset gate (see ``ops/rnn_scan.py``)."""
+    """``x @ w_ih.T`` and the bias of its rows that does not depend on the step (None without
+    biases), which the scan kernel adds: both biases for RNN and LSTM, only ``b_ih`` for GRU,
+    whose ``b_hh`` has its new-gate part scaled by the reset gate (see ``ops/rnn_scan.py``)."""
     gi = x @ w_ih.transpose(1, 0)
     if b_ih is None:
-        return gi
-    return gi + (b_ih if mode == "GRU" else b_ih + b_hh)
+        return gi, None
+    return gi, (b_ih if mode == "GRU" else b_ih + b_hh)
 
 
-def _scan(mode, gi, state, w_hh, b_hh, steps, reverse=False, sequence=True):
+def _scan(mode, projected, state, w_hh, b_hh, steps, reverse=False, sequence=True):
     """The hidden states of all steps (steps * batch, hidden; None unless ``sequence``) and the
-    final state (h, or (h, c) for LSTM) of the recurrence over ``gi`` (see ``_project``),
-    through the fused kernels."""
-    h0, c0 = state if mode == "LSTM" else (state, None)
+    final state (h, or (h, c) for LSTM) of the recurrence over ``projected`` (``_project``'s
+    pair), through the fused kernels."""
+    (gi, b_in), (h0, c0) = projected, (state if mode == "LSTM" else (state, None))
     batch, b_hh = h0.shape[0], b_hh if mode == "GRU" else None
     # the kernel takes one dtype: any float64 operand makes it float64, as the products promote
-    operands = (gi, h0, c0, w_hh, b_hh)
+    operands = (gi, h0, c0, w_hh, b_hh, b_in)
     wide = "float64" if any(v is not None and v.dtype == "float64" for v in operands) else gi.dtype
-    gi, h0, c0, w_hh, b_hh = (v if v is None or v.dtype == wide else v.cast(wide) for v in operands)
-    out = rnn_scan(mode, gi, h0, c0, w_hh, b_hh, steps, reverse)
+    gi, h0, c0, w_hh, b_hh, b_in = (v if v is None or v.dtype == wide else v.cast(wide) for v in operands)
+    out = rnn_scan(mode, gi, h0, c0, w_hh, b_hh, steps, reverse, b_in)
     last = (0 if reverse else steps - 1) * batch
     final = block_rows(out, 0, last, batch)
     hs = block_rows(out, 0, 0, steps * batch) if sequence else None
@@ -165,9 +165,9 @@ class _Cell(Module):
     def _run(self, x, h, c, unbatched):
         """The step on 2-D operands; unbatched ones are a batch of one, given back as 1-D."""
         rows = (lambda v: v.reshape(1, -1)) if unbatched else (lambda v: v)
-        gi = _project(self.mode, rows(x), self.weight_ih, self.bias_ih, self.bias_hh)
+        projected = _project(self.mode, rows(x), self.weight_ih, self.bias_ih, self.bias_hh)
         state = (rows(h), rows(c)) if self.mode == "LSTM" else rows(h)
-        state = _scan(self.mode, gi, state, self.weight_hh, self.bias_hh, 1, sequence=False)[1]
+        state = _scan(self.mode, projected, state, self.weight_hh, self.bias_hh, 1, sequence=False)[1]
         back = (lambda v: v.reshape(self.hidden_size)) if unbatched else (lambda v: v)
         return (back(state[0]), back(state[1])) if self.mode == "LSTM" else back(state)
 
@@ -283,10 +283,11 @@ class RNNBase(Module):
         the (steps * batch, hidden) outputs and the final state."""
         suffix = f"_l{layer}" + ("_reverse" if direction else "")
         b_ih, b_hh = getattr(self, "bias_ih" + suffix, None), getattr(self, "bias_hh" + suffix, None)
-        gi = _project(self.mode, x, getattr(self, "weight_ih" + suffix), b_ih, b_hh)
+        projected = _project(self.mode, x, getattr(self, "weight_ih" + suffix), b_ih, b_hh)
         w_hh = getattr(self, "weight_hh" + suffix)
         if not self.proj_size:
-            return _scan(self.mode, gi, state, w_hh, b_hh, steps, reverse=bool(direction))
+            return _scan(self.mode, projected, state, w_hh, b_hh, steps, reverse=bool(direction))
+        gi = projected[0] if projected[1] is None else projected[0] + projected[1]
         # an LSTM projecting h (proj_size): step by step from generic ops
         w_hh_t, w_hr_t = w_hh.transpose(1, 0), getattr(self, "weight_hr" + suffix).transpose(1, 0)
         outs = [None] * steps

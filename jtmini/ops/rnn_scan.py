@@ -2,15 +2,17 @@
 (``templates/cpu/rnn_scan.cc.j2``): ``nn.RNN``, ``nn.LSTM`` and ``nn.GRU`` (and their cells) run
 their recurrence through it.
 
-``rnn_scan(cell, gi, h0, c0, w_hh, b_hh, steps, reverse)`` takes the input projection of every step
-at once, ``gi`` (steps * batch, gates * hidden) time-major rows with the biases that do not depend
-on the step already added (both for RNN and LSTM, ``b_ih`` only for GRU, whose new gate scales its
-``b_hh`` by the reset gate), the initial state ``h0`` (and ``c0`` for LSTM) (batch, hidden), the
-recurrent weight ``w_hh`` (gates * hidden, hidden) and, for GRU, ``b_hh``. It returns ``out`` (K,
+``rnn_scan(cell, gi, h0, c0, w_hh, b_hh, steps, reverse, b_in)`` takes the input projection of
+every step at once, ``gi`` (steps * batch, gates * hidden) time-major rows, ``b_in`` (gates *
+hidden, or None) the biases that do not depend on the step, which the kernel adds to each row of
+``gi`` (both biases for RNN and LSTM, ``b_ih`` only for GRU, whose new gate scales its ``b_hh`` by
+the reset gate; in the kernel rather than by a kernel of their own, which wrote gi again and whose
+gradient was one more reduction), the initial state ``h0`` (and ``c0`` for LSTM) (batch, hidden),
+the recurrent weight ``w_hh`` (gates * hidden, hidden) and, for GRU, ``b_hh``. It returns ``out`` (K,
 steps * batch, hidden): block 0 holds the hidden state of every step, block 1 LSTM's cell state,
 the other blocks the activated gates that the backward kernel reads (``scan_blocks``). Its gradient
-is one more kernel, ``rnn_scan_grad``, giving ``d_gi``, ``d_w_hh``, GRU's ``d_b_hh``, ``d_h0`` and
-``d_c0`` at once; the weight's gradient is two matrix products over all steps, not one a step.
+is one more kernel, ``rnn_scan_grad``, giving ``d_gi``, ``d_w_hh``, GRU's ``d_b_hh``, ``d_h0``,
+``d_c0`` and ``d_b_in`` at once; the weight's gradient is two matrix products over all steps, not one a step.
 
 Composed from generic ops, every step was a dozen graph nodes forward and more backward, each
 costing Python in every training step (building, ``grad``, the graph signature) and a kernel or
@@ -120,26 +122,29 @@ def composed_scan(cell, gi, h0, c0, w_hh, b_hh, steps, reverse=False):
 
 # --- the ops -------------------------------------------------------------------------------------
 class _Args(NamedTuple):
-    """The inputs of ``rnn_scan`` by name (c0 and b_hh None where the op has none)."""
+    """The inputs of ``rnn_scan`` by name (c0, b_hh and b_in None where the op has none)."""
     gi: Var
     h0: Var
     w_hh: Var
     c0: Var
     b_hh: Var
+    b_in: Var
 
 
 def _args(inputs, a):
     gi, h0, w_hh, *rest = inputs
     c0 = rest.pop(0) if a["cell"] == "LSTM" else None
-    return _Args(gi, h0, w_hh, c0, rest.pop(0) if a["has_bias"] else None)
+    b_hh = rest.pop(0) if a["has_bias"] else None
+    return _Args(gi, h0, w_hh, c0, b_hh, rest.pop(0) if a["has_in_bias"] else None)
 
 
 def _scan_infer(inputs, a):
-    gi, h0, w_hh, c0, b_hh = _args(inputs, a)
+    gi, h0, w_hh, c0, b_hh, b_in = _args(inputs, a)
     batch, hidden = h0.shape if h0.ndim == 2 else (0, 0)
     width, steps = GATES[a["cell"]] * hidden, a["steps"]
     wanted = [("gi", gi, (steps * batch, width)), ("h0", h0, (batch, hidden)), ("w_hh", w_hh, (width, hidden))]
     wanted += [("c0", c0, (batch, hidden))] * (c0 is not None) + [("b_hh", b_hh, (width,))] * (b_hh is not None)
+    wanted += [("b_in", b_in, (width,))] * (b_in is not None)
     for name, v, shape in wanted:
         if v.shape != shape or v.dtype != gi.dtype or not dtypes.is_float(v.dtype):
             raise ValueError(f"rnn_scan ({a['cell']}, {steps} steps): {name} must be {shape} of gi's float dtype "
@@ -164,23 +169,24 @@ def _planned(backend, cell, dtype):
 
 def _launch(mode):
     """``launch(arrays, attrs, backend) -> (call, arrays it reads)`` of the forward or backward
-    kernel. An absent c0 or b_hh is stood in for by an input the kernel does not read then (the
-    ints say which are there), so a launch table can make the call on the inputs alone."""
+    kernel. An absent c0, b_hh or b_in is stood in for by an input the kernel does not read then
+    (the ints say which are there), so a launch table can make the call on the inputs alone."""
     def launch(arrays, a, backend):
         laid = [np.ascontiguousarray(x) for x in arrays]
         first = 2 if mode == "backward" else 0        # d and out come before the forward's inputs
-        gi, h0, w_hh, c0, b_hh = _args(range(first, len(laid)), a)     # places in laid
+        gi, h0, w_hh, c0, b_hh, b_in = _args(range(first, len(laid)), a)     # places in laid
         kernel, gemm = _kernel(backend, a["cell"], mode, laid[0].dtype)
         batch, hidden = laid[h0].shape
-        ints = [a["steps"], batch, hidden, gemm, int(a["reverse"]), int(b_hh is not None)]
+        ints = [a["steps"], batch, hidden, gemm, int(a["reverse"]), int(b_hh is not None), int(b_in is not None)]
         c0 = h0 if c0 is None else c0
-        order = (gi, h0, c0, w_hh, w_hh if b_hh is None else b_hh) if mode == "forward" else (0, 1, h0, c0, w_hh)
+        order = ((gi, h0, c0, w_hh, w_hh if b_hh is None else b_hh, w_hh if b_in is None else b_in)
+                 if mode == "forward" else (0, 1, h0, c0, w_hh))
         return TableKernel(kernel, ints, [], threads=backend.thread_count(), order=order), laid
     return launch
 
 
 def _result_rows(a, batch, hidden):
-    return a["steps"] * batch + hidden + 1 + 2 * batch
+    return a["steps"] * batch + hidden + 2 + 2 * batch
 
 
 def _scan_output(laid, a):
@@ -195,7 +201,7 @@ def _grad_output(laid, a):
 
 def _unpack(res, inputs, a):
     """The gradient of each input of ``rnn_scan`` (in their order) as views of ``res``, the
-    (steps * batch + hidden + 1 + 2 * batch, gates * hidden) rows of ``rnn_scan_grad``."""
+    (steps * batch + hidden + 2 + 2 * batch, gates * hidden) rows of ``rnn_scan_grad``."""
     args = _args(inputs, a)
     batch, hidden = args.h0.shape
     tb, width = a["steps"] * batch, GATES[a["cell"]] * hidden
@@ -206,6 +212,8 @@ def _unpack(res, inputs, a):
         grads.append(cols(rows(res, state_rows + batch, batch), 0, hidden))
     if args.b_hh is not None:
         grads.append(rows(res, tb + hidden, 1).reshape(width))
+    if args.b_in is not None:
+        grads.append(rows(res, state_rows + 2 * batch, 1).reshape(width))
     return grads
 
 
@@ -253,7 +261,8 @@ def _grad_grad(c, res, inputs, a):
     d, out, *rest = inputs
     d, *rest = [_stand_in(v) for v in [d] + rest]
     args = _args(rest, a)
-    hs, cs = composed_scan(a["cell"], args.gi, args.h0, args.c0, args.w_hh, args.b_hh, a["steps"], a["reverse"])
+    gi = args.gi if args.b_in is None else args.gi + args.b_in
+    hs, cs = composed_scan(a["cell"], gi, args.h0, args.c0, args.w_hh, args.b_hh, a["steps"], a["reverse"])
     total = (hs * d[0]).sum()
     if a["cell"] == "LSTM":
         total = total + (cs * d[1]).sum()
@@ -268,7 +277,7 @@ register(OpSpec("rnn_scan_grad", "library", infer=_grad_infer, run=launched_run(
                 table_kernel=table_kernel_from(_launch("backward"))))
 
 
-def rnn_scan(cell, gi, h0, c0, w_hh, b_hh, steps, reverse=False):
+def rnn_scan(cell, gi, h0, c0, w_hh, b_hh, steps, reverse=False, b_in=None):
     """The (K, steps * batch, hidden) ``out`` of one layer direction's recurrence (module doc)."""
     if cell not in GATES:
         raise ValueError(f"rnn_scan: cell must be one of {sorted(GATES)}, got {cell!r}")
@@ -276,6 +285,6 @@ def rnn_scan(cell, gi, h0, c0, w_hh, b_hh, steps, reverse=False):
         raise ValueError(f"rnn_scan: c0 is {'required' if cell == 'LSTM' else 'only for LSTM'} ({cell})")
     if b_hh is not None and cell != "GRU":
         raise ValueError(f"rnn_scan: b_hh is GRU's only; for {cell} add it to gi")
-    inputs = [gi, h0, w_hh] + [v for v in (c0, b_hh) if v is not None]
+    inputs = [gi, h0, w_hh] + [v for v in (c0, b_hh, b_in) if v is not None]
     return Var.node("rnn_scan", inputs, cell=cell, steps=int(steps), reverse=bool(reverse),
-                    has_bias=b_hh is not None)
+                    has_bias=b_hh is not None, has_in_bias=b_in is not None)
