@@ -31,7 +31,11 @@ class _Array(np.ndarray):
 
     @property
     def data(self):
-        return types.SimpleNamespace(ptr=address(self))
+        """cupy's MemoryPointer: the address, and ``mem`` the allocation's start and size."""
+        root = self
+        while isinstance(root.base, np.ndarray):
+            root = root.base
+        return types.SimpleNamespace(ptr=address(self), mem=types.SimpleNamespace(ptr=address(root), size=root.nbytes))
 
     def set(self, host):
         assert host.shape == self.shape and host.dtype == self.dtype
@@ -426,3 +430,45 @@ def test_a_training_loop_with_a_packed_update_records_once_through_a_new_learnin
     np.testing.assert_allclose(losses, plain_losses, rtol=1e-6)
     for w, plain in zip(weights, plain_weights):
         np.testing.assert_allclose(w, plain, rtol=1e-5, atol=1e-7)
+
+
+def _views(flat, layout):
+    """Vars whose values are views of the 'device' buffer ``flat`` at (float offset, shape)."""
+    out = []
+    for at, shape in layout:
+        v = jt.array(np.zeros(shape, "float32"))
+        v._data = flat[at:at + int(np.prod(shape))].reshape(shape)
+        out.append(v)
+    return out
+
+
+def test_views_of_one_allocation_get_slots_laid_out_alike_and_one_copy(fake):
+    """A packed update's parameters and states are views of one buffer: their slots are one
+    buffer laid out alike, filled by one copy while the next hit's inputs are laid out so too;
+    inputs laid out otherwise are copied one by one into the same slots."""
+    layout = [(40, (3, 4)), (4, (5,)), (16, (2, 6)), (64, (7,))]
+    first = fake.empty((80,), np.float32)
+    first[...] = np.arange(80)
+    inputs = _views(first, layout) + [jt.array(np.ones(3, "float32"))]      # and a host value
+    slots, groups = cuda_graph._slots(inputs)
+    assert len(groups) == 1 and groups[0].members == (0, 1, 2, 3)
+    assert [address(s) - address(groups[0].flat) for s in slots[:4]] == [o * 4 for o in (40, 4, 16, 64)]
+    program = types.SimpleNamespace(groups=groups, slots=slots, filled=[None] * 5,
+                                    template=lambda: types.SimpleNamespace(n_order=0))
+    again = fake.empty((80,), np.float32)
+    again[...] = np.arange(80) * 2
+    before = fake.copies
+    cuda_graph._fill_slots(program, _views(again, layout) + inputs[4:])
+    assert fake.copies - before == 1
+    for slot, (at, shape) in zip(slots, layout):
+        np.testing.assert_array_equal(slot, again[at:at + int(np.prod(shape))].reshape(shape))
+    moved = fake.empty((80,), np.float32)
+    moved[...] = -np.arange(80)
+    shuffled = [(0, (3, 4)), (20, (5,)), (30, (2, 6)), (50, (7,))]        # the same shapes, another layout
+    before = fake.copies
+    cuda_graph._fill_slots(program, _views(moved, shuffled) + inputs[4:])
+    assert fake.copies - before == 4
+    for slot, (at, shape) in zip(slots, shuffled):
+        np.testing.assert_array_equal(slot, moved[at:at + int(np.prod(shape))].reshape(shape))
+    sparse = fake.empty((400,), np.float32)
+    assert cuda_graph._slots(_views(sparse, [(0, (4,)), (390, (4,))]))[1] == []     # a span 50 times their bytes

@@ -51,12 +51,12 @@ class Program:
     inputs, the buffers its targets are copied from, and the runtime attrs the recording baked in.
     It holds its plan weakly: the plan holds it (``replay._Template.programs``), and a cycle would
     keep an evicted plan's GPU pool until the cyclic collector ran."""
-    __slots__ = ("template", "runtime_at", "counts", "parts", "pool", "slots", "filled", "outs", "key", "served",
-                 "churn", "stepwise", "tables", "__weakref__")
+    __slots__ = ("template", "runtime_at", "counts", "parts", "pool", "slots", "groups", "filled", "outs", "key",
+                 "served", "churn", "stepwise", "tables", "__weakref__")
 
     def __init__(self, template, runtime_at, counts):
         self.template, self.runtime_at, self.counts = weakref.ref(template), runtime_at, counts
-        self.parts = self.pool = self.slots = self.filled = self.outs = self.key = self.tables = None
+        self.parts = self.pool = self.slots = self.groups = self.filled = self.outs = self.key = self.tables = None
         self.served, self.churn, self.stepwise = FEW_HITS, 0, False
 
 
@@ -114,7 +114,7 @@ def _record(program, vars_, backend, key):
     template, pool = program.template(), cupy.cuda.MemoryPool()
     try:
         with cupy.cuda.using_allocator(pool.malloc):
-            slots = [cupy.empty(v.shape, dtypes.NUMPY[v.dtype]) for v in vars_[template.n_order:]]
+            slots, groups = _slots(vars_[template.n_order:])
             # before any step: bytes a step drops go back to this pool, and a table on them would be
             # overwritten by the launches before the one that reads it (seen on an H200)
             tables = {k: _table_of(vars_[k]) for k in _tabled(template, vars_)}
@@ -135,6 +135,7 @@ def _record(program, vars_, backend, key):
         compiler._log(f"CUDA graphs would keep {kept / 2**20:.0f} MB of GPU memory; this step runs step by step")
         return False
     program.parts, program.pool, program.slots, program.key, program.served = parts.parts, pool, slots, key, 0
+    program.groups = groups
     program.tables = list(tables.items())
     program.filled = [None] * len(slots)
     program.outs = [(k, buffers[k]) for k in template.targets]
@@ -189,7 +190,8 @@ def _release(program):
     if program.parts is not None:       # the last hit's parts may still run: their pool goes with them
         import cupy
         cupy.cuda.get_current_stream().synchronize()
-    program.parts = program.pool = program.slots = program.filled = program.outs = program.key = None
+    program.parts = program.pool = program.slots = program.groups = program.filled = program.outs = None
+    program.key = None
     program.tables = None
     _live.discard(program)
 
@@ -279,24 +281,92 @@ def _launch(parts):
             part.launch()
 
 
+class _Group(NamedTuple):
+    """Slots filled by one copy: inputs that were views of one device allocation when recorded (a
+    packed update's parameters and states, ``ops/sgd_many.py``), their slots views of ``flat`` at
+    the byte offsets they had from an address 256-aligned below the first of them (or from the
+    allocation's start)."""
+    members: tuple          # places among the slots
+    offsets: tuple          # each one's byte offset in ``flat``
+    flat: object            # the slots' own buffer (uint8)
+
+
+def _device(data):
+    return type(data).__module__.partition(".")[0] == "cupy"
+
+
+def _slots(inputs):
+    """The slots of a recording's realized ``inputs`` (each of its Var's shape and dtype) and the
+    ``_Group`` s among them: views of one allocation whose span is at most twice their bytes."""
+    import cupy
+    by_allocation = {}
+    for n, v in enumerate(inputs):
+        data = v._data
+        if _device(data) and data.size and data.dtype == dtypes.NUMPY[v.dtype] and data.flags.c_contiguous:
+            by_allocation.setdefault(data.data.mem.ptr, []).append(n)
+    slots, groups = [None] * len(inputs), []
+    for members in by_allocation.values():
+        datas = [inputs[n]._data for n in members]
+        # 256-aligned below the first (cupy's allocations are), so every member keeps its alignment
+        lo = max(datas[0].data.mem.ptr, min(d.data.ptr for d in datas) // 256 * 256)
+        span = max(d.data.ptr + d.nbytes for d in datas) - lo
+        if len(members) < 2 or span > 2 * sum(d.nbytes for d in datas):
+            continue
+        flat, offsets = cupy.empty(span, np.uint8), tuple(d.data.ptr - lo for d in datas)
+        for n, d, at in zip(members, datas, offsets):
+            slots[n] = flat[at:at + d.nbytes].view(d.dtype).reshape(d.shape)
+        groups.append(_Group(tuple(members), offsets, flat))
+    return [s if s is not None else cupy.empty(v.shape, dtypes.NUMPY[v.dtype]) for s, v in zip(slots, inputs)], groups
+
+
+def _fill_group(group, inputs, slots, filled, copy):
+    """Fill ``group``'s slots with one ``copy(dst, src, nbytes)`` where its inputs are again laid out
+    in one allocation as recorded; False where they are not (each is then copied on its own)."""
+    datas = [inputs[n]._data for n in group.members]
+    if all(d is filled[n] for d, n in zip(datas, group.members)):
+        return True
+    first = datas[0]
+    if not _device(first):
+        return False
+    start, mem = first.data.ptr - group.offsets[0], first.data.mem
+    for d, n, at in zip(datas, group.members, group.offsets):
+        if not (_device(d) and d.data.mem.ptr == mem.ptr and d.data.ptr - start == at and d.dtype == slots[n].dtype
+                and d.shape == slots[n].shape and d.flags.c_contiguous):
+            return False
+    if start < mem.ptr or start + group.flat.nbytes > mem.ptr + mem.size:
+        return False
+    copy(group.flat.data.ptr, start, group.flat.nbytes)
+    for d, n in zip(datas, group.members):
+        filled[n] = d
+    return True
+
+
 def _fill_slots(program, vars_):
-    """Copy each realized input's value into its slot, on the current stream (before the parts).
-    A device value already copied at the last hit is not copied again (an inference step's
-    weights): jtmini never writes a device buffer in place, and ``filled`` holds it, so its
-    identity is not reused. A host value is copied every time: ``.data`` may have written it."""
+    """Copy each realized input's value into its slot, on the current stream (before the parts):
+    a group's (``_Group``) in one copy where it can. A device value already copied at the last hit
+    is not copied again (an inference step's weights): jtmini never writes a device buffer in
+    place, and ``filled`` holds it, so its identity is not reused. A host value is copied every
+    time: ``.data`` may have written it."""
     import cupy
     runtime = cupy.cuda.runtime
     stream = cupy.cuda.get_current_stream().ptr
-    filled = program.filled
-    for n, (v, slot) in enumerate(zip(vars_[program.template().n_order:], program.slots)):
+    filled, inputs = program.filled, vars_[program.template().n_order:]
+
+    def copy(dst, src, nbytes):
+        runtime.memcpyAsync(dst, src, nbytes, runtime.memcpyDeviceToDevice, stream)
+    done = set()
+    for group in program.groups:
+        if _fill_group(group, inputs, program.slots, filled, copy):
+            done.update(group.members)
+    for n, (v, slot) in enumerate(zip(inputs, program.slots)):
         data = v._data
-        if data is filled[n]:
+        if n in done or data is filled[n]:
             continue
-        if type(data).__module__.partition(".")[0] != "cupy":         # a host value
+        if not _device(data):         # a host value
             slot.set(_host_contiguous(data, slot.dtype))
             data = None
         elif data.dtype == slot.dtype and data.flags.c_contiguous:
-            runtime.memcpyAsync(slot.data.ptr, data.data.ptr, slot.nbytes, runtime.memcpyDeviceToDevice, stream)
+            copy(slot.data.ptr, data.data.ptr, slot.nbytes)
         else:
             slot[...] = data
         filled[n] = data
