@@ -442,6 +442,18 @@ def _views(flat, layout):
     return out
 
 
+def _filled_with(fake, program, layout, scale, tail):
+    """Fill ``program``'s slots from views at ``layout`` of a new buffer holding ``arange * scale``
+    (and ``tail``); checks every slot holds its input and returns how many copies that took."""
+    values = fake.empty((80,), np.float32)
+    values[...] = np.arange(80) * scale
+    before = fake.copies
+    cuda_graph._fill_slots(program, _views(values, layout) + tail)
+    for slot, (at, shape) in zip(program.slots, layout):
+        np.testing.assert_array_equal(slot, values[at:at + int(np.prod(shape))].reshape(shape))
+    return fake.copies - before
+
+
 def test_views_of_one_allocation_get_slots_laid_out_alike_and_one_copy(fake):
     """A packed update's parameters and states are views of one buffer: their slots are one
     buffer laid out alike, filled by one copy while the next hit's inputs are laid out so too;
@@ -455,20 +467,8 @@ def test_views_of_one_allocation_get_slots_laid_out_alike_and_one_copy(fake):
     assert [address(s) - address(groups[0].flat) for s in slots[:4]] == [o * 4 for o in (40, 4, 16, 64)]
     program = types.SimpleNamespace(groups=groups, slots=slots, filled=[None] * 5,
                                     template=lambda: types.SimpleNamespace(n_order=0))
-    again = fake.empty((80,), np.float32)
-    again[...] = np.arange(80) * 2
-    before = fake.copies
-    cuda_graph._fill_slots(program, _views(again, layout) + inputs[4:])
-    assert fake.copies - before == 1
-    for slot, (at, shape) in zip(slots, layout):
-        np.testing.assert_array_equal(slot, again[at:at + int(np.prod(shape))].reshape(shape))
-    moved = fake.empty((80,), np.float32)
-    moved[...] = -np.arange(80)
+    assert _filled_with(fake, program, layout, 2.0, inputs[4:]) == 1
     shuffled = [(0, (3, 4)), (20, (5,)), (30, (2, 6)), (50, (7,))]        # the same shapes, another layout
-    before = fake.copies
-    cuda_graph._fill_slots(program, _views(moved, shuffled) + inputs[4:])
-    assert fake.copies - before == 4
-    for slot, (at, shape) in zip(slots, shuffled):
-        np.testing.assert_array_equal(slot, moved[at:at + int(np.prod(shape))].reshape(shape))
+    assert _filled_with(fake, program, shuffled, -1.0, inputs[4:]) == 4
     sparse = fake.empty((400,), np.float32)
     assert cuda_graph._slots(_views(sparse, [(0, (4,)), (390, (4,))]))[1] == []     # a span 50 times their bytes
