@@ -36,7 +36,8 @@ def _jtmini(case, n, rows, cols):
 
 def _torch(case, n, rows, cols):
     import torch
-    pieces = [torch.from_numpy(np.random.default_rng(k).standard_normal((rows, cols)).astype(np.float32)) for k in range(n)]
+    pieces = [torch.from_numpy(np.random.default_rng(k).standard_normal((rows, cols)).astype(np.float32))
+              for k in range(n)]
     if case == "slices":
         x = torch.from_numpy(np.random.default_rng(0).standard_normal((rows, n, cols)).astype(np.float32))
 

@@ -12,7 +12,8 @@ the recurrent weight ``w_hh`` (gates * hidden, hidden) and, for GRU, ``b_hh``. I
 steps * batch, hidden): block 0 holds the hidden state of every step, block 1 LSTM's cell state,
 the other blocks the activated gates that the backward kernel reads (``scan_blocks``). Its gradient
 is one more kernel, ``rnn_scan_grad``, giving ``d_gi``, ``d_w_hh``, GRU's ``d_b_hh``, ``d_h0``,
-``d_c0`` and ``d_b_in`` at once; the weight's gradient is two matrix products over all steps, not one a step.
+``d_c0`` and ``d_b_in`` at once; the weight's gradient is two matrix products over all steps, not
+one a step.
 
 Composed from generic ops, every step was a dozen graph nodes forward and more backward, each
 costing Python in every training step (building, ``grad``, the graph signature) and a kernel or
