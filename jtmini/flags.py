@@ -185,9 +185,12 @@ _SPECS = {
     "no_grad": (False, _parse_bool, _check_bool,
                 "Vars built now record no backward (jt.no_grad() sets it for a block)"),
     "cuda_graphs": (True, _parse_bool, _check_bool,
-                    "run a GPU step whose plan repeats from a recording of its launches (CUDA graphs "
-                    "between its matrix products), made on its first repeat (off: every launch is issued "
-                    "from Python)"),
+                    "run a GPU step whose plan repeats from a recording of its launches (CUDA graphs), "
+                    "made on its first repeat (off: every launch is issued from Python)"),
+    "cuda_graph_products": (False, _parse_bool, _check_bool,
+                            "record a GPU step's matrix products in its CUDA graph, through cuBLAS with a "
+                            "handle of jtmini's own (off: issued from Python between recorded parts; off "
+                            "by default until it has run on a GPU)"),
     "nccl": (True, _parse_bool, _check_bool,
              "GPU collectives through NCCL when every rank has a GPU of its own (off: MPI via the host)"),
     "specialize_shapes": (True, _parse_bool, _check_bool,

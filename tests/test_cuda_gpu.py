@@ -303,6 +303,25 @@ def test_a_repeating_step_runs_as_one_graph_with_the_same_numbers():
     assert held == read             # a target handed out keeps its value when the graph runs again
 
 
+def test_products_are_recorded_in_the_graph_with_the_numbers_of_products_issued_apart():
+    """Through jtmini's own cuBLAS handle (runtime/cublas.py) the products are recorded too, so a
+    recording is one graph; the numbers are those of the products issued from Python."""
+    from jtmini import replay
+    from jtmini.runtime import cublas, cuda_graph
+    assert cublas.gemm() is not None
+    replay.clear()                  # the plans stored before, and their recordings, go
+    with jt.flag_scope(cuda_graph_products=True):
+        read, _, weights, _ = _train_small_cnn(8, graphs=True)
+        assert not cuda_graph._broken, cuda_graph._broken
+        live = [p for p in cuda_graph._live if p.parts]
+        assert live and all(not any(isinstance(q, cuda_graph._Product) for q in p.parts) for p in live)
+    with jt.flag_scope(cuda_graph_products=False):
+        apart_read, _, apart_weights, _ = _train_small_cnn(8, graphs=True)
+    np.testing.assert_allclose(read, apart_read, rtol=1e-4)     # cuBLAS may pick another kernel
+    for w, apart in zip(weights, apart_weights):
+        np.testing.assert_allclose(w, apart, rtol=1e-4, atol=1e-5)
+
+
 def test_a_changed_learning_rate_records_again():
     lr_at = {4: 0.01}
     read, _, weights, stats = _train_small_cnn(8, graphs=True, lr_at=lr_at)

@@ -472,3 +472,110 @@ def test_views_of_one_allocation_get_slots_laid_out_alike_and_one_copy(fake):
     assert _filled_with(fake, program, shuffled, -1.0, inputs[4:]) == 4
     sparse = fake.empty((400,), np.float32)
     assert cuda_graph._slots(_views(sparse, [(0, (4,)), (390, (4,))]))[1] == []     # a span 50 times their bytes
+
+
+# --- products recorded through cuBLAS (runtime/cublas.py) --------------------------------------
+def _cublas_reference(call, a, b, dtype):
+    """What cuBLAS's column-major strided batched gemm computes from ``call``'s arguments on the
+    memory of ``a`` and ``b`` (cuBLAS's first operand is ``b``), as numpy's row-major result."""
+    from numpy.lib.stride_tricks import as_strided
+    item = a.itemsize
+
+    def operand(x, op_ld_stride, rows, cols):      # op(x) as cuBLAS reads it: (batch, rows, cols)
+        op, ld, stride = op_ld_stride
+        strides = (stride * item, item, ld * item) if op == 0 else (stride * item, ld * item, item)
+        return as_strided(x, (call.batch, rows, cols), strides)
+    c_cm = operand(b, call.b, call.n, call.k) @ operand(a, call.a, call.k, call.m)
+    return np.ascontiguousarray(c_cm.transpose(0, 2, 1)).astype(dtype)
+
+
+def _strided(rng, shape, how, dtype):
+    """A view of ``shape`` laid out ``how``: C order, its matrices transposed, rows of a wider array."""
+    if how == "transposed":
+        return np.swapaxes(rng.standard_normal(shape[:-2] + shape[::-1][:2]).astype(dtype), -1, -2)
+    if how == "wide":
+        return rng.standard_normal(shape[:-1] + (shape[-1] + 3,)).astype(dtype)[..., 1:shape[-1] + 1]
+    return rng.standard_normal(shape).astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("shapes", [((5, 3), (3, 4)), ((2, 5, 3), (2, 3, 4)), ((5, 3), (2, 3, 4)),
+                                    ((2, 5, 3), (3, 4)), ((1, 5, 3), (2, 3, 4)), ((1, 3), (3, 1)), ((5, 1), (1, 4))])
+@pytest.mark.parametrize("layouts", [("c", "c"), ("transposed", "c"), ("c", "transposed"), ("wide", "transposed")])
+def test_cublas_plan_computes_numpys_matmul(shapes, layouts, dtype):
+    """The op, leading dim and batch stride ``plan`` passes make cuBLAS's column-major gemm give
+    numpy's row-major matmul, on C-ordered, transposed and wider-row views, batches broadcast."""
+    from jtmini.runtime import cublas
+    rng = np.random.default_rng(0)
+    a, b = (_strided(rng, s, how, dtype) for s, how in zip(shapes, layouts))
+    want = np.matmul(a, b)
+    call = cublas.plan(a, b, np.empty(want.shape, dtype))
+    assert call is not None
+    np.testing.assert_allclose(_cublas_reference(call, a, b, dtype).reshape(want.shape), want, rtol=1e-5, atol=1e-6)
+
+
+def test_cublas_plan_declines_what_one_gemm_cannot_make():
+    from jtmini.runtime import cublas
+    x = np.ones((4, 6), np.float32)
+    assert cublas.plan(x[::2, ::2], np.ones((3, 2), np.float32), np.empty((2, 2), np.float32)) is None  # no unit stride
+    assert cublas.plan(x.astype(np.float16), x.T.astype(np.float16), np.empty((4, 4), np.float16)) is None
+    assert cublas.plan(np.ones((2, 2, 4, 6)), np.ones((6, 3)), np.empty((2, 2, 4, 3))) is None          # two batch dims
+    assert cublas.plan(np.ones((3, 4, 6)), np.ones((2, 6, 3)), np.empty((3, 4, 3))) is None             # batches differ
+    assert cublas.plan(np.ones((4, 0)), np.ones((0, 3)), np.empty((4, 3))) is None                      # nothing to sum
+
+
+class _RecordedGemm:
+    """runtime/cublas.py's issuer on the fake cupy: each product a recorded matmul by addresses."""
+
+    def __init__(self, cupy):
+        self.cupy, self.bound, self.issued = cupy, [], 0
+
+    def bind(self, stream_ptr):
+        self.bound.append(stream_ptr)
+
+    def issue(self, a, b, out):
+        from jtmini.runtime import cublas
+        if cublas.plan(a, b, out) is None:
+            return False
+        a_at, b_at, out_at = _at_address(a), _at_address(b), _at_address(out)
+        self.cupy.issue(lambda: np.matmul(a_at(), b_at(), out=out_at()))
+        self.issued += 1
+        return True
+
+
+def test_products_issued_through_cublas_stay_in_one_recorded_graph(fake, rng, monkeypatch):
+    """With a product issuer the recording is one graph holding the products (none issued from
+    Python on a hit); every hit still computes its own inputs' values."""
+    gemm = _RecordedGemm(fake)
+    monkeypatch.setattr(cuda_graph, "_gemm", lambda: gemm)
+    replay.clear()
+    jt.sync(_graph(*_inputs(rng), 0.5))
+    program = None
+    for _ in range(3):
+        x_np, w_np = _inputs(rng)
+        template, vars_, targets = _hit(lambda: _graph(x_np, w_np, 0.5))
+        program = program or cuda_graph.prepare(template, vars_)
+        assert _run(program, vars_, targets, fake)[0] is not None
+        for got, want in zip(targets, _expected(x_np, w_np, 0.5)):
+            np.testing.assert_allclose(got._data, want, rtol=1e-5, atol=1e-6)
+    assert len(program.parts) == 1 and not any(isinstance(p, cuda_graph._Product) for p in program.parts)
+    assert gemm.issued == 2 and gemm.bound
+
+
+def test_a_recording_whose_products_fail_is_made_again_without_them(fake, rng, monkeypatch):
+    """cuBLAS refusing a recorded product: the step is recorded again with its products issued
+    between parts, and later recordings do not try again."""
+    class Refusing(_RecordedGemm):
+        def issue(self, a, b, out):
+            raise RuntimeError("cublasSgemmStridedBatched failed with cuBLAS status 14")
+    monkeypatch.setattr(cuda_graph, "_broken", [])
+    monkeypatch.setattr(cuda_graph, "_gemm", lambda: None if cuda_graph._broken else Refusing(fake))
+    replay.clear()
+    jt.sync(_graph(*_inputs(rng), 0.5))
+    x_np, w_np = _inputs(rng)
+    template, vars_, targets = _hit(lambda: _graph(x_np, w_np, 0.5))
+    program = cuda_graph.prepare(template, vars_)
+    assert _run(program, vars_, targets, fake)[0] is not None
+    assert any(isinstance(p, cuda_graph._Product) for p in program.parts) and cuda_graph._broken
+    for got, want in zip(targets, _expected(x_np, w_np, 0.5)):
+        np.testing.assert_allclose(got._data, want, rtol=1e-5, atol=1e-6)

@@ -49,6 +49,15 @@ op_suites() {  # op_suites SECONDS: the op, indexing and autograd suites on the 
   echo "=== op suites with JTMINI_USE_CUDA=1: rc $?" >>"$OUT/summary.txt"
 }
 
+products_recorded() {  # products_recorded SECONDS: a step with its products in the graph (flag cuda_graph_products), in turns with one without
+  for turn in 1 2; do
+    for on in 1 0; do
+      JTMINI_CUDA_GRAPH_PRODUCTS=$on step "$1" "profile_step --device cuda, cuda_graph_products=$on (turn $turn)" \
+          python3 tools/profile_step.py --device cuda --steps 30 --top 0
+    done
+  done
+}
+
 if [ "$WHAT" = all ] || [ "$WHAT" = tests ]; then
   op_suites 200 &      # in the background on 6 workers, the GPU files and the MPI jobs meanwhile
   step 90 "test_cuda_gpu" python3 -m pytest -p no:cacheprovider --timeout 100 -rfE --tb=short tests/test_cuda_gpu.py
@@ -66,9 +75,11 @@ if [ "$WHAT" = quick ]; then
   tail -n 25 "$OUT/suites.txt" >>"$LOG"; gzip -f "$OUT/suites.txt"
   step 100 "bench_resnet --device cuda" python3 tools/bench_resnet.py --device cuda --threads 1 --rounds 2
   step 50 "profile_step --device cuda" python3 tools/profile_step.py --device cuda --steps 20 --top 30
+  products_recorded 50
 fi
 if [ "$WHAT" = all ] || [ "$WHAT" = bench ]; then
   step 120 "bench_resnet --device cuda" python3 tools/bench_resnet.py --device cuda --threads 1 --rounds 2 --profile
   step 50 "profile_step --device cuda" python3 tools/profile_step.py --device cuda --steps 20 --top 45
+  products_recorded 100
 fi
 cat "$OUT/summary.txt"

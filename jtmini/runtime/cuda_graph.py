@@ -44,6 +44,7 @@ MAX_CHURN = 3               # churned recordings in a row after which a plan run
 POOL_SHARE = 0.25           # of the GPU's memory, at most, kept in the graphs' own pools together
 
 _live = weakref.WeakSet()   # programs holding a recording (and its pool)
+_broken = []                # why recording products failed, once it did: they are not tried again
 
 
 class Program:
@@ -108,24 +109,22 @@ def run(program, vars_, backend, recorder=None):
 
 def _record(program, vars_, backend, key):
     """Record the plan's launches on ``vars_`` into ``program``; False (logged) when they cannot be
-    recorded or their pool would take more than its share of the GPU's memory."""
+    recorded or their pool would take more than its share of the GPU's memory. Products go into
+    the recording through ``runtime/cublas.py`` where it can be had; a recording that fails with
+    them is made again without, and they are not tried again in this process."""
     import cupy
     _release(program)
-    template, pool = program.template(), cupy.cuda.MemoryPool()
+    template, gemm = program.template(), _gemm()
     try:
-        with cupy.cuda.using_allocator(pool.malloc):
-            slots, groups = _slots(vars_[template.n_order:])
-            # before any step: bytes a step drops go back to this pool, and a table on them would be
-            # overwritten by the launches before the one that reads it (seen on an H200)
-            tables = {k: _table_of(vars_[k]) for k in _tabled(template, vars_)}
-            parts = _Parts(cupy.cuda.Stream(non_blocking=True))
-            with parts.stream:
-                try:
-                    buffers = _steps_into(template, vars_, backend, slots, parts, tables)
-                except BaseException:
-                    parts.abandon()
-                    raise
-                parts.cut()
+        try:
+            pool, slots, groups, tables, parts, buffers = _capture(template, vars_, backend, gemm)
+        except Exception as e:
+            if gemm is None:
+                raise
+            _broken.append(f"{type(e).__name__}: {e}")
+            compiler._log(f"products could not be recorded in a CUDA graph ({_broken[0]}); they are issued "
+                          "between recorded parts")
+            pool, slots, groups, tables, parts, buffers = _capture(template, vars_, backend, None)
     except Exception as e:          # cupy and the driver report a refused capture in several types
         compiler._log(f"a GPU step could not be recorded as a CUDA graph ({type(e).__name__}: {e}); "
                       "it runs step by step")
@@ -134,7 +133,7 @@ def _record(program, vars_, backend, key):
     if kept > POOL_SHARE * cupy.cuda.Device().mem_info[1]:
         compiler._log(f"CUDA graphs would keep {kept / 2**20:.0f} MB of GPU memory; this step runs step by step")
         return False
-    program.parts, program.pool, program.slots, program.key, program.served = parts.parts, pool, slots, key, 0
+    program.parts, program.pool, program.slots, program.key, program.served = parts, pool, slots, key, 0
     program.groups = groups
     program.tables = list(tables.items())
     program.filled = [None] * len(slots)
@@ -142,6 +141,34 @@ def _record(program, vars_, backend, key):
     _live.add(program)
     counters.bump("cuda_graph_recordings")
     return True
+
+
+def _capture(template, vars_, backend, gemm):
+    """A recording of the plan's steps on ``vars_``: (its pool, slots, slot groups, tables, parts,
+    the buffers of its positions), products issued by ``gemm`` (``runtime/cublas.py``) or cut."""
+    import cupy
+    pool = cupy.cuda.MemoryPool()
+    with cupy.cuda.using_allocator(pool.malloc):
+        slots, groups = _slots(vars_[template.n_order:])
+        # before any step: bytes a step drops go back to this pool, and a table on them would be
+        # overwritten by the launches before the one that reads it (seen on an H200)
+        tables = {k: _table_of(vars_[k]) for k in _tabled(template, vars_)}
+        parts = _Parts(cupy.cuda.Stream(non_blocking=True), gemm)
+        with parts.stream:
+            try:
+                buffers = _steps_into(template, vars_, backend, slots, parts, tables)
+            except BaseException:
+                parts.abandon()
+                raise
+            parts.cut()
+    return pool, slots, groups, tables, parts.parts, buffers
+
+
+def _gemm():
+    """The product issuer recordings use, or None (products cut out of the graph): flag
+    ``cuda_graph_products`` off, no cuBLAS to call, or an earlier recording failed with it."""
+    from . import cublas
+    return None if _broken or not flags.cuda_graph_products else cublas.gemm()
 
 
 class _Product(NamedTuple):
@@ -157,8 +184,10 @@ class _Parts:
     """The parts of a recording, in order: CUDA graphs (the launches between two products) and
     ``_Product`` s. ``cut`` ends the graph being recorded, if it holds any launch."""
 
-    def __init__(self, stream):
-        self.stream, self.parts, self.launches = stream, [], 0
+    def __init__(self, stream, gemm=None):
+        self.stream, self.parts, self.launches, self.gemm = stream, [], 0, gemm
+        if gemm is not None:
+            gemm.bind(stream.ptr)
         stream.begin_capture()
 
     def issued(self):
@@ -181,6 +210,10 @@ class _Parts:
             pass
 
     def product(self, a, b, out):
+        """``out = a @ b``: recorded where ``gemm`` takes it, else between two recorded parts."""
+        if self.gemm is not None and self.gemm.issue(a, b, out):
+            self.issued()
+            return
         self.cut()
         self.parts.append(_Product(a, b, out))
         self.stream.begin_capture()
