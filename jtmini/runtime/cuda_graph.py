@@ -37,7 +37,7 @@ import numpy as np
 from .. import compiler, counters, dtypes, schedule
 from ..flags import flags
 from ..ops.registry import OPS
-from . import cuda_library
+from . import cublas, cuda_library
 
 FEW_HITS = 8                # a recording replaced after fewer hits than this was churn
 MAX_CHURN = 3               # churned recordings in a row after which a plan runs step by step
@@ -167,7 +167,6 @@ def _capture(template, vars_, backend, gemm):
 def _gemm():
     """The product issuer recordings use, or None (products cut out of the graph): flag
     ``cuda_graph_products`` off, no cuBLAS to call, or an earlier recording failed with it."""
-    from . import cublas
     return None if _broken or not flags.cuda_graph_products else cublas.gemm()
 
 
