@@ -18,6 +18,7 @@ products are then cut out of the recording as before.
 """
 import ctypes
 import functools
+from typing import NamedTuple
 
 import numpy as np
 
@@ -60,13 +61,15 @@ class _Gemm:
         return True
 
 
-class Call:
+class Call(NamedTuple):
     """A product as cuBLAS takes it: sizes, and per operand (op, leading dim, batch stride) in
     elements, ``a`` and ``b`` being numpy's left and right operands."""
-    __slots__ = ("m", "n", "k", "batch", "a", "b")
-
-    def __init__(self, m, n, k, batch, a, b):
-        self.m, self.n, self.k, self.batch, self.a, self.b = m, n, k, batch, a, b
+    m: int
+    n: int
+    k: int
+    batch: int
+    a: tuple
+    b: tuple
 
 
 def _layout(x, rows, cols):
@@ -84,8 +87,8 @@ def _layout(x, rows, cols):
 
 def plan(a, b, out):
     """The ``Call`` of ``out = a @ b``, or None where gemm cannot make it in one call: another
-    dtype, a product of more than one batch dim, a layout with no unit stride, an empty one, or
-    offsets and strides that are not whole elements."""
+    dtype, a product of more than one batch dim, a layout with no unit stride, an empty one,
+    strides that are not whole elements, or sizes past 32-bit ints."""
     if not (a.dtype == b.dtype == out.dtype and out.dtype in _ROUTINES and out.flags.c_contiguous):
         return None
     if a.ndim not in (2, 3) or b.ndim not in (2, 3) or out.ndim != max(a.ndim, b.ndim) or 0 in out.shape:
@@ -109,6 +112,8 @@ def plan(a, b, out):
         else:
             stride = x.strides[0] // x.itemsize if x.ndim == 3 else 0
         operands.append(layout + (stride,))
+    if max(m, n, k, batch, operands[0][1], operands[1][1]) >= 2 ** 31:    # cuBLAS takes 32-bit ints
+        return None
     return Call(m, n, k, batch, *operands)
 
 
