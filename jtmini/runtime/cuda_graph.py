@@ -7,7 +7,8 @@ hits launch the recording. cupy refuses cuBLAS calls while a stream records, so 
 list of parts: a CUDA graph of the launches between two matrix products, then the product, issued
 from Python onto fixed buffers (``_Product``), and so on. ResNet-18's step has 62 products, so at
 most 63 graphs; on an H200 it trained at 0.29-0.31x PyTorch's images/s before and 0.60x with them
-(docs/DESIGN.md 5).
+(docs/DESIGN.md 5). With flag ``cuda_graph_products`` the products are recorded too, through
+cuBLAS called with a handle of jtmini's own (``runtime/cublas.py``), so a step is one graph.
 
 A recording reads and writes fixed addresses, so a hit goes in three parts:
 
