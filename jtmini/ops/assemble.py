@@ -34,6 +34,14 @@ def _kernel(backend):
     return fn
 
 
+def fit_along(xs, dim):
+    """Whether the Vars ``xs`` have one rank and one size in every dim but ``dim`` (they can be
+    joined along it)."""
+    first = xs[0].shape
+    return all(len(x.shape) == len(first) and all(s == t for k, (s, t) in enumerate(zip(x.shape, first)) if k != dim)
+               for x in xs)
+
+
 def _infer(inputs, a):
     dim, offsets, total = a["dim"], a["offsets"], a["total"]
     first = inputs[0]
@@ -41,9 +49,8 @@ def _infer(inputs, a):
     if len({str(x.dtype) for x in inputs}) != 1 or len(offsets) != len(inputs):
         raise ValueError(f"assemble: needs pieces of one dtype and an offset each, got dtypes "
                          f"{[str(x.dtype) for x in inputs]} and offsets {offsets}")
-    for x in inputs:
-        if x.ndim != first.ndim or any(s != t for k, (s, t) in enumerate(zip(x.shape, first.shape)) if k != dim):
-            raise ValueError(f"assemble along dim {dim}: shapes {shapes} do not match")
+    if not fit_along(inputs, dim):
+        raise ValueError(f"assemble along dim {dim}: shapes {shapes} do not match")
     spans = sorted((at, at + x.shape[dim]) for at, x in zip(offsets, inputs))
     if spans[0][0] < 0 or spans[-1][1] > total or any(b[0] < a_[1] for a_, b in zip(spans, spans[1:])):
         raise ValueError(f"assemble along dim {dim}: pieces of shapes {shapes} at offsets {offsets} "
@@ -125,22 +132,27 @@ def join_parts(parts):
     zero pads along one dim that do not overlap (the parts of a Var read through disjoint slices)
     are one ``assemble`` first. Each element has one of those pads' values at most, so the sum is
     the same bit for bit."""
+    dim, chosen = _disjoint_pads(parts) if runs_fused() else (None, ())
+    if len(chosen) >= JOIN_BY_COPY:
+        joined = assemble([parts[k].inputs[0] for k in chosen], dim, [parts[k].attrs["pads"][dim][0] for k in chosen],
+                          parts[chosen[0]].shape[dim])
+        taken = set(chosen)
+        parts = [joined] + [g for k, g in enumerate(parts) if k not in taken]
+    return functools.reduce(operator.add, parts)
+
+
+def _disjoint_pads(parts):
+    """``(dim, places)``: the dim most of ``parts`` are zero pads along, and those of them that do
+    not overlap, taken from the left."""
     by_dim = {}
     for k, g in enumerate(parts):
         dim = _padded_dim(g)
         if dim is not None:
             by_dim.setdefault(dim, []).append(k)
     dim, padded = max(by_dim.items(), key=lambda item: len(item[1]), default=(None, ()))
-    if len(padded) < JOIN_BY_COPY or not runs_fused():
-        return functools.reduce(operator.add, parts)
     chosen, end = [], 0
-    for k in sorted(padded, key=lambda k: parts[k].attrs["pads"][dim][0]):    # disjoint ones, from the left
+    for k in sorted(padded, key=lambda k: parts[k].attrs["pads"][dim][0]):
         if parts[k].attrs["pads"][dim][0] >= end:
             chosen.append(k)
             end = parts[k].attrs["pads"][dim][0] + parts[k].inputs[0].shape[dim]
-    if len(chosen) < JOIN_BY_COPY:
-        return functools.reduce(operator.add, parts)
-    joined = assemble([parts[k].inputs[0] for k in chosen], dim, [parts[k].attrs["pads"][dim][0] for k in chosen],
-                      parts[chosen[0]].shape[dim])
-    taken = set(chosen)
-    return functools.reduce(operator.add, [joined] + [g for k, g in enumerate(parts) if k not in taken])
+    return dim, chosen

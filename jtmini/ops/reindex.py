@@ -14,7 +14,7 @@ import math
 from .. import dtypes
 from ..symbolic import IndexExprError, Expr, indices, parse, sym
 from ..var import Var
-from .assemble import JOIN_BY_COPY, assemble
+from .assemble import JOIN_BY_COPY, assemble, fit_along
 from .registry import IndexMap, OpSpec, arg, export, register, runs_fused
 
 i, xshape, yshape = indices("i"), indices("xshape"), indices("yshape")
@@ -541,9 +541,8 @@ def concat(xs, dim=0):
         raise ValueError(f"concat: 0-d Vars cannot be concatenated (shapes {[tuple(v.shape) for v in xs]}); "
                          "jt.stack joins them along a new dim")
     dim = normalize_dim(dim, xs[0].ndim)
-    for x in xs:
-        if x.ndim != xs[0].ndim or any(s != t for k, (s, t) in enumerate(zip(x.shape, xs[0].shape)) if k != dim):
-            raise ValueError(f"concat along dim {dim}: shapes {[tuple(v.shape) for v in xs]} do not match")
+    if not fit_along(xs, dim):
+        raise ValueError(f"concat along dim {dim}: shapes {[tuple(v.shape) for v in xs]} do not match")
     dtype = functools.reduce(dtypes.promote, (x.dtype for x in xs))
     xs = [x.cast(dtype) for x in xs]            # shapes differ along dim: cast only, no broadcast
     total = sum(x.shape[dim] for x in xs)
