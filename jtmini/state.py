@@ -81,10 +81,12 @@ class HashedKey:
     """A cache key that hashes once: a tuple does not keep its hash, and hashing a step's graph
     (~1500 rows) twice, for the lookup and for moving the entry to the end, cost ~0.5 ms. The
     plans (``replay``) and the backward recipes (``grad_recipe``) are keyed by these."""
-    __slots__ = ("key", "hash")
+    __slots__ = ("key", "hash", "born")
+    _made = 0                       # keys made so far: ``born`` orders them
 
     def __init__(self, key):
-        self.key, self.hash = key, hash(key)
+        self.key, self.hash, self.born = key, hash(key), HashedKey._made
+        HashedKey._made += 1
 
     def __hash__(self):
         return self.hash
@@ -97,8 +99,13 @@ class HashedKey:
         if self.key != other.key:
             return False
         # equal: share one tuple, so the next compare of these two (the lookup's move_to_end)
-        # meets the same row objects and skips the element-by-element walk (~20 us a GAN graph)
-        self.key = other.key
+        # meets the same row objects and skips the element-by-element walk (~20 us a GAN graph).
+        # The older one's: a lookup's new rows then die at once, where keeping them in the stored
+        # key left a step's ~10k young tuples for the cyclic collector to scan (~1 ms a seq2seq step)
+        if self.born < other.born:
+            other.key = self.key
+        else:
+            self.key = other.key
         return True
 
 

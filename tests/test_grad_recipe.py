@@ -373,3 +373,23 @@ def test_dropout_masks_drawn_each_step_still_hit_and_match_the_rules(recipes_use
     assert len(recipes_used) >= 2
     monkeypatch.setattr(grad_recipe, "find", lambda key: None)
     assert train() == losses
+
+
+def test_a_repeated_graph_keeps_the_stored_keys_rows_and_drops_its_own():
+    """The plan and recipe caches keep the rows they stored first: a step's new key, equal to a
+    stored one, gives its own rows up (they are freed with it) instead of the store adopting them
+    and holding each step's thousands of new tuples for the cyclic collector to scan."""
+    from jtmini import replay
+    from jtmini.state import HashedKey
+    stored, probe = HashedKey((1, ("row", (2, 3)))), HashedKey((1, ("row", (2, 3))))
+    rows = stored.key
+    assert {stored: "plan"}[probe] == "plan" and stored.key is rows and probe.key is rows
+    assert probe == HashedKey((1, ("row", (2, 3)))) and probe.key is rows     # either side calling
+    assert not probe == HashedKey((1, ("row", (2, 4)))) and probe.key is rows
+
+    grad_recipe._recipes.clear()
+    replay.clear()
+    _train(steps=2)
+    kept = {id(k): k.key for k in [*grad_recipe._recipes, *replay._cache]}
+    _train(steps=3)
+    assert kept and all(k.key is kept[id(k)] for k in [*grad_recipe._recipes, *replay._cache] if id(k) in kept)
