@@ -104,7 +104,7 @@ def grad(loss, targets, retain_graph=True):
     if recipe is not None:              # this forward graph was met before: its nodes, made directly
         result = recipe.build(order)
     else:
-        start = grad_recipe.mark()
+        start = grad_recipe.mark(order)
         result = _apply_rules(order, loss, targets)
         grad_recipe.record(key, order, start, result)
     return result[0] if single else result

@@ -26,14 +26,14 @@ rebuilt ones after building them, in the order the rules made them: every rank i
 sequence whether it ran the rules or a recipe. Eager mode and memory profiling (which records
 the frames building each node) always run the rules.
 
-    >>> start = mark()
+    >>> start = mark(order)
     >>> grads = ...                         # the rules, as usual
     >>> record(key, order, start, grads)    # the next graph of this key: find(key).build(order)
 """
 import collections
 from typing import NamedTuple
 
-from . import native_walk
+from . import key_code, native_walk
 from .flags import flags
 from .ops import collective
 from .ops.registry import OPS
@@ -87,12 +87,12 @@ def key(order, targets):
     ``targets``; None when its gradient must be built by the rules (see the module doc)."""
     if not flags.lazy_execution or flags.profile_memory_enable:   # eager, or each node's frames wanted
         return None
-    place, rows = {}, []
+    place, code = {}, key_code.Code()
     for v in order:
-        place[id(v)] = len(rows)
-        if not _add_row(v, place, rows):
+        place[id(v)] = len(place)
+        if not _add_row(v, place, code):
             return None
-    return _key_of(rows, targets, place)
+    return _key_of(code, targets, place)
 
 
 def graph_and_key(loss, targets):
@@ -102,11 +102,11 @@ def graph_and_key(loss, targets):
     walked = native_walk.grad_walk(loss, targets if type(targets) is list else list(targets), keyed)
     if walked is None:
         return _graph_and_key_py(loss, targets)
-    order, rows, places = walked
-    if rows is None:
+    order, code, places = walked
+    if code is None:
         return order, None
     wanted = tuple([(k, t.shape, t.dtype, t._stop_grad) for k, t in zip(places, targets)])
-    return order, _hashed(rows, wanted)
+    return order, _hashed(code, wanted)
 
 
 def forward_order(loss):
@@ -119,7 +119,7 @@ def _graph_and_key_py(loss, targets, keyed=True):
     """``graph_and_key`` in Python: each node's row is written as the walk places it, its
     inputs placed before it. A node stays on the stack while its inputs go first and is placed
     when it is back on top (a DFS of (node, expanded) pairs without a tuple per push)."""
-    order, seen, place, rows, stack = [], set(), {}, [], [loss]
+    order, seen, place, code, stack = [], set(), {}, key_code.Code(), [loss]
     keyed = keyed and flags.lazy_execution and not flags.profile_memory_enable
     while stack:
         v = stack[-1]
@@ -136,14 +136,15 @@ def _graph_and_key_py(loss, targets, keyed=True):
         place[vid] = len(order)
         order.append(v)
         if keyed:
-            keyed = _add_row(v, place, rows)
-    return order, _key_of(rows, targets, place) if keyed else None
+            keyed = _add_row(v, place, code)
+    return order, _key_of(code, targets, place) if keyed else None
 
 
-def _add_row(v, place, rows):
-    """Append ``v``'s key row (see ``key``); False where the graph gets no key. A node with a
-    rule of its own is keyed by its declared rule (``custom_grad``'s ``key``) and the Vars the
-    walk went to from it; an undeclared rule gives no key."""
+def _add_row(v, place, code):
+    """Write ``v``'s key row (see ``key``) into ``code`` (a ``key_code.Code``); False where the
+    graph gets no key. A node with a rule of its own is keyed by its declared rule
+    (``custom_grad``'s ``key``) and the Vars the walk went to from it; an undeclared rule gives
+    no key."""
     walked, rule = v.inputs, None
     if v._backward is not None:
         walked, rule = v._backward[0], getattr(v._backward[1], "recipe_key", None)
@@ -159,17 +160,24 @@ def _add_row(v, place, rows):
     items = tuple(attrs.items())
     if rule is not None:
         items += (("__rule__", rule),)
-    rows.append((v.op, items, v.shape, v.dtype, v._stop_grad, v._data is None, inputs))
+    code.value(v.op)
+    code.attrs(items)
+    code.value(v.shape)
+    code.value(v.dtype)
+    code.flag(v._stop_grad)
+    code.flag(v._data is None)
+    code.ints(inputs)
     return True
 
 
-def _key_of(rows, targets, place):
-    return _hashed(tuple(rows), tuple((place.get(id(t), -1), t.shape, t.dtype, t._stop_grad) for t in targets))
+def _key_of(code, targets, place):
+    return _hashed(code.done(), tuple((place.get(id(t), -1), t.shape, t.dtype, t._stop_grad) for t in targets))
 
 
-def _hashed(rows, wanted):
+def _hashed(code, wanted):
+    """The key of rows written as ``key_code`` bytes and the values kept aside: ``code``."""
     try:
-        return HashedKey((rows, wanted, flags.no_grad, flags.amp_reg, flags.auto_convert_64_to_32,
+        return HashedKey((*code, wanted, flags.no_grad, flags.amp_reg, flags.auto_convert_64_to_32,
                           flags.backend, flags.use_cuda))
     except TypeError:                   # an attr that cannot be hashed
         return None
@@ -195,22 +203,23 @@ def find(key_):
 
 
 class Mark(NamedTuple):
-    """Where the rules start: a Var id below every Var built from now on, and the collectives
-    made so far."""
+    """Where the rules start: a Var id below every Var built from now on, the collectives made
+    so far, and which forward nodes had no value yet."""
     var_id: int
     collectives: int
+    pending: list
 
 
-def mark():
-    """The ``Mark`` of now: call it before the rules run."""
-    return Mark(next(_ids), collective.made_count())
+def mark(order):
+    """The ``Mark`` of now, for the forward graph ``order``: call it before the rules run."""
+    return Mark(next(_ids), collective.made_count(), [v._data is None for v in order])
 
 
 def record(key_, order, start, results):
     """Store the recipe of ``results`` (the gradients the rules just built, every node made
-    after ``mark()`` returned ``start``, a ``Mark``) under ``key_``, unless it is unsafe (see the
-    module doc)."""
-    if key_ is None or any((v._data is None) != row[5] for v, row in zip(order, key_.key[0])):
+    after ``mark(order)`` returned ``start``, a ``Mark``) under ``key_``, unless it is unsafe (see
+    the module doc)."""
+    if key_ is None or [v._data is None for v in order] != start.pending:
         return                          # a rule computed a forward value: the graph may follow data
     place = {id(v): (FORWARD, k) for k, v in enumerate(order)}
     # a stop_grad node's inputs are not in the key: a constant among them may differ next time

@@ -1,6 +1,7 @@
 """The graph walks of a step compiled: the replay signature's (``replay._signature``) and the
 gradient recipe key's (``grad_recipe.graph_and_key``), against this interpreter's C
-API (``templates/cpu/signature_walk.cc.j2``): the same rows, order and leaves, ~5x less CPU.
+API (``templates/cpu/signature_walk.cc.j2``): the same rows (as ``key_code`` bytes), order and
+leaves, ~5x less CPU.
 
 Walking a step's graph in Python costs ~1.5-2 us a Var (a GAN step: ~200 Vars walked, ~0.33 ms of
 ~2.5); the C walk reads the same attributes through the C API. It is built once per interpreter
@@ -11,8 +12,8 @@ it on an empty disk cache takes ~1-4 s of compiler, which a cold first step, or 
 never repeats a graph, should not wait for. Both walks give the same keys, so the switch keeps
 every stored plan and recipe.
 
-    >>> rows, order, leaves, places = walk([y])       # y: a pending Var
-    >>> order, rows, places = grad_walk(loss, [w], True)
+    >>> code, others, order, leaves, places = walk([y])       # y: a pending Var
+    >>> order, (code, others), places = grad_walk(loss, [w], True)
 """
 import ctypes
 import functools
@@ -22,10 +23,13 @@ import sysconfig
 from pathlib import Path
 
 from . import codegen, compiler
+from .dtypes import NanoString
 from .ops.registry import OPS
+from .var import Shape, Var
 
 _log = logging.getLogger(__name__)
 _enabled = False
+_KINDS = (Shape, NanoString, Var)    # written as tuple and str by key_code; the class whose slots are read
 
 
 def enable():
@@ -48,8 +52,8 @@ def _library():
     except (compiler.CompileError, compiler.ToolchainError, OSError, AttributeError) as e:
         _log.warning("the compiled graph walks are unavailable (%s): graphs are walked in Python", e)
         return None
-    signature.argtypes, signature.restype = [ctypes.py_object, ctypes.py_object], ctypes.py_object
-    grad.argtypes = [ctypes.py_object, ctypes.py_object, ctypes.py_object, ctypes.c_int]
+    signature.argtypes, signature.restype = [ctypes.py_object] * 3, ctypes.py_object
+    grad.argtypes = [ctypes.py_object] * 4 + [ctypes.c_int]
     grad.restype = ctypes.py_object
     return library
 
@@ -61,16 +65,18 @@ def _walker():
 
 
 def walk(targets):
-    """``(rows, order, leaves, target places)`` of the graph computing ``targets`` (a list of Vars)
-    as ``replay._signature`` walks it, or None when the compiled walk is unavailable. Raises what
-    the Python walk would not survive either (an unregistered op: KeyError)."""
+    """``(code, others, order, leaves, target places)`` of the graph computing ``targets`` (a list
+    of Vars) as ``replay._signature_py`` walks it (its rows as ``key_code`` writes them), or None
+    when the compiled walk is unavailable. Raises what the Python walk would not survive either
+    (an unregistered op: KeyError)."""
     fn = _walker()
-    return None if fn is None else fn(targets, OPS)
+    return None if fn is None else fn(targets, OPS, _KINDS)
 
 
 def grad_walk(loss, targets, keyed):
-    """``(order, rows, places)``: ``grad_recipe.forward_order(loss)``, the key rows ``grad_recipe`` writes
-    for it (None when ``keyed`` is false or the graph gets no key) and each target's place in
-    the order (-1 when absent); None when the compiled walk is unavailable or not enabled."""
+    """``(order, code, places)``: ``grad_recipe.forward_order(loss)``, the key rows ``grad_recipe``
+    writes for it as ``key_code``'s ``(bytes, others)`` (None when ``keyed`` is false or the graph
+    gets no key) and each target's place in the order (-1 when absent); None when the compiled
+    walk is unavailable or not enabled."""
     library = _library() if _enabled else None
-    return None if library is None else library.jt_grad_walk(loss, targets, OPS, int(bool(keyed)))
+    return None if library is None else library.jt_grad_walk(loss, targets, OPS, _KINDS, int(bool(keyed)))

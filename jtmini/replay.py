@@ -15,7 +15,7 @@ kernels read them at launch, so a new learning rate, or a window at a new offset
 import collections
 from typing import NamedTuple
 
-from . import codegen, counters, native_walk, schedule
+from . import codegen, counters, key_code, native_walk, schedule
 from .flags import flags
 from .ops.registry import OPS
 from .state import HashedKey, register_cache
@@ -165,10 +165,15 @@ def _signature(targets, runtime):
     walked = native_walk.walk(targets if type(targets) is list else list(targets))
     if walked is None:
         return _signature_py(targets, runtime)
-    rows, order, leaves, places = walked
-    key = (runtime.name, flags.specialize_shapes, flags.dump_kernels, flags.gopt_disable, rows,
-           tuple([(leaf.shape, leaf.dtype) for leaf in leaves]), places)
-    return key, order + leaves, len(order)
+    code, others, order, leaves, places = walked
+    return _key(runtime, code, others, leaves, places), order + leaves, len(order)
+
+
+def _key(runtime, code, others, leaves, places):
+    """The signature: the rows (``key_code``'s bytes and values kept aside), the leaves' shapes and
+    dtypes, the targets' places, and the flags that change code."""
+    return (runtime.name, flags.specialize_shapes, flags.dump_kernels, flags.gopt_disable, code, others,
+            tuple([(leaf.shape, leaf.dtype) for leaf in leaves]), places)
 
 
 def _signature_py(targets, runtime):
@@ -176,11 +181,11 @@ def _signature_py(targets, runtime):
     unrealized ones in topological order (``schedule.topo_order``'s), then the realized inputs
     ("leaves") in the order the rows first read them; ``n_order`` counts the unrealized ones.
 
-    Each Var's row is written as the walk places it: its unrealized inputs are placed before it,
-    so its references are known. A row refers to an input by its place in the order, or to a leaf
-    by ``-1 - k`` (the k-th leaf). One walk costs ~3.5 ms of a ResNet-18 step; walking for the
-    order, then again for the rows, cost ~4.9."""
-    order, rows, leaves, ref = [], [], [], {}     # ref: id -> row reference
+    Each Var's row (op, compiled-in attrs, shape, dtype, input references) is written into one
+    ``key_code`` bytes as the walk places it: its unrealized inputs are placed before it, so its
+    references are known. A row refers to an input by its place in the order, or to a leaf by
+    ``-1 - k`` (the k-th leaf). The walk in C (``native_walk``) writes the same bytes."""
+    order, code, leaves, ref = [], key_code.Code(), [], {}     # ref: id -> row reference
     # schedule.topo_walk's walk, inlined: a generator cost ~0.5 us a Var of a ~2 us row
     seen = set()
     stack = [t for t in reversed(targets) if t._data is None]
@@ -206,10 +211,11 @@ def _signature_py(targets, runtime):
         attrs, runtime_attrs = v.attrs, OPS[v.op].runtime_attrs
         if runtime_attrs:
             attrs = {name: a for name, a in attrs.items() if name not in runtime_attrs}
-        # Vars of one shape share its Shape object (var._shape_of): comparing two signatures
-        # row by row then finds the shapes identical without calling Shape.__eq__
-        rows.append((v.op, tuple(attrs.items()), v.shape, v.dtype, tuple(refs)))
-    key = (runtime.name, flags.specialize_shapes, flags.dump_kernels, flags.gopt_disable, tuple(rows),
-           tuple((leaf.shape, leaf.dtype) for leaf in leaves), tuple(ref[id(t)] for t in targets))
+        code.value(v.op)
+        code.attrs(tuple(attrs.items()))
+        code.value(v.shape)
+        code.value(v.dtype)
+        code.ints(refs)
+    key = _key(runtime, *code.done(), leaves, tuple(ref[id(t)] for t in targets))
     return key, order + leaves, len(order)
 

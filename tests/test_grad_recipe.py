@@ -229,7 +229,7 @@ def test_a_graph_whose_value_a_rule_computed_is_not_recorded():
     loss = y.sum()
     order = grad_recipe.forward_order(loss)
     key = grad_recipe.key(order, [x])
-    start = grad_recipe.mark()
+    start = grad_recipe.mark(order)
     y.sync()                                    # as a rule calling .item() would
     grad_recipe.record(key, order, start, [loss.ones_like() * y])
     assert not grad_recipe._recipes
@@ -242,7 +242,7 @@ def test_a_built_node_reading_an_outside_var_is_not_recorded():
     loss = x.exp().sum()
     order = grad_recipe.forward_order(loss)
     key = grad_recipe.key(order, [x])
-    start = grad_recipe.mark()
+    start = grad_recipe.mark(order)
     grad_recipe.record(key, order, start, [x.exp() * outside])
     assert not grad_recipe._recipes
     grad_recipe.record(key, order, start, [x.exp() * 2])    # a constant made now: recorded
@@ -267,7 +267,7 @@ def test_a_constant_behind_a_stop_grad_node_is_not_taken_as_shared():
     loss = (x * held).sum()
     order = grad_recipe.forward_order(loss)
     key = grad_recipe.key(order, [x])
-    grad_recipe.record(key, order, grad_recipe.mark(), [loss.ones_like() * scale])
+    grad_recipe.record(key, order, grad_recipe.mark(order), [loss.ones_like() * scale])
     assert not grad_recipe._recipes
 
 
@@ -321,7 +321,7 @@ def test_a_backward_with_collectives_is_rebuilt_and_queues_them_in_the_rules_ord
     x = jt.array(rng.standard_normal(3).astype("float32"))
     order = grad_recipe.forward_order(x.exp().sum())
     key = grad_recipe.key(order, [x])
-    start = grad_recipe.mark()
+    start = grad_recipe.mark(order)
     results = _rules_with_collectives(x)
     grad_recipe.record(key, order, start, results)
     made_by_rules = list(queued)
@@ -341,7 +341,7 @@ def test_a_collective_no_gradient_reads_keeps_the_rules(queued):
     x = jt.array(rng.standard_normal(3).astype("float32"))
     order = grad_recipe.forward_order(x.exp().sum())
     key = grad_recipe.key(order, [x])
-    start = grad_recipe.mark()
+    start = grad_recipe.mark(order)
     grad_recipe.record(key, order, start, _rules_with_collectives(x, read_both=False))
     assert not grad_recipe._recipes
 
@@ -350,7 +350,7 @@ def test_a_collective_made_without_its_queue_keeps_the_rules(queued):
     x = jt.array(rng.standard_normal(3).astype("float32"))
     order = grad_recipe.forward_order(x.exp().sum())
     key = grad_recipe.key(order, [x])
-    start = grad_recipe.mark()
+    start = grad_recipe.mark(order)
     grad_recipe.record(key, order, start, [jt.Var.node("mpi_all_reduce", [x.exp()], op="add")])
     assert not grad_recipe._recipes
 

@@ -184,3 +184,45 @@ def test_the_compiled_walks_start_once_a_graph_repeats():
         "assert native_walk._enabled and native_walk._library.cache_info().misses == 1\n")
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+# every kind of value an attr may hold: the kinds key_code writes, and others it keeps aside
+_ODD_VALUES = [0, 255, 256, -1, 2**63 - 1, -2**63, 2**63, -2**70, True, False, None, 0.0, -0.0, 1.5,
+               float("nan"), float("inf"), "", "x", "é漢", "\ud800", jt.NanoString("float32"),
+               (), (1, (2, "a")), (1.0, None), jt.Var.__mro__[0], frozenset({1}), complex(1, 2)]
+
+
+def test_key_code_tells_apart_what_it_writes_and_keeps_the_rest_aside():
+    from jtmini.key_code import Code
+
+    def written(x):
+        code = Code()
+        code.value(x)
+        return code.done()
+
+    assert written(1) != written(1.0) != written(True) and written(1) != written("1") != written((1,))
+    assert written(0.0) != written(-0.0) and written((1, 2)) == written(jt.zeros(1, 2).shape)
+    assert written("float32") == written(jt.NanoString("float32"))
+    assert written(2**63) == (b"O", (2**63,)) and written("\ud800") == (b"O", ("\ud800",))
+    assert written(frozenset({1}))[1] == (frozenset({1}),)
+    # prefix-free: a tuple's items cannot run into the next value
+    assert written(((1,), 2)) != written(((1, 2),)) and written(("ab", "c")) != written(("a", "bc"))
+    plain = [written(v)[0] for v in _ODD_VALUES if not written(v)[1]]
+    assert len(plain) == 21 and len(set(plain)) == len(plain)          # each value its own bytes
+    for long in (254, 255, 300):                                        # lengths of one byte and more
+        assert written("a" * long) != written("a" * (long + 1))
+
+
+@pytest.mark.skipif(native_walk._library() is None, reason="no compiled walk on this interpreter")
+def test_the_compiled_walks_write_the_python_walks_bytes_for_every_kind_of_attr(rng):
+    from jtmini import grad_recipe
+    a = jt.array(rng.standard_normal(3).astype("float32"))
+    for value in _ODD_VALUES:
+        odd = untrack(Var("exp", [a * 2.0], {"odd": value, "more": (value, 1)}, (3,), "float32"))
+        c, p = replay._signature([odd], RUNTIME)[0], replay._signature_py([odd], RUNTIME)[0]
+        assert c[4] == p[4] and (c[5] == p[5] or value != value), value       # NaN != NaN aside
+        assert c[:4] == p[:4] and c[6:] == p[6:]
+        loss = untrack(Var("sum", [odd], {"dims": (0,), "keepdims": False}, (), "float32"))
+        keyed = grad_recipe.graph_and_key(loss, [a])[1]
+        keyed_py = grad_recipe._graph_and_key_py(loss, [a])[1]
+        assert keyed.key[0] == keyed_py.key[0] and keyed.key[2:] == keyed_py.key[2:], value
