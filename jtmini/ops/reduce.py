@@ -30,7 +30,10 @@ def _reduce_grad(d, out, x, a):
     if not dtypes.is_float(x.dtype):
         return [None]
     kept = _kept_shape(x, a["dims"])
-    d_b = d.reshape(kept).broadcast_to(x.shape)
+    # reduced leading dims come back as broadcasting's new leading dims (a loss's mean over all):
+    # the reshape to ``kept`` would be one more node every step
+    leading = not a["keepdims"] and tuple(a["dims"]) == tuple(range(len(a["dims"])))
+    d_b = (d if leading else d.reshape(kept)).broadcast_to(x.shape)
     if a["op"] == "add":
         return [d_b]
     if a["op"] == "mul":
