@@ -261,3 +261,35 @@ def test_setitem_bad_value_shape(index, value_shape):
     with pytest.raises(ValueError) as err:
         x[index] = np.ones(value_shape)
     assert str(value_shape) in str(err.value) and str(np.zeros(SHAPE)[index].shape) in str(err.value)
+
+
+def test_a_window_of_a_pending_window_is_one_slice_with_the_same_values_and_gradients():
+    """x[1:8][1:7:2] (and an RNN gradient's rows, then columns) is one slice node of x: one node
+    fewer to build, walk and sign every step, with numpy's values and gradients."""
+    data = np.random.default_rng(5).standard_normal((9, 8)).astype("float32")
+    x = jt.array(data)
+    y = jt.ops.reindex.slice_var(x[1:8, :], (1, 6), (2, -1), (3, 4))      # rows 2, 4, 6; cols 6..3
+    assert y.op == "slice" and y.inputs[0] is x
+    assert y.attrs["starts"] == (2, 6) and y.attrs["steps"] == (2, -1)
+    np.testing.assert_array_equal(y.numpy(), data[1:8][1:7:2, 6:2:-1])
+    w = np.random.default_rng(6).standard_normal((3, 4)).astype("float32")
+    (g,) = jt.grad((y * jt.array(w)).sum(), [x])
+    expected = np.zeros_like(data)
+    expected[1:8][1:7:2, 6:2:-1] = w                # numpy's views write through to expected
+    np.testing.assert_array_equal(g.numpy(), expected)
+    held = x[1:8].stop_grad()                      # a stop_grad window stays its own node
+    assert held[::2].inputs[0] is held
+
+
+def test_the_gradient_of_a_full_reduction_broadcasts_without_a_reshape():
+    x = jt.array(np.arange(6, dtype="float32").reshape(2, 3))
+    (g,) = jt.grad(x.mean() * 2, [x])
+    np.testing.assert_allclose(g.numpy(), np.full((2, 3), 2 / 6, "float32"))
+    nodes, stack = [], [g]
+    while stack:
+        v = stack.pop()
+        nodes.append(v.op)
+        stack.extend(i for i in v.inputs if i._data is None)
+    assert "broadcast_to" in nodes and "reshape" not in nodes
+    (g,) = jt.grad(x.sum(dims=1).sum(), [x])          # a trailing dim still reshapes, to (2, 1)
+    np.testing.assert_array_equal(g.numpy(), np.ones((2, 3), "float32"))
