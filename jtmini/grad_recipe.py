@@ -67,6 +67,16 @@ class Recipe(NamedTuple):
     def build(self, order):
         """The gradients, as ``jt.grad`` returned them for the recorded graph, on ``order`` (the
         forward graph of a new step with the same key)."""
+        built = native_walk.make_nodes(self.nodes, order, self.shared)
+        if built is None:
+            built = self._made(order)
+        sources = (order, built, self.shared)
+        for k in self.queue:
+            collective.queue(built[k])
+        return [sources[where][k] for where, k in self.results]
+
+    def _made(self, order):
+        """The nodes, made in Python (``native_walk.make_nodes`` makes the same in C)."""
         built = []
         sources = (order, built, self.shared)
         for op, attrs, shape, dtype, stop_grad, tracked, inputs in self.nodes:
@@ -77,9 +87,7 @@ class Recipe(NamedTuple):
             if not tracked:
                 untrack(v)
             built.append(v)
-        for k in self.queue:
-            collective.queue(built[k])
-        return [sources[where][k] for where, k in self.results]
+        return built
 
 
 def key(order, targets):

@@ -226,3 +226,52 @@ def test_the_compiled_walks_write_the_python_walks_bytes_for_every_kind_of_attr(
         keyed = grad_recipe.graph_and_key(loss, [a])[1]
         keyed_py = grad_recipe._graph_and_key_py(loss, [a])[1]
         assert keyed.key[0] == keyed_py.key[0] and keyed.key[2:] == keyed_py.key[2:], value
+
+
+def _describe(made, order, shared):
+    """Each made node as (op, attrs, shape, dtype, stop_grad, pending-tracked, inputs by source)."""
+    from jtmini.var import _pending
+    where = {id(v): ("forward", k) for k, v in enumerate(order)}
+    where.update({id(v): ("shared", k) for k, v in enumerate(shared)})
+    where.update({id(v): ("built", k) for k, v in enumerate(made)})
+    return [(v.op, v.attrs, v.shape, v.dtype, v._stop_grad, id(v) in _pending, v._data, v._backward,
+             tuple(where[id(i)] for i in v.inputs),
+             all(any(r() is v for r in i._consumers) for i in v.inputs)) for v in made]
+
+
+@pytest.mark.skipif(native_walk._library() is None, reason="no compiled walk on this interpreter")
+def test_the_compiled_recipe_build_makes_the_nodes_python_makes(rng, monkeypatch):
+    """``make_nodes`` (C) against ``Recipe._made`` (Python): the same nodes, wiring, flags, pending
+    table and consumer lists, also where an input has many consumers (var._link prunes) and where
+    the pending table is swept (var._track)."""
+    import sys
+    from jtmini import grad_recipe
+    var = sys.modules["jtmini.var"]          # jtmini.var is also the name of jt.var, a function
+    w = jt.array(rng.standard_normal((3, 4)).astype("float32"))
+    x = jt.array(rng.standard_normal((5, 4)).astype("float32"))
+    crowd = [w * float(k) for k in range(40)]           # w's consumer list past the prune bound
+
+    def loss():
+        h = (x @ w.transpose(1, 0)).relu()
+        return (h * h).mean() + (h.detach() * 2).sum() * 0.0
+
+    grad_recipe.clear()
+    jt.grad(loss(), [w, x])
+    l2 = loss()
+    order, key = grad_recipe.graph_and_key(l2, [w, x])
+    recipe = grad_recipe.find(key)
+    assert recipe is not None and len(recipe.nodes) >= 5
+    monkeypatch.setattr(var, "_sweep_at", 1)          # a sweep at the first tracked node
+    sweep_at = var._sweep_at
+    links = []
+    monkeypatch.setattr(var, "_link", lambda inputs, ref, link=var._link: links.append(inputs) or link(inputs, ref))
+    in_c = native_walk.make_nodes(recipe.nodes, order, recipe.shared)
+    assert var._sweep_at != sweep_at and any(i[0] is w for i in links)     # swept, and w's list pruned
+    in_py = recipe._made(order)
+    assert in_c is not None and [v.id for v in in_c] == sorted(v.id for v in in_c)
+    assert in_c[-1].id < in_py[0].id and len({v.id for v in in_c + in_py}) == len(in_c) * 2
+    assert _describe(in_c, order, recipe.shared) == _describe(in_py, order, recipe.shared)
+    assert all(a.attrs is not b.attrs and a.attrs is not n.attrs for a, b, n in zip(in_c, in_py, recipe.nodes))
+    for got, expected in zip(recipe.build(order), jt.grad(loss(), [w, x])):
+        np.testing.assert_array_equal(got.numpy(), expected.numpy())
+    assert len(crowd) == 40
