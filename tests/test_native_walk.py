@@ -242,14 +242,14 @@ def _describe(made, order, shared):
 @pytest.mark.skipif(native_walk._library() is None, reason="no compiled walk on this interpreter")
 def test_the_compiled_recipe_build_makes_the_nodes_python_makes(rng, monkeypatch):
     """``make_nodes`` (C) against ``Recipe._made`` (Python): the same nodes, wiring, flags, pending
-    table and consumer lists, also where an input has many consumers (var._link prunes) and where
-    the pending table is swept (var._track)."""
+    table and consumer lists, also where an input's consumer list doubles (its dead references are
+    dropped, as var._link does) and where the pending table is swept (var._track)."""
     import sys
+    import weakref
     from jtmini import grad_recipe
     var = sys.modules["jtmini.var"]          # jtmini.var is also the name of jt.var, a function
     w = jt.array(rng.standard_normal((3, 4)).astype("float32"))
     x = jt.array(rng.standard_normal((5, 4)).astype("float32"))
-    crowd = [w * float(k) for k in range(40)]           # w's consumer list past the prune bound
 
     def loss():
         h = (x @ w.transpose(1, 0)).relu()
@@ -263,10 +263,12 @@ def test_the_compiled_recipe_build_makes_the_nodes_python_makes(rng, monkeypatch
     assert recipe is not None and len(recipe.nodes) >= 5
     monkeypatch.setattr(var, "_sweep_at", 1)          # a sweep at the first tracked node
     sweep_at = var._sweep_at
-    links = []
-    monkeypatch.setattr(var, "_link", lambda inputs, ref, link=var._link: links.append(inputs) or link(inputs, ref))
+    gone = [jt.zeros(1) for _ in range(64)]
+    w._consumers[:] = [weakref.ref(v) for v in gone]     # 64 (a doubling) dead: the next append prunes
+    del gone
     in_c = native_walk.make_nodes(recipe.nodes, order, recipe.shared)
-    assert var._sweep_at != sweep_at and any(i[0] is w for i in links)     # swept, and w's list pruned
+    assert var._sweep_at != sweep_at                     # swept
+    assert 0 < len(w._consumers) < 32 and all(r() is not None for r in w._consumers)
     in_py = recipe._made(order)
     assert in_c is not None and [v.id for v in in_c] == sorted(v.id for v in in_c)
     assert in_c[-1].id < in_py[0].id and len({v.id for v in in_c + in_py}) == len(in_c) * 2
@@ -274,4 +276,3 @@ def test_the_compiled_recipe_build_makes_the_nodes_python_makes(rng, monkeypatch
     assert all(a.attrs is not b.attrs and a.attrs is not n.attrs for a, b, n in zip(in_c, in_py, recipe.nodes))
     for got, expected in zip(recipe.build(order), jt.grad(loss(), [w, x])):
         np.testing.assert_array_equal(got.numpy(), expected.numpy())
-    assert len(crowd) == 40
