@@ -89,7 +89,7 @@ def grad_walk(loss, targets, keyed):
 
 def make_nodes(nodes, order, shared):
     """The Vars ``grad_recipe.Recipe.build`` makes from its ``nodes`` on a new forward ``order``, as
-    ``var.made`` makes them (in C, ~0.2 us a node against ~1.4 in Python); None when the compiled
+    ``var.made`` makes them (in C, ~0.3 us a node against ~0.7 for ``made``); None when the compiled
     walks are unavailable or not enabled."""
     library = _library() if _enabled else None
     if library is None:
