@@ -27,7 +27,8 @@ from .gc_pause import paused
 from .ops.registry import OPS
 from .runtime import base
 from .state import services
-from .var import keep_drawn, pending_roots
+from .native_walk import pending_roots
+from .var import keep_drawn
 
 
 @paused

@@ -32,6 +32,7 @@ from .autograd import grad
 from .creation import array
 from .dataset.dataset import shard_of
 from .executor import sync
+from .native_walk import pending_roots
 from .gc_pause import paused
 from .ops.adam_many import adam_many, unpack
 from .ops.collective import broadcast_in_place, mpi_all_reduce_many
@@ -41,7 +42,7 @@ from .ops.sgd_many import sgd_many
 from .ops.registry import runs_fused
 from .ops.sum_squares import sum_squares_many
 from .state import replacing
-from .var import Var, pending_roots, untrack
+from .var import Var, untrack
 
 
 class Optimizer:

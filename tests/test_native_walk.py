@@ -276,3 +276,29 @@ def test_the_compiled_recipe_build_makes_the_nodes_python_makes(rng, monkeypatch
     assert all(a.attrs is not b.attrs and a.attrs is not n.attrs for a, b, n in zip(in_c, in_py, recipe.nodes))
     for got, expected in zip(recipe.build(order), jt.grad(loss(), [w, x])):
         np.testing.assert_array_equal(got.numpy(), expected.numpy())
+
+
+@pytest.mark.skipif(native_walk._library() is None, reason="no compiled walk on this interpreter")
+def test_the_compiled_pending_roots_are_the_python_ones(rng, monkeypatch):
+    """Roots (unrealized, read by no live Var) in id order, realized and read Vars left out, dead
+    entries dropped, a Var subclass's attributes looked up: as var.pending_roots finds them."""
+    import sys
+    from jtmini.dataset.dataset import BatchVar
+    var = sys.modules["jtmini.var"]
+    x = jt.array(rng.standard_normal(4).astype("float32"))
+    kept = [x * 2, (x + 1).exp(), jt.ones(3) * 5]
+    read = kept[0] + 1                              # kept[0] is read: not a root
+    done = (x * 3).sync()
+    odd = BatchVar("mul", (x, x), {}, (4,), "float32")   # a subclass, walked through getattr
+    gone = [x * k for k in range(5)]
+    gone_ids = {id(v) for v in gone}
+    del gone
+    python_table = dict(var._pending)
+    expected = var.pending_roots()
+    var._pending.clear()
+    var._pending.update(python_table)               # the dead entries again, for the C walk
+    got = native_walk.pending_roots()
+    assert [v.id for v in got] == [v.id for v in expected] and got == sorted(got, key=lambda v: v.id)
+    ids = {id(v) for v in got}                     # (``in`` would compare Vars with ==, a node)
+    assert id(read) in ids and id(odd) in ids and id(kept[0]) not in ids and id(done) not in ids
+    assert not gone_ids & set(var._pending) and len(var._pending) < len(python_table)
