@@ -86,15 +86,16 @@ def test_second_order_gradients_match_torch(geometry, tile_bytes, rng):
 
 def test_the_same_bits_at_any_thread_count(monkeypatch, rng):
     """Every output of the three kernels is summed in an order set by the shapes alone: 20
-    images (16 chunks for the weight gradient), tiles of 5 rows."""
-    monkeypatch.setattr(conv_kernels, "TILE_BYTES", 5 * 6 * 9 * 24 * 4)
+    images (16 chunks for the weight gradient), tiles of 5 rows (5x5 taps: 3x3 at stride 1 is
+    Winograd's)."""
+    monkeypatch.setattr(conv_kernels, "TILE_BYTES", 5 * 6 * 25 * 24 * 4)
     x = jt.array(rng.standard_normal((20, 6, 24, 24)).astype("float32"))
-    w = jt.array(rng.standard_normal((8, 6, 3, 3)).astype("float32"))
+    w = jt.array(rng.standard_normal((8, 6, 5, 5)).astype("float32"))
     d = jt.array(rng.standard_normal((20, 8, 24, 24)).astype("float32"))
     results = []
     for threads in (1, 2, 3):
         with jt.flag_scope(num_threads=threads):
-            out = nn.conv2d(x, w, padding=1)
+            out = nn.conv2d(x, w, padding=2)
             assert out.op == "tiled_conv"
             results.append([v.numpy() for v in [out] + jt.grad((out * d).sum(), [x, w])])
     for other in results[1:]:
@@ -104,25 +105,27 @@ def test_the_same_bits_at_any_thread_count(monkeypatch, rng):
 
 def test_conv2d_takes_tiles_on_large_maps_only(rng):
     x = jt.array(rng.standard_normal((2, 3, 16, 16)).astype("float32"))
-    w = jt.array(rng.standard_normal((4, 3, 3, 3)).astype("float32"))
-    layer = nn.Conv2d(3, 4, 3, padding=1)
+    w = jt.array(rng.standard_normal((4, 3, 5, 5)).astype("float32"))
+    layer = nn.Conv2d(3, 4, 5, padding=2)
     out = layer(x)
     assert out.op == "add" and out.inputs[0].op == "tiled_conv"          # the bias after the kernel
     assert 16 * 16 >= conv.MIN_TILED_MAP > 8 * 8
-    assert nn.conv2d(x, w, stride=2, padding=1).op != "tiled_conv"       # 8x8 outputs: im2col
-    assert nn.conv2d(x.float16(), w.float16(), padding=1).op != "tiled_conv"
+    assert nn.conv2d(x, w, stride=2, padding=2).op != "tiled_conv"       # 8x8 outputs: im2col
+    assert nn.conv2d(x.float16(), w.float16(), padding=2).op != "tiled_conv"
     assert nn.conv2d(jt.array(rng.standard_normal((2, 4, 16, 16)).astype("float32")),
-                     jt.array(rng.standard_normal((4, 2, 3, 3)).astype("float32")), padding=1, groups=2).op != "tiled_conv"
-    check_grad(lambda x, w: nn.conv2d(x, w, padding=1), lambda x, w: TF.conv2d(x, w, padding=1),
-               [rng.standard_normal((2, 3, 16, 16)), rng.standard_normal((4, 3, 3, 3))], layouts=["transposed", "contig"])
+                     jt.array(rng.standard_normal((4, 2, 5, 5)).astype("float32")), padding=2, groups=2).op != "tiled_conv"
+    assert nn.conv2d(x, jt.array(rng.standard_normal((4, 3, 3, 3)).astype("float32")), stride=1, padding=1).op == "winograd_conv"
+    check_grad(lambda x, w: nn.conv2d(x, w, padding=2), lambda x, w: TF.conv2d(x, w, padding=2),
+               [rng.standard_normal((2, 3, 16, 16)), rng.standard_normal((4, 3, 5, 5))], layouts=["transposed", "contig"])
 
 
 def test_an_empty_batch_has_a_zero_weight_gradient():
-    x, w = jt.zeros((0, 3, 16, 16)), jt.randn(4, 3, 3, 3)
-    out = nn.conv2d(x, w, padding=1)
+    x, w = jt.zeros((0, 3, 16, 16)), jt.randn(4, 3, 5, 5)
+    out = nn.conv2d(x, w, padding=2)
+    assert out.op == "tiled_conv"
     gx, gw = jt.grad((out * out).sum() + w.sum(), [x, w])
     assert out.shape == (0, 4, 16, 16) and gx.shape == (0, 3, 16, 16)
-    np.testing.assert_array_equal(gw.numpy(), np.ones((4, 3, 3, 3), "float32"))
+    np.testing.assert_array_equal(gw.numpy(), np.ones((4, 3, 5, 5), "float32"))
 
 
 def test_bad_inputs_name_the_shapes():

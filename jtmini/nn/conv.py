@@ -26,7 +26,7 @@ import math
 from dataclasses import dataclass
 
 from .. import init
-from ..ops.conv_kernels import depthwise_conv, tiled_conv
+from ..ops.conv_kernels import depthwise_conv, tiled_conv, winograd_conv
 from ..ops.registry import runs_fused
 from ..ops.window import conv_spread, conv_windows
 from .arguments import count, is_count, items
@@ -133,6 +133,9 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     if groups == c == o and _kernels_apply(x, weight):
         # one filter per channel: three kernels of its own, reading each plane once (ops/conv_kernels.py)
         out = depthwise_conv(x, weight, geometry)
+    elif groups == 1 and _kernels_apply(x, weight) and _winograd_is_cheaper(x, weight, hax, wax):
+        # 3x3 at stride 1: 16 multiply-adds per 2x2 output tile where im2col spends 36
+        out = winograd_conv(x, weight, geometry)
     elif groups == 1 and _kernels_apply(x, weight) and _tiles_are_cheaper(weight, hax, wax):
         # few channels on large maps: im2col and the product a tile of rows at a time, in cache
         out = tiled_conv(x, weight, geometry)
@@ -178,6 +181,25 @@ def _tiles_are_cheaper(weight, hax, wax):
     at 64x64, 1.7x on ResNet-18's 64 at 28x28, 1.1x at 14x14, but 0.6x at 7x7, where a tile of
     one image's 49 pixels makes the product too narrow (docs/DESIGN.md 4.9)."""
     return (hax.taps, wax.taps) == weight.shape[2:] and hax.out * wax.out >= MIN_TILED_MAP
+
+
+WINOGRAD_GAIN = 0.75    # the share of the cheaper other form's multiply-adds under which Winograd is taken
+WINOGRAD_PLANE_BYTES = 1 << 18      # its kernels keep a padded plane of one channel on the stack
+
+
+def _winograd_is_cheaper(x, weight, hax, wax):
+    """A 3x3 layer at stride 1, every tap live, one image's transformed tiles in a few MB, and
+    F(2x2, 3x3)'s 16 multiply-adds a tile under ``WINOGRAD_GAIN`` of im2col's (9 a pixel) or
+    the dense product's (a 2x2 map: 4 a pixel). ResNet-18's 7x7 and 4x4 stages on MNIST: a
+    layer's forward and gradients 16-18 -> 6-8 ms (docs/DESIGN.md 4.9)."""
+    if weight.shape[2:] != (3, 3) or (hax.taps, wax.taps) != (3, 3) or (hax.stride, wax.stride) != (1, 1) \
+            or (hax.dilation, wax.dilation) != (1, 1):
+        return False
+    rows, cols = -(-hax.out // 2), -(-wax.out // 2)
+    c, o, itemsize = weight.shape[1], weight.shape[0], 8 if x.dtype == "float64" else 4
+    if rows * cols * 16 * (c + o) * itemsize > 8 << 20 or (rows * 2 + 2) * (cols * 2 + 2) * itemsize > WINOGRAD_PLANE_BYTES:
+        return False
+    return 16 * rows * cols < WINOGRAD_GAIN * hax.out * wax.out * min(9, x.shape[2] * x.shape[3])
 
 
 def _dense_is_cheaper(hw, hax, wax, kernel):

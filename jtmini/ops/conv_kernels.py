@@ -17,12 +17,19 @@ The families:
   of output rows at a time in a buffer that stays in cache (few channels on large maps: a U-Net's
   16-channel 64x64 layers). Whole-batch im2col wrote a window matrix of 9x the activation and
   multiplied it out of cache; the backward pass wrote and read as much again.
+- ``winograd_conv`` (``templates/cpu/conv_winograd.cc.j2``): groups 1, 3x3 taps at stride 1,
+  Winograd's F(2x2, 3x3): 16 multiply-adds per 2x2 output tile and (in, out) channel pair where
+  im2col's product spends 36 (ResNet-18's 7x7 and 4x4 stages on MNIST ran their products at
+  BLAS's peak already, so fewer of them was what was left). It rounds about as the direct sum
+  does, not to the same bits (docs/DESIGN.md 4.9).
 
     >>> a = dict(kernel=(3, 3), stride=(2, 2), padding=(1, 1), dilation=(1, 1))
     >>> depthwise_conv(jt.randn(2, 8, 9, 9), jt.randn(8, 1, 3, 3), a).shape
     (2, 8, 5, 5)
     >>> tiled_conv(jt.randn(2, 8, 9, 9), jt.randn(4, 8, 3, 3), a).shape
     (2, 4, 5, 5)
+    >>> winograd_conv(jt.randn(2, 8, 9, 9), jt.randn(4, 8, 3, 3), dict(a, stride=(1, 1))).shape
+    (2, 4, 9, 9)
 """
 import numpy as np
 
@@ -33,7 +40,8 @@ from .registry import OpSpec, TableKernel, launched_run, register, table_kernel_
 
 GEOMETRY = ("kernel", "stride", "padding", "dilation")     # (h, w) pairs, compiled in
 MODES = ("forward", "input_grad", "weight_grad")
-FAMILIES = ("depthwise_conv", "tiled_conv")
+FAMILIES = ("depthwise_conv", "tiled_conv", "winograd_conv")
+BLAS_FAMILIES = ("tiled_conv", "winograd_conv")     # the kernels that call BLAS's gemm
 TILE_BYTES = 1 << 20       # a tiled convolution's windows: the best of 0.25-1.5 MB on a 2 MB-L2 core
 _kernels = {}        # (family, mode, dtype, geometry, channels, in_hw, out_hw, TILE_BYTES) -> (kernel, ints, factor)
 register_cache("convolution kernels", _kernels.clear, "one entry per family, mode, dtype, geometry and size met")
@@ -113,18 +121,27 @@ def _context(family, mode, dtype, a, channels, in_hw, out_hw, blas_int):
         c, o = channels
         rows = tile_rows(mode, a, c, out_hw[1], dtypes.SIZES[dtype])
         context.update(c=c, o=o, blas_int=blas_int, rows=min(rows, in_hw[0] if mode == "input_grad" else out_hw[0]))
+    elif family == "winograd_conv":
+        c, o = channels
+        context.update(c=c, o=o, blas_int=blas_int, tiles=winograd_chunk(c, o, dtypes.SIZES[dtype]))
     return context
 
 
+def winograd_chunk(c, o, itemsize):
+    """Tiles a Winograd chunk aims at: its 16 transformed tiles of C and O channels in ~``TILE_BYTES``
+    (products of 64 channels by 64-128 tiles ran at 110 GFLOP/s, by 400-1024 at 70-90)."""
+    return max(1, TILE_BYTES // (16 * (c + o) * itemsize))
+
+
 def _template(family):
-    return "depthwise" if family == "depthwise_conv" else "conv_tiled"
+    return {"depthwise_conv": "depthwise", "tiled_conv": "conv_tiled", "winograd_conv": "conv_winograd"}[family]
 
 
 def _planned(family, mode):
     def kernels(inputs, a, backend):
         """The kernel ``run`` will ask for (``OpSpec.kernels``)."""
         dtype = dtypes.numpy_name(inputs[0].dtype)
-        blas = backend.cblas_gemm(dtype) if family == "tiled_conv" else None
+        blas = backend.cblas_gemm(dtype) if family in BLAS_FAMILIES else None
         return [(_template(family), _context(family, mode, dtype, a, _channels(family, mode, inputs),
                                              *_sizes(mode, inputs, a), blas.int_type if blas else "int64_t"))]
     return kernels
@@ -197,3 +214,12 @@ def tiled_conv(x, w, a):
     """The convolution (groups 1) of NCHW ``x`` with ``w`` (O, C, kh, kw) in cache-sized tiles;
     ``a`` as for ``depthwise_conv``. On the CPU only, float32 and float64 (see ``nn.conv2d``)."""
     return _node("tiled_conv", "forward", x, w, a)
+
+
+def winograd_conv(x, w, a):
+    """The convolution (groups 1) of NCHW ``x`` with ``w`` (O, C, 3, 3) at stride 1 and dilation 1
+    by Winograd's F(2x2, 3x3); ``a`` as for ``depthwise_conv``. On the CPU only (see ``nn.conv2d``)."""
+    if tuple(a["kernel"]) != (3, 3) or tuple(a["stride"]) != (1, 1) or tuple(a["dilation"]) != (1, 1):
+        raise ValueError(f"winograd_conv: 3x3 taps at stride 1 and dilation 1 only, got "
+                         f"{ {k: tuple(a[k]) for k in GEOMETRY} }")
+    return _node("winograd_conv", "forward", x, w, a)
