@@ -114,6 +114,8 @@ def tile_rows(mode, a, channels, out_w, itemsize):
 
 
 def _context(family, mode, dtype, a, channels, in_hw, out_hw, blas_int):
+    if family == "winograd_conv":       # sizes come at run time (``_sizes_at_run_time``)
+        return dict(mode=mode, ctype=dtypes.C_TYPES[dtype], blas_int=blas_int)
     (kh, kw), (sh, sw), (ph, pw), (dh, dw) = (a[g] for g in GEOMETRY)
     context = dict(mode=mode, ctype=dtypes.C_TYPES[dtype], kh=kh, kw=kw, sh=sh, sw=sw, ph=ph, pw=pw,
                    dh=dh, dw=dw, height=in_hw[0], width=in_hw[1], ho=out_hw[0], wo=out_hw[1])
@@ -121,10 +123,17 @@ def _context(family, mode, dtype, a, channels, in_hw, out_hw, blas_int):
         c, o = channels
         rows = tile_rows(mode, a, c, out_hw[1], dtypes.SIZES[dtype])
         context.update(c=c, o=o, blas_int=blas_int, rows=min(rows, in_hw[0] if mode == "input_grad" else out_hw[0]))
-    elif family == "winograd_conv":
-        c, o = channels
-        context.update(c=c, o=o, blas_int=blas_int, tiles=winograd_chunk(c, o, dtypes.SIZES[dtype]))
     return context
+
+
+def _sizes_at_run_time(family, dtype, a, channels, in_hw):
+    """The ints after N and the gemm's address that a kernel takes its sizes from: Winograd's
+    (in and out channels, the input map, padding, tiles a chunk), one kernel per mode and dtype
+    (a U-Net's cold first step compiled one per layer and mode: 5.0 s)."""
+    if family != "winograd_conv":
+        return []
+    c, o = channels
+    return [c, o, *in_hw, *a["padding"], winograd_chunk(c, o, dtypes.SIZES[dtype])]
 
 
 def winograd_chunk(c, o, itemsize):
@@ -162,7 +171,8 @@ def _launch(family, mode):
                 tail, per_output = [channels[0]], 1
             else:                               # ints: N, the gemm's address; O multiply-adds more
                 blas = backend.cblas_gemm(dtype)
-                tail, per_output = [blas.address if blas else 0], channels[1]
+                tail = [blas.address if blas else 0] + _sizes_at_run_time(family, dtype, a, channels, in_hw)
+                per_output = channels[1]
             found = _kernels[key] = (backend.kernel(template, **context), tail, per_output)
         fn, tail, per_output = found
         n = laid[0].shape[0]
