@@ -156,6 +156,51 @@ def check_grad(jt_fn, torch_fn, values, layouts=None, dtype="float32", tol=None,
     return grads
 
 
+def assert_conv_bits_repeat(x, w, d, op, threads=(1, 2, 3), **conv_args):
+    """``nn.conv2d(x, w, **conv_args)`` is an ``op`` node, and it and its gradients with respect
+    to x and w (loss ``sum(out * d)``) have the same bits at each thread count."""
+    from jtmini import nn
+    results = []
+    for count in threads:
+        with jt.flag_scope(num_threads=count):
+            out = nn.conv2d(x, w, **conv_args)
+            assert out.op == op
+            results.append([v.numpy() for v in [out] + jt.grad((out * d).sum(), [x, w])])
+    for other in results[1:]:
+        for got, want in zip(other, results[0]):
+            np.testing.assert_array_equal(got, want)
+
+
+def assert_empty_batch_conv(hw, kernel, padding, op):
+    """A convolution of an empty batch of 3-channel ``hw`` maps by 4 filters is an ``op`` node of
+    the right shapes, and its weight gradient holds no contribution from the images."""
+    from jtmini import nn
+    x, w = jt.zeros((0, 3) + hw), jt.randn(4, 3, kernel, kernel)
+    out = nn.conv2d(x, w, padding=padding)
+    assert out.op == op
+    gx, gw = jt.grad((out * out).sum() + w.sum(), [x, w])
+    assert out.shape == (0, 4) + hw and gx.shape == (0, 3) + hw
+    np.testing.assert_array_equal(gw.numpy(), np.ones((4, 3, kernel, kernel), "float32"))
+
+
+def check_second_order(jt_fn, torch_fn, x, w, rng):
+    """The second gradients (float64) of the bilinear ``jt_fn(x, w)`` match ``torch_fn``'s: the
+    gradients of a weighted square's sum, then of their dot products with random probes."""
+    import torch
+    jx, jw = jt.array(x, dtype="float64"), jt.array(w, dtype="float64")
+    tx, tw = (torch.tensor(v, requires_grad=True) for v in (x, w))
+    out, t_out = jt_fn(jx, jw), torch_fn(tx, tw)
+    weights = rng.uniform(0.5, 1.5, size=out.shape)
+    gx, gw = jt.grad((out * out * jt.array(weights, dtype="float64")).sum(), [jx, jw])
+    t_gx, t_gw = torch.autograd.grad((t_out * t_out * torch.tensor(weights)).sum(), [tx, tw], create_graph=True)
+    probe = [rng.standard_normal(g.shape) for g in (gx, gw)]
+    second = jt.grad((gx * jt.array(probe[0], dtype="float64")).sum() + (gw * jt.array(probe[1], dtype="float64")).sum(),
+                     [jx, jw])
+    t_second = torch.autograd.grad((t_gx * torch.tensor(probe[0])).sum() + (t_gw * torch.tensor(probe[1])).sum(), [tx, tw])
+    for got, want in zip(second, t_second):
+        np.testing.assert_allclose(got.numpy(), want.detach().numpy(), rtol=1e-9, atol=1e-9)
+
+
 def numeric_grad(fn, values, eps=1e-6):
     """Central differences (float64) of the scalar ``fn(*vars)`` at ``values``; one array per input.
     ``fn`` takes and returns Vars; each evaluation reuses the same compiled kernels."""

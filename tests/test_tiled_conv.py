@@ -11,7 +11,7 @@ from jtmini import nn
 from jtmini.nn import conv
 from jtmini.ops import conv_kernels
 from jtmini.ops.conv_kernels import tiled_conv
-from conftest import check_grad
+from conftest import assert_conv_bits_repeat, assert_empty_batch_conv, check_grad, check_second_order
 
 torch = pytest.importorskip("torch")
 TF = torch.nn.functional
@@ -70,18 +70,7 @@ def test_uneven_tiles_and_chunks_in_float64(monkeypatch, rng):
 @pytest.mark.parametrize("geometry", GEOMETRIES[1:3], ids=IDS[1:3])
 def test_second_order_gradients_match_torch(geometry, tile_bytes, rng):
     x, w = _weights(geometry, rng)
-    jx, jw = jt.array(x, dtype="float64"), jt.array(w, dtype="float64")
-    tx, tw = (torch.tensor(v, requires_grad=True) for v in (x, w))
-    out, t_out = tiled_conv(jx, jw, _geometry(geometry)), _torch(geometry)(tx, tw)
-    weights = rng.uniform(0.5, 1.5, size=out.shape)
-    gx, gw = jt.grad((out * out * jt.array(weights, dtype="float64")).sum(), [jx, jw])
-    t_gx, t_gw = torch.autograd.grad((t_out * t_out * torch.tensor(weights)).sum(), [tx, tw], create_graph=True)
-    probe = [rng.standard_normal(g.shape) for g in (gx, gw)]
-    second = jt.grad((gx * jt.array(probe[0], dtype="float64")).sum() + (gw * jt.array(probe[1], dtype="float64")).sum(),
-                     [jx, jw])
-    t_second = torch.autograd.grad((t_gx * torch.tensor(probe[0])).sum() + (t_gw * torch.tensor(probe[1])).sum(), [tx, tw])
-    for got, want in zip(second, t_second):
-        np.testing.assert_allclose(got.numpy(), want.detach().numpy(), rtol=1e-9, atol=1e-9)
+    check_second_order(lambda x, w: tiled_conv(x, w, _geometry(geometry)), _torch(geometry), x, w, rng)
 
 
 def test_the_same_bits_at_any_thread_count(monkeypatch, rng):
@@ -92,15 +81,7 @@ def test_the_same_bits_at_any_thread_count(monkeypatch, rng):
     x = jt.array(rng.standard_normal((20, 6, 24, 24)).astype("float32"))
     w = jt.array(rng.standard_normal((8, 6, 5, 5)).astype("float32"))
     d = jt.array(rng.standard_normal((20, 8, 24, 24)).astype("float32"))
-    results = []
-    for threads in (1, 2, 3):
-        with jt.flag_scope(num_threads=threads):
-            out = nn.conv2d(x, w, padding=2)
-            assert out.op == "tiled_conv"
-            results.append([v.numpy() for v in [out] + jt.grad((out * d).sum(), [x, w])])
-    for other in results[1:]:
-        for got, want in zip(other, results[0]):
-            np.testing.assert_array_equal(got, want)
+    assert_conv_bits_repeat(x, w, d, "tiled_conv", padding=2)
 
 
 def test_conv2d_takes_tiles_on_large_maps_only(rng):
@@ -120,12 +101,7 @@ def test_conv2d_takes_tiles_on_large_maps_only(rng):
 
 
 def test_an_empty_batch_has_a_zero_weight_gradient():
-    x, w = jt.zeros((0, 3, 16, 16)), jt.randn(4, 3, 5, 5)
-    out = nn.conv2d(x, w, padding=2)
-    assert out.op == "tiled_conv"
-    gx, gw = jt.grad((out * out).sum() + w.sum(), [x, w])
-    assert out.shape == (0, 4, 16, 16) and gx.shape == (0, 3, 16, 16)
-    np.testing.assert_array_equal(gw.numpy(), np.ones((4, 3, 5, 5), "float32"))
+    assert_empty_batch_conv((16, 16), 5, 2, "tiled_conv")
 
 
 def test_bad_inputs_name_the_shapes():

@@ -11,7 +11,7 @@ import jtmini as jt
 from jtmini import nn
 from jtmini.ops import conv_kernels
 from jtmini.ops.conv_kernels import winograd_conv
-from conftest import check_grad
+from conftest import assert_conv_bits_repeat, assert_empty_batch_conv, check_grad, check_second_order
 
 torch = pytest.importorskip("torch")
 TF = torch.nn.functional
@@ -67,18 +67,7 @@ def test_float64_values_and_gradients_match_torch(geometry, tile_bytes, rng):
 def test_second_order_gradients_match_torch(rng):
     geometry = GEOMETRIES[4]
     x, w = _weights(geometry, rng)
-    jx, jw = jt.array(x, dtype="float64"), jt.array(w, dtype="float64")
-    tx, tw = (torch.tensor(v, requires_grad=True) for v in (x, w))
-    out, t_out = winograd_conv(jx, jw, _geometry(geometry[2])), _torch(geometry[2])(tx, tw)
-    weights = rng.uniform(0.5, 1.5, size=out.shape)
-    gx, gw = jt.grad((out * out * jt.array(weights, dtype="float64")).sum(), [jx, jw])
-    t_gx, t_gw = torch.autograd.grad((t_out * t_out * torch.tensor(weights)).sum(), [tx, tw], create_graph=True)
-    probe = [rng.standard_normal(g.shape) for g in (gx, gw)]
-    second = jt.grad((gx * jt.array(probe[0], dtype="float64")).sum() + (gw * jt.array(probe[1], dtype="float64")).sum(),
-                     [jx, jw])
-    t_second = torch.autograd.grad((t_gx * torch.tensor(probe[0])).sum() + (t_gw * torch.tensor(probe[1])).sum(), [tx, tw])
-    for got, want in zip(second, t_second):
-        np.testing.assert_allclose(got.numpy(), want.detach().numpy(), rtol=1e-9, atol=1e-9)
+    check_second_order(lambda x, w: winograd_conv(x, w, _geometry(geometry[2])), _torch(geometry[2]), x, w, rng)
 
 
 def test_the_same_bits_at_any_thread_count(monkeypatch, rng):
@@ -88,15 +77,7 @@ def test_the_same_bits_at_any_thread_count(monkeypatch, rng):
     x = jt.array(rng.standard_normal((21, 6, 7, 7)).astype("float32"))
     w = jt.array(rng.standard_normal((8, 6, 3, 3)).astype("float32"))
     d = jt.array(rng.standard_normal((21, 8, 7, 7)).astype("float32"))
-    results = []
-    for threads in (1, 2, 3):
-        with jt.flag_scope(num_threads=threads):
-            out = nn.conv2d(x, w, padding=1)
-            assert out.op == "winograd_conv"
-            results.append([v.numpy() for v in [out] + jt.grad((out * d).sum(), [x, w])])
-    for other in results[1:]:
-        for got, want in zip(other, results[0]):
-            np.testing.assert_array_equal(got, want)
+    assert_conv_bits_repeat(x, w, d, "winograd_conv", padding=1)
 
 
 def test_float32_error_is_near_the_direct_sums(rng):
@@ -132,12 +113,7 @@ def test_conv2d_takes_winograd_where_it_does_fewer_multiply_adds(rng):
 
 
 def test_an_empty_batch_has_a_zero_weight_gradient():
-    x, w = jt.zeros((0, 3, 7, 7)), jt.randn(4, 3, 3, 3)
-    out = nn.conv2d(x, w, padding=1)
-    assert out.op == "winograd_conv"
-    gx, gw = jt.grad((out * out).sum() + w.sum(), [x, w])
-    assert out.shape == (0, 4, 7, 7) and gx.shape == (0, 3, 7, 7)
-    np.testing.assert_array_equal(gw.numpy(), np.ones((4, 3, 3, 3), "float32"))
+    assert_empty_batch_conv((7, 7), 3, 1, "winograd_conv")
 
 
 def test_bad_inputs_name_the_geometry_and_shapes():
