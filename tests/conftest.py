@@ -171,16 +171,16 @@ def assert_conv_bits_repeat(x, w, d, op, threads=(1, 2, 3), **conv_args):
             np.testing.assert_array_equal(got, want)
 
 
-def assert_empty_batch_conv(hw, kernel, padding, op):
-    """A convolution of an empty batch of 3-channel ``hw`` maps by 4 filters is an ``op`` node of
-    the right shapes, and its weight gradient holds no contribution from the images."""
+def assert_empty_batch_conv(hw, kernel, padding, op, channels=3):
+    """A convolution of an empty batch of ``channels``-channel ``hw`` maps by as many filters is
+    an ``op`` node of the right shapes, and its weight gradient holds nothing from the images."""
     from jtmini import nn
-    x, w = jt.zeros((0, 3) + hw), jt.randn(4, 3, kernel, kernel)
+    x, w = jt.zeros((0, channels) + hw), jt.randn(channels, channels, kernel, kernel)
     out = nn.conv2d(x, w, padding=padding)
     assert out.op == op
     gx, gw = jt.grad((out * out).sum() + w.sum(), [x, w])
-    assert out.shape == (0, 4) + hw and gx.shape == (0, 3) + hw
-    np.testing.assert_array_equal(gw.numpy(), np.ones((4, 3, kernel, kernel), "float32"))
+    assert out.shape == (0, channels) + hw and gx.shape == (0, channels) + hw
+    np.testing.assert_array_equal(gw.numpy(), np.ones((channels, channels, kernel, kernel), "float32"))
 
 
 def check_second_order(jt_fn, torch_fn, x, w, rng):

@@ -104,13 +104,13 @@ def test_conv2d_as_one_dense_product(cin, cout, k, stride, pad, dil, bias, size,
 
 
 def test_small_maps_take_the_dense_path_and_large_ones_im2col_or_winograd():
-    conv = nn.Conv2d(8, 8, 3, padding=1, bias=False)
-    strided = nn.Conv2d(8, 8, 3, stride=2, padding=1, bias=False)
+    conv = nn.Conv2d(16, 16, 3, padding=1, bias=False)
+    strided = nn.Conv2d(16, 16, 3, stride=2, padding=1, bias=False)
     def ops(v):
         return {node.op for node in graph_nodes(v)}
-    assert "conv_windows" not in ops(conv(jt.randn(2, 8, 2, 2)))     # 4 pixels < 9 taps
-    assert "winograd_conv" in ops(conv(jt.randn(2, 8, 4, 4)))         # 3x3 at stride 1
-    assert "conv_windows" in ops(strided(jt.randn(2, 8, 4, 4)))
+    assert "conv_windows" not in ops(conv(jt.randn(2, 16, 2, 2)))     # 4 pixels < 9 taps
+    assert "winograd_conv" in ops(conv(jt.randn(2, 16, 4, 4)))         # 3x3 at stride 1
+    assert "conv_windows" in ops(strided(jt.randn(2, 16, 4, 4)))
 
 
 @pytest.mark.parametrize("layer,ref", [

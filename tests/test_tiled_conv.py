@@ -95,7 +95,8 @@ def test_conv2d_takes_tiles_on_large_maps_only(rng):
     assert nn.conv2d(x.float16(), w.float16(), padding=2).op != "tiled_conv"
     assert nn.conv2d(jt.array(rng.standard_normal((2, 4, 16, 16)).astype("float32")),
                      jt.array(rng.standard_normal((4, 2, 5, 5)).astype("float32")), padding=2, groups=2).op != "tiled_conv"
-    assert nn.conv2d(x, jt.array(rng.standard_normal((4, 3, 3, 3)).astype("float32")), stride=1, padding=1).op == "winograd_conv"
+    assert nn.conv2d(jt.randn(2, 16, 16, 16), jt.randn(16, 16, 3, 3), padding=1).op == "winograd_conv"
+    assert nn.conv2d(x, jt.randn(4, 3, 3, 3), padding=1).op == "tiled_conv"     # 3x3 with few channels
     check_grad(lambda x, w: nn.conv2d(x, w, padding=2), lambda x, w: TF.conv2d(x, w, padding=2),
                [rng.standard_normal((2, 3, 16, 16)), rng.standard_normal((4, 3, 5, 5))], layouts=["transposed", "contig"])
 

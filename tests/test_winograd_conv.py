@@ -73,10 +73,10 @@ def test_second_order_gradients_match_torch(rng):
 def test_the_same_bits_at_any_thread_count(monkeypatch, rng):
     """Every output of the three kernels is summed in an order set by the shapes alone: 21 images
     of 7x7 (16 tiles each) in chunks of 1-2 (parts of the weight gradient added in chunk order)."""
-    monkeypatch.setattr(conv_kernels, "TILE_BYTES", 16 * (6 + 8) * 4 * 30)
-    x = jt.array(rng.standard_normal((21, 6, 7, 7)).astype("float32"))
-    w = jt.array(rng.standard_normal((8, 6, 3, 3)).astype("float32"))
-    d = jt.array(rng.standard_normal((21, 8, 7, 7)).astype("float32"))
+    monkeypatch.setattr(conv_kernels, "TILE_BYTES", 16 * (16 + 24) * 4 * 30)
+    x = jt.array(rng.standard_normal((21, 16, 7, 7)).astype("float32"))
+    w = jt.array(rng.standard_normal((24, 16, 3, 3)).astype("float32"))
+    d = jt.array(rng.standard_normal((21, 24, 7, 7)).astype("float32"))
     assert_conv_bits_repeat(x, w, d, "winograd_conv", padding=1)
 
 
@@ -95,25 +95,26 @@ def test_float32_error_is_near_the_direct_sums(rng):
 
 
 def test_conv2d_takes_winograd_where_it_does_fewer_multiply_adds(rng):
-    def op(shape, o=4, dtype="float32", **kw):
+    def op(shape, o=16, dtype="float32", **kw):
         x = jt.array(rng.standard_normal(shape).astype(dtype))
         w = jt.array(rng.standard_normal((o, shape[1] // kw.get("groups", 1), 3, 3)).astype(dtype))
         return nn.conv2d(x, w, **{"padding": 1, **kw}).op
-    assert nn.Conv2d(3, 4, 3, padding=1)(jt.randn(2, 3, 7, 7)).inputs[0].op == "winograd_conv"   # then the bias
-    assert op((2, 3, 4, 4)) == op((2, 3, 5, 5), dtype="float64") == op((2, 3, 64, 64)) == "winograd_conv"
-    assert op((2, 3, 2, 2)) != "winograd_conv"                  # a 2x2 map: the dense product's 4 taps a pixel
-    assert op((2, 3, 3, 3)) != "winograd_conv"                  # 3x3: 4 tiles of 16, 64 against 81 multiply-adds
-    assert op((2, 3, 8, 8), stride=2) != "winograd_conv"
-    assert op((2, 4, 8, 8), groups=2) != "winograd_conv"
-    assert op((2, 3, 8, 8), dilation=2, padding=2) != "winograd_conv"
-    assert op((2, 3, 8, 8), dtype="float16") != "winograd_conv"
+    assert nn.Conv2d(16, 16, 3, padding=1)(jt.randn(2, 16, 7, 7)).inputs[0].op == "winograd_conv"   # then the bias
+    assert op((2, 16, 4, 4)) == op((2, 16, 5, 5), dtype="float64") == op((2, 16, 64, 64)) == "winograd_conv"
+    assert op((2, 16, 2, 2)) != "winograd_conv"                 # a 2x2 map: the dense product's 4 taps a pixel
+    assert op((2, 16, 3, 3)) != "winograd_conv"                 # 3x3: 4 tiles of 16, 64 against 81 multiply-adds
+    assert op((2, 8, 8, 8)) != "winograd_conv" and op((2, 16, 8, 8), o=8) != "winograd_conv"    # few channels
+    assert op((2, 16, 8, 8), stride=2) != "winograd_conv"
+    assert op((2, 16, 8, 8), groups=2) != "winograd_conv"
+    assert op((2, 16, 8, 8), dilation=2, padding=2) != "winograd_conv"
+    assert op((2, 16, 8, 8), dtype="float16") != "winograd_conv"
     assert op((1, 64, 130, 130), o=64) == "tiled_conv"          # an image's tiles past 8 MB
     check_grad(lambda x, w: nn.conv2d(x, w, padding=1), lambda x, w: TF.conv2d(x, w, padding=1),
-               [rng.standard_normal((2, 3, 7, 7)), rng.standard_normal((4, 3, 3, 3))], layouts=["transposed", "contig"])
+               [rng.standard_normal((2, 16, 7, 7)), rng.standard_normal((16, 16, 3, 3))], layouts=["transposed", "contig"])
 
 
 def test_an_empty_batch_has_a_zero_weight_gradient():
-    assert_empty_batch_conv((7, 7), 3, 1, "winograd_conv")
+    assert_empty_batch_conv((7, 7), 3, 1, "winograd_conv", channels=16)
 
 
 def test_bad_inputs_name_the_geometry_and_shapes():
