@@ -726,9 +726,7 @@ def _compile_library(base, todo, tc, use_header=True):
     `base`, then point each one's ``<key>.ref`` at it (last: until then the kernel is missing)."""
     kernel_dir = os.path.dirname(base)
     header = _header_for(kernel_dir, _split(next(iter(todo.values()))).head, tc) if use_header else None
-    tmp = f"{base}.tmp.{temp_owner()}.{threading.get_ident()}"
-    with _registry_lock:
-        _active_temps.add(tmp)
+    tmp = _claim_temp(base)
     try:
         for key, source in todo.items():     # the whole sources, which compile errors name
             write_atomically(os.path.join(kernel_dir, key + ".cc"), source, tmp + ".cc")
@@ -905,9 +903,7 @@ def _file_lock(path):
 
 def _compile_and_publish(base, source, tc):
     src = base + ".cc"
-    tmp = f"{base}.tmp.{temp_owner()}.{threading.get_ident()}"
-    with _registry_lock:
-        _active_temps.add(tmp)
+    tmp = _claim_temp(base)
     try:
         write_atomically(src, source, tmp + ".cc")
         argv = _argv(tc, src, tmp + ".so", base + ".so")
@@ -971,9 +967,7 @@ def _build_header(base, prelude, tc):
     with contextlib.suppress(OSError), open(header) as f:
         if f.read() == prelude and os.path.exists(gch):
             return header
-    tmp = f"{base}.tmp.{temp_owner()}.{threading.get_ident()}"
-    with _registry_lock:
-        _active_temps.add(tmp)
+    tmp = _claim_temp(base)
     try:
         with open(tmp + ".cc", "w") as f:
             f.write(prelude)
@@ -1109,6 +1103,17 @@ def _sweep_private_dirs(root):
             if match and owner_is_dead(match.group(1)) and entry.is_dir(follow_symlinks=False) \
                     and entry.stat(follow_symlinks=False).st_uid == os.getuid():
                 shutil.rmtree(entry.path, ignore_errors=True)
+
+
+def _claim_temp(base):
+    """This thread's temporary path for ``base``, registered for the exit's clean-up; refused once
+    that clean-up began: a background thread registering later would write a file nothing removes."""
+    tmp = f"{base}.tmp.{temp_owner()}.{threading.get_ident()}"
+    with _registry_lock:
+        if _exiting.is_set():
+            raise CompileError(f"not compiling {os.path.basename(base)}: the process is exiting")
+        _active_temps.add(tmp)
+    return tmp
 
 
 def _own_temps():

@@ -269,6 +269,24 @@ def test_a_compile_reaching_its_compiler_after_the_exit_began_starts_none(tmp_pa
     assert subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True).stdout == b""
 
 
+def test_a_thread_reaching_its_temporary_files_after_the_exit_began_writes_none(tmp_path):
+    """A background thread that claims its temporary files only after the exit's clean-up has
+    looked (delayed here) is refused: nothing is written that the clean-up would not see, even
+    when the process is gone before the thread could remove what it wrote (a slow compiler)."""
+    script = ("import atexit, json, sys, time\n"
+              "atexit.register(time.sleep, 1.0)\n"      # runs after jtmini's clean-up
+              "import jtmini.compiler as compiler\nclaim, run = compiler._claim_temp, compiler._run\n"
+              "compiler._claim_temp = lambda *a: (time.sleep(0.5), claim(*a))[1]\n"
+              "compiler._run = lambda *a: (time.sleep(2.0), run(*a))[1]\n"
+              "compiler.start_kernels(json.loads(sys.argv[1]))\ntime.sleep(0.1)\n")
+    done = subprocess.run([sys.executable, "-c", script, json.dumps([kernel(n) for n in range(4)])], cwd=REPO,
+                          capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, JTMINI_CACHE_DIR=str(tmp_path), PYTHONPATH=REPO))
+    assert done.returncode == 0, done.stderr
+    assert "the process is exiting" not in done.stderr
+    assert list((tmp_path / "kernels").glob("*.tmp.*")) == []
+
+
 def test_a_step_runs_while_its_later_kernels_compile(cache):
     """A realize on a fresh cache: values and gradients of a chain of maps, reductions and a
     hand-written kernel, against torch, with its kernels started in the background."""
