@@ -251,20 +251,28 @@ def test_an_exit_while_compiling_in_the_background_kills_the_compilers(tmp_path)
     assert subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True).stdout == b""
 
 
-def test_a_compile_reaching_its_compiler_after_the_exit_began_starts_none(tmp_path):
-    """A background thread slow to start its compiler (delayed here by a wrapper) meets the exit's
-    clean-up first: no compiler may start then, and its temporary files go too."""
-    script = ("import atexit, json, sys, time\n"
-              "atexit.register(time.sleep, 1.0)\n"      # runs after jtmini's clean-up: a slow exit
-              "import jtmini.compiler as compiler\nrun = compiler._run\n"
-              "compiler._run = lambda *a: (time.sleep(0.5), run(*a))[1]\n"
+def _exit_while_compiling(tmp_path, delays):
+    """Run a process that starts 4 kernels compiling in the background and exits 0.1 s later,
+    the compiler module's functions named in ``delays`` slowed by that many seconds each, and a
+    1 s ``atexit`` wait after jtmini's clean-up (a slow exit). Returns its CompletedProcess."""
+    wrap = "".join(f"compiler.{name} = (lambda f: lambda *a: (time.sleep({s}), f(*a))[1])(compiler.{name})\n"
+                   for name, s in delays.items())
+    script = ("import atexit, json, sys, time\natexit.register(time.sleep, 1.0)\n"
+              "import jtmini.compiler as compiler\n" + wrap +
               "compiler.start_kernels(json.loads(sys.argv[1]))\ntime.sleep(0.1)\n")
     done = subprocess.run([sys.executable, "-c", script, json.dumps([kernel(n) for n in range(4)])], cwd=REPO,
                           capture_output=True, text=True, timeout=120,
                           env=dict(os.environ, JTMINI_CACHE_DIR=str(tmp_path), PYTHONPATH=REPO))
     assert done.returncode == 0, done.stderr
-    __import__("time").sleep(1.0)       # what a compiler started anyway would have written by now
     assert "the process is exiting" not in done.stderr
+    return done
+
+
+def test_a_compile_reaching_its_compiler_after_the_exit_began_starts_none(tmp_path):
+    """A background thread slow to start its compiler (delayed here by a wrapper) meets the exit's
+    clean-up first: no compiler may start then, and its temporary files go too."""
+    _exit_while_compiling(tmp_path, {"_run": 0.5})
+    __import__("time").sleep(1.0)       # what a compiler started anyway would have written by now
     assert list((tmp_path / "kernels").glob("*.tmp.*")) == []
     assert subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True).stdout == b""
 
@@ -273,17 +281,7 @@ def test_a_thread_reaching_its_temporary_files_after_the_exit_began_writes_none(
     """A background thread that claims its temporary files only after the exit's clean-up has
     looked (delayed here) is refused: nothing is written that the clean-up would not see, even
     when the process is gone before the thread could remove what it wrote (a slow compiler)."""
-    script = ("import atexit, json, sys, time\n"
-              "atexit.register(time.sleep, 1.0)\n"      # runs after jtmini's clean-up
-              "import jtmini.compiler as compiler\nclaim, run = compiler._claim_temp, compiler._run\n"
-              "compiler._claim_temp = lambda *a: (time.sleep(0.5), claim(*a))[1]\n"
-              "compiler._run = lambda *a: (time.sleep(2.0), run(*a))[1]\n"
-              "compiler.start_kernels(json.loads(sys.argv[1]))\ntime.sleep(0.1)\n")
-    done = subprocess.run([sys.executable, "-c", script, json.dumps([kernel(n) for n in range(4)])], cwd=REPO,
-                          capture_output=True, text=True, timeout=120,
-                          env=dict(os.environ, JTMINI_CACHE_DIR=str(tmp_path), PYTHONPATH=REPO))
-    assert done.returncode == 0, done.stderr
-    assert "the process is exiting" not in done.stderr
+    _exit_while_compiling(tmp_path, {"_claim_temp": 0.5, "_run": 2.0})
     assert list((tmp_path / "kernels").glob("*.tmp.*")) == []
 
 
