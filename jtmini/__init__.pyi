@@ -271,9 +271,11 @@ class Var:
     def equal(self, b: Any) -> Var:
         """Elementwise equal with numpy broadcasting."""
     def erf(self) -> Var:
-        """The error function, 2/sqrt(pi) * integral of exp(-t^2) from 0 to x, composed from exp and"""
+        """The error function, 2/sqrt(pi) * integral of exp(-t^2) from 0 to x, elementwise; its"""
     def erf_(self, *args: Any, **kwargs: Any) -> Var:
         """In-place ``erf``: ``x.erf_(...)`` is ``x.assign(x.erf(...))``; returns x."""
+    def erfc(self) -> Var:
+        """1 - erf(x), elementwise, without the cancellation of that difference for large x"""
     def erfinv(self) -> Var:
         """The inverse error function, elementwise: +-inf at +-1 and NaN outside [-1, 1]."""
     def erfinv_(self, *args: Any, **kwargs: Any) -> Var:
@@ -871,10 +873,13 @@ def equal(a: Any, b: Any) -> Var:
     """Elementwise equal with numpy broadcasting."""
 
 def erf(x: Any) -> Var:
-    """The error function, 2/sqrt(pi) * integral of exp(-t^2) from 0 to x, composed from exp and"""
+    """The error function, 2/sqrt(pi) * integral of exp(-t^2) from 0 to x, elementwise; its"""
 
 def erf_(x: Any, *args: Any, **kwargs: Any) -> Var:
     """In-place ``erf``: ``x.erf_(...)`` is ``x.assign(x.erf(...))``; returns x."""
+
+def erfc(x: Any) -> Var:
+    """1 - erf(x), elementwise, without the cancellation of that difference for large x"""
 
 def erfinv(x: Any) -> Var:
     """The inverse error function, elementwise: +-inf at +-1 and NaN outside [-1, 1]."""

@@ -1,6 +1,7 @@
 """Kernels call glibc's vector math (libmvec) where it is there: the elementwise functions stay
 within a few ulp of numpy's (libm's) over the whole float range, NaN and infinities included,
 and the loops that call them are vectorised (the library references the SIMD forms)."""
+import math
 import re
 import subprocess
 
@@ -26,7 +27,8 @@ def _grid(dtype):
 
 
 FUNCTIONS = {"exp": np.exp, "log": np.log, "tanh": np.tanh, "sin": np.sin, "cos": np.cos,
-             "sqrt": np.sqrt, "sigmoid": lambda x: 1 / (1 + np.exp(-x)), "expm1": np.expm1, "log1p": np.log1p}
+             "sqrt": np.sqrt, "sigmoid": lambda x: 1 / (1 + np.exp(-x)), "expm1": np.expm1, "log1p": np.log1p,
+             "erf": np.vectorize(math.erf, otypes=[float]), "erfc": np.vectorize(math.erfc, otypes=[float])}
 
 
 def _ulps(got, want, dtype):
@@ -51,7 +53,28 @@ def test_within_a_few_ulp_of_libm_everywhere(name, dtype):
     assert _ulps(got[finite], want[finite], dtype).max() <= ULPS + (1 if name == "sigmoid" else 0), name
 
 
-def test_gelu_is_vectorised_where_the_vector_math_is_there():
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_pow_within_a_few_ulp_of_libm_everywhere(dtype):
+    """Bases over the whole range (negative ones with integer exponents), exponents up to +-40,
+    and pow's special cases: 0 ** negative, inf ** 0, NaN ** 0, 1 ** NaN, (-8) ** (1/3)."""
+    rng = np.random.default_rng(2)
+    base = _grid(dtype)
+    exponent = np.where(base < 0, np.round(rng.uniform(-6, 6, base.size)), rng.uniform(-40, 40, base.size))
+    special_base = [0.0, -0.0, 0.0, np.inf, np.nan, 1.0, -8.0, -1.0, 2.0]
+    special_exponent = [-1.0, -3.0, 0.0, 0.0, 0.0, np.nan, 1 / 3, np.inf, -np.inf]
+    base = np.concatenate([base, special_base]).astype(dtype)
+    exponent = np.concatenate([exponent, special_exponent]).astype(dtype)
+    with np.errstate(all="ignore"):
+        want = np.power(base.astype(np.float64), exponent.astype(np.float64)).astype(dtype)
+        got = jt.pow(jt.array(base), jt.array(exponent)).numpy()
+    assert np.array_equal(np.isnan(got), np.isnan(want))
+    assert np.array_equal(np.isinf(got) & (got > 0), np.isinf(want) & (want > 0))
+    assert np.array_equal(np.isinf(got) & (got < 0), np.isinf(want) & (want < 0))
+    finite = np.isfinite(want) & (np.abs(want) >= np.finfo(dtype).tiny)
+    assert _ulps(got[finite], want[finite], dtype).max() <= ULPS
+
+
+def test_gelu_and_erf_are_vectorised_where_the_vector_math_is_there():
     tc = compiler.toolchain()
     argv = compiler._argv(tc, "SRC", "OUT", "SONAME")
     if not tc.vector_math:           # glibc < 2.35 or not x86-64: kernels call scalar libm
@@ -60,9 +83,11 @@ def test_gelu_is_vectorised_where_the_vector_math_is_there():
     assert "-lmvec" in argv and "-fno-math-errno" in argv
     x = jt.array(np.linspace(-3, 3, 4096, dtype=np.float32))
     jt.gelu(x * 2 + 1).sync()
+    jt.erf(x * 3 - 1).sync()
     libraries = sorted({entry.path for entry in compiler._entries.values()})      # generated kernels' libraries
     symbols = subprocess.run(["nm", "-D", "--undefined-only", *libraries], capture_output=True, text=True).stdout
     assert re.search(r"_ZGV\w+_erfcf", symbols), symbols      # SSE, AVX2 or AVX-512 lanes
+    assert re.search(r"_ZGV\w+_erff", symbols), symbols
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])

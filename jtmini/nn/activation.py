@@ -2,8 +2,8 @@
 Softplus, ReLU6, Hardtanh, Softmax and LogSoftmax, with Jittor's names and PyTorch's semantics.
 
 Every function is a composition of jtmini's elementwise ops, so it fuses into its neighbours' kernel.
-Where the composition's own gradient would be wasteful or inexact (``erf``, ``elu``,
-``softplus``), a closed-form rule is attached with ``custom_grad``.
+Where the composition's own gradient would be wasteful or inexact (``elu``, ``softplus``), a
+closed-form rule is attached with ``custom_grad``. ``erf`` is the elementwise op, here as ``nn.erf``.
 
     >>> import jtmini as jt
     >>> from jtmini.nn import activation as A
@@ -18,14 +18,14 @@ import numbers
 from .. import dtypes
 from .. import init as initializers
 from ..autograd import custom_grad
-from ..ops.elementwise import where
-from ..ops.mathfns import erf  # noqa: F401  (nn.erf, as in Jittor)
+from ..ops.elementwise import METHODS, where
 from ..var import Var
 from . import functional as F
 from .arguments import count, real
 from .module import Module
 
 _GELU_TANH = math.sqrt(2 / math.pi)
+erf = METHODS["erf"]       # nn.erf, as in Jittor
 
 
 def _float_input(x, who):

@@ -67,6 +67,8 @@ export("int", function=False)(_cast_method("int32"))
 
 
 # --- unary -------------------------------------------------------------------------------------
+_TWO_BY_ROOT_PI = 1.1283791670955126        # erf'(x) = 2 / sqrt(pi) * exp(-x^2)
+
 # name: (C expression, gradient as fn(dout, out, x), float-only?)
 UNARY = {
     "neg": ("(-{0})", lambda d, out, x: -d, False),
@@ -94,6 +96,9 @@ UNARY = {
     # NaN stays NaN. The gradient's mask reads the output (out > 0 exactly where x > 0, NaN and -0
     # alike), so the kernel that computes relu need not store its input too for the backward pass
     "relu": ("({0} < ({T})0 ? ({T})0 : {0})", lambda d, out, x: _relu_grad(d, out), False),
+    # libm's error functions (SIMD through libmvec): one node, an ulp or two in float32 and float64
+    "erf": ("std::erf({0})", lambda d, out, x: d * (-(x * x)).exp() * _TWO_BY_ROOT_PI, True),
+    "erfc": ("std::erfc({0})", lambda d, out, x: d * (-(x * x)).exp() * -_TWO_BY_ROOT_PI, True),
     # exact GELU, x * Phi(x); Phi through erfc keeps its relative accuracy deep in the left tail
     "gelu": ("(({T})0.5 * {0} * std::erfc({0} * ({T})-0.7071067811865476))",
              lambda d, out, x: Var.node("gelu_grad", [d, x, out]), True),
@@ -138,6 +143,18 @@ DOCS = {
 
     >>> jt.log1p(jt.array([1e-10])).numpy()
     array([1.e-10], dtype=float32)
+    """,
+    "erf": """The error function, 2/sqrt(pi) * integral of exp(-t^2) from 0 to x, elementwise; its
+    gradient is 2/sqrt(pi) * exp(-x^2). Integers are cast to float32.
+
+    >>> jt.erf(jt.array([0.0, 0.5, -2.0])).numpy()
+    array([ 0.       ,  0.5204999, -0.9953223], dtype=float32)
+    """,
+    "erfc": """1 - erf(x), elementwise, without the cancellation of that difference for large x
+    (erfc(5) is 1.5e-12, where 1 - erf(5) is 0 in float32).
+
+    >>> jt.erfc(jt.array([0.0, 1.0, 5.0])).numpy()
+    array([1.0000000e+00, 1.5729921e-01, 1.5374597e-12], dtype=float32)
     """,
     "erfinv": """The inverse error function, elementwise: +-inf at +-1 and NaN outside [-1, 1].
 

@@ -2,8 +2,8 @@
 
 Each is ``jt.<name>`` and ``Var.<name>``: ``sqr``, ``clamp``, ``safe_clip``, ``std``, ``var``,
 ``norm``, ``logsumexp``, ``softmax``, ``log_softmax``, ``isnan``, ``isinf``, ``isfinite``, the
-``reduce_*`` family, ``cumsum``, ``cumprod``, ``sort``, ``argsort``, ``topk``, ``fetch_sync`` and
-``erf`` (``erfc`` too, for ``nn.gelu``).
+``reduce_*`` family, ``cumsum``, ``cumprod``, ``sort``, ``argsort``, ``topk`` and ``fetch_sync``
+(``erf`` and ``erfc`` are elementwise ops: ``ops/elementwise.py``).
 
 - Scans (``cumsum``, ``cumprod``) are one ``reindex`` that pairs every output position ``i``
   with the positions ``j <= i`` of its row, fused into a sum or product over ``j``: O(n^2) work
@@ -35,16 +35,6 @@ from .softmax import softmax_over
 
 INF = float("inf")
 
-
-# Taylor coefficients of erf(x) / x in powers of x^2, 2/sqrt(pi) * (-1)^n / (n! (2n+1)), n = 0..6:
-# below |x| = 0.5 the first omitted term is under 1e-9, so the series is exact in float32.
-_ERF_SERIES = tuple(2 / math.sqrt(math.pi) * (-1) ** n / (math.factorial(n) * (2 * n + 1))
-                    for n in range(7))
-# Numerical Recipes' Chebyshev fit of erfc(z), z >= 0, as t * exp(-z^2 + P(t)) with t = 1/(1 + z/2):
-# relative error below 1.1e-7 for every z (checked against math.erfc on a 5e-5 grid up to 10).
-_ERFC_FIT = (-1.26551223, 1.00002368, 0.37409196, 0.09678418, -0.18628806, 0.27886807,
-             -1.13520398, 1.48851587, -0.82215223, 0.17087277)
-_SERIES_LIMIT = 0.5
 
 # --- helpers -------------------------------------------------------------------------------------
 def _as_var(x):
@@ -529,51 +519,6 @@ def fetch_sync(x):
         services.realize(list(x))
         return [v.numpy() for v in x]
     raise TypeError(f"fetch_sync needs a Var or a list of Vars, got {type(x).__name__}")
-
-
-# --- erf: composed from exp and arithmetic -------------------------------------------------------
-def _horner(t, coefficients):
-    """``c0 + c1 t + c2 t^2 + ...`` evaluated from the highest power down."""
-    acc = t * coefficients[-1] + coefficients[-2]
-    for c in reversed(coefficients[:-2]):
-        acc = acc * t + c
-    return acc
-
-
-def _erfc_tail(z):
-    """erfc(z) for z >= 0 (the fit; its relative error stays below 1.1e-7 however small erfc is)."""
-    t = 1.0 / (z * 0.5 + 1.0)
-    return t * (_horner(t, _ERFC_FIT) - z * z).exp()
-
-
-def _erf_series(x):
-    """erf(x) by its Taylor series, accurate for |x| < 0.5."""
-    return x * _horner(x * x, _ERF_SERIES)
-
-
-def erfc(x):
-    """erfc(x) = 1 - erf(x) without cancellation in either tail (gelu's left tail needs it).
-
-    >>> erfc(jt.array([-3.0, 0.0, 3.0]))      # 2 - 2.2e-5, 1, 2.2e-5
-    """
-    tail = _erfc_tail(x.abs())
-    outer = where(x < 0, 2.0 - tail, tail)
-    return where(x.abs() < _SERIES_LIMIT, 1.0 - _erf_series(x), outer)
-
-
-@export("erf")
-def erf(x):
-    """The error function, 2/sqrt(pi) * integral of exp(-t^2) from 0 to x, composed from exp and
-    arithmetic (jtmini has no erf op). Absolute error about 1e-7 for any x, float32's rounding,
-    in float64 too (the fit is a float32 one); the gradient is the exact 2/sqrt(pi) * exp(-x^2).
-
-    >>> jt.erf(jt.array([0.0, 0.5, -2.0])).numpy()
-    array([ 0.       ,  0.5204998, -0.9953223], dtype=float32)
-    """
-    x = _floats(x)
-    outer = 1.0 - _erfc_tail(x.abs())
-    out = where(x.abs() < _SERIES_LIMIT, _erf_series(x), outer * x.sign())
-    return _custom_grad(out, [x], lambda d: [d * (2 / math.sqrt(math.pi)) * (-(x * x)).exp()])
 
 
 # --- vector helpers of Jittor's misc ------------------------------------------------------------
