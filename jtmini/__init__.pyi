@@ -330,6 +330,8 @@ class Var:
     def half(self) -> Var: ...
     def histc(self, bins: Any = ..., min: Any = ..., max: Any = ...) -> Var:
         """The histogram of ``input``'s values: ``bins`` equal bins over [min, max], as"""
+    def hypot(self, b: Any) -> Var:
+        """sqrt(a^2 + b^2), elementwise with broadcasting, without overflow or underflow in the"""
     def index(self, dim: Any = ..., dtype: Any = ...) -> Any:
         """Index Operator (Jittor's ``index``): for each element of ``shape`` (a tuple, or a Var's shape), its index"""
     def index_add(self, dim: Any, index: Any, source: Any, alpha: Any = ...) -> Var:
@@ -383,9 +385,9 @@ class Var:
     def log1p(self) -> Var:
         """log(1 + x), elementwise, accurate near 0 where 1 + x rounds to 1."""
     def log2(self) -> Var:
-        """Base-2 logarithm."""
+        """Base-2 logarithm, elementwise (libm's: exact at powers of 2)."""
     def log_sigmoid(self) -> Var:
-        """log(sigmoid(x)), computed as min(x, 0) - log(1 + exp(-|x|)): finite for large |x|."""
+        """log(sigmoid(x)), computed as min(x, 0) - log1p(exp(-|x|)): finite for large |x|, and"""
     def log_softmax(self, dim: Any = ...) -> Var:
         """``log(softmax(x))`` over ``dim`` (every dim when None), as ``x - max - log(sum(exp(x - max)))``."""
     def logical_and(self, b: Any) -> Var:
@@ -970,8 +972,8 @@ def greater_equal(a: Any, b: Any) -> Var:
 def histc(input: Any, bins: Any = ..., min: Any = ..., max: Any = ...) -> Var:
     """The histogram of ``input``'s values: ``bins`` equal bins over [min, max], as"""
 
-def hypot(a: Any, b: Any) -> Any:
-    """sqrt(a^2 + b^2), elementwise, with broadcasting."""
+def hypot(a: Any, b: Any) -> Var:
+    """sqrt(a^2 + b^2), elementwise with broadcasting, without overflow or underflow in the"""
 
 def iinfo(dtype: Any) -> Any:
     """The limits of an integer dtype (numpy's ``iinfo``: ``bits``, ``min``, ``max``, ``dtype``)."""
@@ -1046,13 +1048,13 @@ def log1p(x: Any) -> Var:
     """log(1 + x), elementwise, accurate near 0 where 1 + x rounds to 1."""
 
 def log2(x: Any) -> Var:
-    """Base-2 logarithm."""
+    """Base-2 logarithm, elementwise (libm's: exact at powers of 2)."""
 
 def log_capture_scope(**flag_changes: Any) -> Any:
     """Collect the messages logged inside the block, instead of printing them, as a list of dicts"""
 
 def log_sigmoid(x: Any) -> Var:
-    """log(sigmoid(x)), computed as min(x, 0) - log(1 + exp(-|x|)): finite for large |x|."""
+    """log(sigmoid(x)), computed as min(x, 0) - log1p(exp(-|x|)): finite for large |x|, and"""
 
 def log_softmax(x: Any, dim: Any = ...) -> Var:
     """``log(softmax(x))`` over ``dim`` (every dim when None), as ``x - max - log(sum(exp(x - max)))``."""

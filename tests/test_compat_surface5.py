@@ -35,15 +35,21 @@ def test_math_matches_torch(rng, layout, name, jt_fn, torch_fn, low):
 def test_expm1_and_log_sigmoid_keep_precision_at_the_edges():
     tiny = np.array([1e-7, -1e-6, 1e-4], "float32")
     np.testing.assert_allclose(jt.expm1(jt.array(tiny)).numpy(), np.expm1(tiny), rtol=1e-6)
-    big = np.array([-200.0, 0.0, 200.0], "float32")
+    big = np.array([-200.0, 0.0, 18.0, 40.0, 200.0], "float32")      # -exp(-x) for large x, not 0
     np.testing.assert_allclose(jt.log_sigmoid(jt.array(big)).numpy(), F.logsigmoid(torch.tensor(big)).numpy(),
                                rtol=1e-6)
+    assert jt.log_sigmoid(jt.array(big)).numpy()[3] < 0
     assert jt.safe_log(jt.array([0.0, -1.0])).numpy().tolist() == pytest.approx([math.log(1e-30)] * 2)
 
 
 def test_hypot_and_outer_broadcast_like_torch(rng):
     a, b = rng.standard_normal((3, 1)), rng.standard_normal((1, 4))
     check_grad(jt.hypot, torch.hypot, [a, b], ["contig", "transposed"])
+    check_grad(lambda x, y: x.hypot(y), torch.hypot, [a, b])
+    # no overflow or underflow in the squares: 3e20 ** 2 is inf in float32, 3e-30 ** 2 is 0
+    x, y = np.array([3e20, 3e-30, 0.0, np.inf], "float32"), np.array([4e20, 4e-30, 0.0, np.nan], "float32")
+    np.testing.assert_allclose(jt.hypot(jt.array(x), jt.array(y)).numpy(), [5e20, 5e-30, 0.0, np.inf], rtol=1e-6)
+    assert jt.hypot(jt.array([3, 5]), jt.array([4, 12])).numpy().tolist() == [5.0, 13.0]       # ints give floats
     u, v = rng.standard_normal(3), rng.standard_normal(5)
     check_grad(jt.outer, torch.outer, [u, v])
     check_grad(lambda x, y: x.outer(y), torch.outer, [u, v])

@@ -26,7 +26,7 @@ def _grid(dtype):
     return np.concatenate([near, spread, special]).astype(dtype)
 
 
-FUNCTIONS = {"exp": np.exp, "log": np.log, "tanh": np.tanh, "sin": np.sin, "cos": np.cos,
+FUNCTIONS = {"exp": np.exp, "log": np.log, "log2": np.log2, "tanh": np.tanh, "sin": np.sin, "cos": np.cos,
              "sqrt": np.sqrt, "sigmoid": lambda x: 1 / (1 + np.exp(-x)), "expm1": np.expm1, "log1p": np.log1p,
              "erf": np.vectorize(math.erf, otypes=[float]), "erfc": np.vectorize(math.erfc, otypes=[float])}
 

@@ -240,23 +240,10 @@ Var.__format__, Var.__contains__, Var.backward, Var.grad = _format, _contains, _
 
 
 # --- math composed of other functions -----------------------------------------------------------
-@export("log2")
-def log2(x):
-    """Base-2 logarithm."""
-    return _floats(x).log() * (1 / math.log(2.0))
-
-
 @export("rsqrt")
 def rsqrt(x):
     """1 / sqrt(x)."""
     return 1 / _floats(x).sqrt()
-
-
-@export("hypot", method=False)
-def hypot(a, b):
-    """sqrt(a^2 + b^2), elementwise, with broadcasting."""
-    a, b = _floats(a), _floats(b)
-    return (a * a + b * b).sqrt()
 
 
 @export("deg2rad")
@@ -279,9 +266,14 @@ def safe_log(x):
 
 @export("log_sigmoid")
 def log_sigmoid(x):
-    """log(sigmoid(x)), computed as min(x, 0) - log(1 + exp(-|x|)): finite for large |x|."""
+    """log(sigmoid(x)), computed as min(x, 0) - log1p(exp(-|x|)): finite for large |x|, and
+    accurate for large x too, where it is about -exp(-x) (log(1 + tiny) would be 0).
+
+    >>> jt.log_sigmoid(jt.array([0.0, 20.0])).numpy()
+    array([-6.9314718e-01, -2.0611537e-09], dtype=float32)
+    """
     x = _floats(x)
-    return x.minimum(0.0) - (1 + (-x.abs()).exp()).log()
+    return x.minimum(0.0) - (-x.abs()).exp().log1p()
 
 
 @export("outer")

@@ -68,6 +68,7 @@ export("int", function=False)(_cast_method("int32"))
 
 # --- unary -------------------------------------------------------------------------------------
 _TWO_BY_ROOT_PI = 1.1283791670955126        # erf'(x) = 2 / sqrt(pi) * exp(-x^2)
+_ONE_BY_LN2 = 1.4426950408889634
 
 # name: (C expression, gradient as fn(dout, out, x), float-only?)
 UNARY = {
@@ -75,6 +76,7 @@ UNARY = {
     "abs": ("std::abs({0})", lambda d, out, x: d * x.sign(), False),
     "exp": ("std::exp({0})", lambda d, out, x: d * out, True),
     "log": ("std::log({0})", lambda d, out, x: d / x, True),
+    "log2": ("std::log2({0})", lambda d, out, x: d / x * _ONE_BY_LN2, True),     # log(x) / ln 2 rounds twice
     # accurate near 0 where exp(x) - 1 and log(1 + x) round; SIMD builds in the kernel prelude
     "expm1": ("std::expm1({0})", lambda d, out, x: d * (out + 1), True),
     "log1p": ("std::log1p({0})", lambda d, out, x: d / (x + 1), True),
@@ -155,6 +157,17 @@ DOCS = {
 
     >>> jt.erfc(jt.array([0.0, 1.0, 5.0])).numpy()
     array([1.0000000e+00, 1.5729921e-01, 1.5374597e-12], dtype=float32)
+    """,
+    "log2": """Base-2 logarithm, elementwise (libm's: exact at powers of 2).
+
+    >>> jt.log2(jt.array([8.0, 0.5])).numpy()
+    array([ 3., -1.], dtype=float32)
+    """,
+    "hypot": """sqrt(a^2 + b^2), elementwise with broadcasting, without overflow or underflow in the
+    squares.
+
+    >>> jt.hypot(jt.array([3.0, 3e20]), jt.array([4.0, 4e20])).numpy()
+    array([5.e+00, 5.e+20], dtype=float32)
     """,
     "erfinv": """The inverse error function, elementwise: +-inf at +-1 and NaN outside [-1, 1].
 
@@ -316,6 +329,8 @@ BINARY = {
     "pow": ("jt_pow({0}, {1})", _pow_grad, "same"),
     "arctan2": ("std::atan2({0}, {1})", lambda d, out, x, a: [d * x[1] / (x[0] * x[0] + x[1] * x[1]),
                                                              -d * x[0] / (x[0] * x[0] + x[1] * x[1])], "float"),
+    # libm's: no overflow where a^2 + b^2 would (hypot(3e20, 4e20) is 5e20 in float32)
+    "hypot": ("std::hypot({0}, {1})", lambda d, out, x, a: [d * x[0] / out, d * x[1] / out], "float"),
     "maximum": ("jt_max({0}, {1})", _extreme_grad(lambda p, q: p > q), "same"),
     "minimum": ("jt_min({0}, {1})", _extreme_grad(lambda p, q: p < q), "same"),
     "equal": ("({0} == {1})", None, "bool"),
