@@ -111,6 +111,18 @@ def test_var_std_options(rng):
     assert jt.array([3.0, 3.0]).std().item() == 0                   # no 1e-6 floor
 
 
+def test_mean_is_rounded_once_and_the_variance_survives_a_large_offset():
+    """The mean of a float32 sum is divided, not multiplied by 1 / n (which put this one an ulp
+    off), and the variance's second pass is corrected by the centered sum: with the mean an ulp
+    off, the std of values 0.01 apart around 1e4 was 6e-4 too large."""
+    value = (1e4 + np.arange(10) * 1e-2).astype("float32")
+    exact = value.astype(np.float64)
+    assert jt.array(value).mean().item() == np.float32(exact.mean())
+    np.testing.assert_allclose(jt.array(value).std().item(), np.std(exact, ddof=1), rtol=1e-6)
+    rows = np.stack([value, value[::-1] + 1e3, value * 0.5]).astype("float32")
+    np.testing.assert_allclose(jt.array(rows).var(1).numpy(), np.var(rows.astype(np.float64), 1), rtol=1e-5)
+
+
 NORM_CASES = [(2, -1, False), (1, 0, True), (3, (0, 1), False), (float("inf"), 1, False), (2, None, True)]
 
 

@@ -193,11 +193,14 @@ def _variance(x, dims, correction, keepdim, who):
     x = _floats(x)
     dims = _all_dims(x, dims, who)
     count = math.prod(x.shape[d] for d in dims)
-    # the mean's own gradient term sums to zero over the group, so detaching it is exact
+    # Two passes, the second corrected by the centered values' own sum (Chan, Golub and LeVeque):
+    # a mean off by d in its last bit would add d^2 to every square, and the correction takes
+    # it off again. Its gradient, 2 (c - sum(c) / n), is then the exact one with the mean detached.
     centered = x - x.mean(dims, keepdims=True).detach()
     total = sum_(centered * centered, dims, keepdim)
+    drift = sum_(centered, dims, keepdim)
     # as PyTorch: no degrees of freedom left divides by 0 (NaN for one element)
-    return total / float(count - correction if count > correction else 0)
+    return (total - drift * drift / float(max(count, 1))) / float(count - correction if count > correction else 0)
 
 
 @export("var")

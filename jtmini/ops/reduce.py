@@ -108,7 +108,9 @@ def mean(x, dims=None, keepdims=False, **kw):
         return mean(x.cast("float32"), dims, keepdims, **kw).cast("float16")
     total = sum_(x, dims, keepdims, **kw)
     count = x.numel() // max(total.numel(), 1)      # values behind each mean
-    return total * (1 / count if count else float("nan"))      # the mean of nothing is NaN, as in numpy
+    # divided, not multiplied by 1 / count: the mean of a float32 sum is then rounded once, as
+    # numpy's and PyTorch's (x * 0.1 put the mean of 1e4 + k / 100, k < 10, an ulp off)
+    return total / float(count) if count else total * float("nan")     # the mean of nothing is NaN, as in numpy
 
 
 @export("all")
