@@ -1,0 +1,108 @@
+"""Random graphs against PyTorch (float64): elementwise chains with broadcasting, reductions,
+permutes and slices, built from a seed the same way on both sides, so the fused kernels codegen
+makes for them (maps, reductions reading maps, views read through index maps) are checked on
+combinations no op test spells out. The value and every input's gradient must agree. The large
+cases cross the parallel grain, so their kernels run on the OpenMP team."""
+import random
+from typing import NamedTuple
+
+import numpy as np
+import pytest
+import torch
+
+import jtmini as jt
+
+# each takes and returns a value of either library (the methods share their names)
+UNARY = [lambda v: (v * 0.3).exp(), lambda v: v.tanh(), lambda v: v.sigmoid(), lambda v: v.relu(),
+         lambda v: -v, lambda v: v * v, lambda v: (v.abs() + 0.5).log(), lambda v: (v * v + 1.0).sqrt(),
+         lambda v: v.erf(), lambda v: v * 2.5 - 1.0]
+BINARY = [lambda lib, a, b: a + b, lambda lib, a, b: a - b, lambda lib, a, b: a * b,
+          lambda lib, a, b: a / (b * b + 1.0), lambda lib, a, b: lib.maximum(a, b),
+          lambda lib, a, b: lib.where(a > b, a, b * 0.5)]
+
+
+class Step(NamedTuple):
+    kind: str          # "unary", "binary", "reduce", "permute" or "slice"
+    args: tuple        # indices of earlier values, then the kind's own choices
+
+
+def _program(rng, sizes):
+    """(input shapes, steps): three inputs broadcastable to one shape, then 3 to 8 steps."""
+    full = [rng.choice(sizes) for _ in range(3)]
+    shapes = []
+    for _ in range(3):
+        shape = [s if rng.random() < 0.7 else 1 for s in full]
+        shapes.append(tuple(shape[rng.randrange(2):] if rng.random() < 0.3 else shape))
+    steps, count = [], 3
+    for _ in range(rng.randrange(3, 9)):
+        pick, kind = rng.randrange(count), rng.random()
+        if kind < 0.3:
+            steps.append(Step("unary", (pick, rng.randrange(len(UNARY)))))
+        elif kind < 0.75:
+            steps.append(Step("binary", (pick, rng.randrange(count), rng.randrange(len(BINARY)))))
+        elif kind < 0.85:
+            steps.append(Step("reduce", (pick, rng.random(), rng.random() < 0.5, rng.random() < 0.5)))
+        elif kind < 0.93:
+            steps.append(Step("permute", (pick, rng.random())))
+        else:
+            steps.append(Step("slice", (pick, rng.random())))
+        count += 1
+    return shapes, steps
+
+
+def _apply(lib, step, values):
+    v = values[step.args[0]]
+    if step.kind == "unary":
+        return UNARY[step.args[1]](v)
+    if step.kind == "binary":
+        b = values[step.args[1]]
+        try:
+            np.broadcast_shapes(tuple(v.shape), tuple(b.shape))
+        except ValueError:
+            b = b.sum()                 # shapes that do not broadcast: its total does
+        return BINARY[step.args[2]](lib, v, b)
+    if v.ndim == 0:
+        return v
+    dim = int(step.args[1] * v.ndim)
+    if step.kind == "reduce":
+        _, _, mean, keep = step.args
+        return v.mean(dim, keepdim=keep) if mean else v.sum(dim, keepdim=keep)
+    if step.kind == "permute":
+        order = list(range(v.ndim))
+        order.append(order.pop(dim))
+        return v.permute(*order)
+    start = 1 if v.shape[dim] > 1 else 0
+    return v[(slice(None),) * dim + (slice(start, None, 2),)]        # a strided view
+
+
+def _loss(lib, steps, inputs):
+    values = list(inputs)
+    for step in steps:
+        values.append(_apply(lib, step, values))
+    out = values[-1]
+    return (out * out).sum() + values[3].sum()          # the first step is always used
+
+
+def _check(seed, sizes):
+    rng = random.Random(seed)
+    shapes, steps = _program(rng, sizes)
+    data = [np.random.default_rng(seed + k).standard_normal(shape) for k, shape in enumerate(shapes)]
+    xs = [jt.array(d) for d in data]
+    ts = [torch.tensor(d, requires_grad=True) for d in data]
+    got, want = _loss(jt, steps, xs), _loss(torch, steps, ts)
+    want.backward()
+    where = f"seed {seed}: inputs {shapes}, steps {steps}"
+    np.testing.assert_allclose(got.numpy(), want.detach().numpy(), rtol=1e-9, atol=1e-9, err_msg=where)
+    for k, (g, t) in enumerate(zip(jt.grad(got, xs), ts)):
+        expected = np.zeros(t.shape) if t.grad is None else t.grad.numpy()
+        np.testing.assert_allclose(g.numpy(), expected, rtol=1e-8, atol=1e-9, err_msg=f"gradient {k}, {where}")
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_small_random_graphs_match_pytorch(seed):
+    _check(seed, [1, 2, 3, 5])
+
+
+@pytest.mark.parametrize("seed", range(1000, 1006))
+def test_large_random_graphs_match_pytorch(seed):
+    _check(seed, [7, 16, 33, 40])
