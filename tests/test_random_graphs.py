@@ -1,5 +1,6 @@
-"""Random graphs against PyTorch (float64): elementwise chains with broadcasting, reductions,
-permutes and slices, built from a seed the same way on both sides, so the fused kernels codegen
+"""Random graphs against PyTorch (float64): elementwise chains with broadcasting, reductions and
+movement ops (permutes, strided slices, flips, rolls, repeats, pads, index arrays, cumsums,
+concatenation and stacking) and products of a value with its transpose, built from a seed the same way on both sides, so the fused kernels codegen
 makes for them (maps, reductions reading maps, views read through index maps) are checked on
 combinations no op test spells out. The value and every input's gradient must agree. The large
 cases cross the parallel grain, so their kernels run on the OpenMP team."""
@@ -22,32 +23,64 @@ BINARY = [lambda lib, a, b: a + b, lambda lib, a, b: a - b, lambda lib, a, b: a 
 
 
 class Step(NamedTuple):
-    kind: str          # "unary", "binary", "reduce", "permute" or "slice"
+    kind: str          # "unary", "binary", "reduce" or one of MOVES
     args: tuple        # indices of earlier values, then the kind's own choices
 
 
 def _program(rng, sizes):
-    """(input shapes, steps): three inputs broadcastable to one shape, then 3 to 8 steps."""
+    """(input shapes, steps): three inputs broadcastable to one shape, then 3 to 9 steps."""
     full = [rng.choice(sizes) for _ in range(3)]
     shapes = []
     for _ in range(3):
         shape = [s if rng.random() < 0.7 else 1 for s in full]
         shapes.append(tuple(shape[rng.randrange(2):] if rng.random() < 0.3 else shape))
     steps, count = [], 3
-    for _ in range(rng.randrange(3, 9)):
+    for _ in range(rng.randrange(3, 10)):
         pick, kind = rng.randrange(count), rng.random()
         if kind < 0.3:
             steps.append(Step("unary", (pick, rng.randrange(len(UNARY)))))
-        elif kind < 0.75:
+        elif kind < 0.65:
             steps.append(Step("binary", (pick, rng.randrange(count), rng.randrange(len(BINARY)))))
-        elif kind < 0.85:
+        elif kind < 0.75:
             steps.append(Step("reduce", (pick, rng.random(), rng.random() < 0.5, rng.random() < 0.5)))
-        elif kind < 0.93:
-            steps.append(Step("permute", (pick, rng.random())))
         else:
-            steps.append(Step("slice", (pick, rng.random())))
+            steps.append(Step(rng.choice(MOVES), (pick, rng.random(), rng.randrange(1, 3), rng.randrange(count))))
         count += 1
     return shapes, steps
+
+
+MOVES = ["permute", "slice", "flip", "roll", "repeat", "concat", "pad", "pick", "cumsum", "stack", "gram"]
+
+
+def _move(lib, kind, v, dim, k, other):
+    """Movement op ``kind`` of ``v`` along ``dim`` (``k``: a small count; ``other``: a second value)."""
+    if kind == "permute":
+        order = list(range(v.ndim))
+        order.append(order.pop(dim))
+        return v.permute(*order)
+    if kind == "slice":
+        return v[(slice(None),) * dim + (slice(1 if v.shape[dim] > 1 else 0, None, 2),)]       # a strided view
+    if kind == "flip":
+        return v.flip([dim])
+    if kind == "roll":
+        return v.roll(k, dim)
+    if kind == "repeat":
+        return v.repeat(*[k if d == dim else 1 for d in range(v.ndim)])
+    if kind == "pad":
+        pad = jt.nn.pad if lib is jt else torch.nn.functional.pad
+        return pad(v, (k, 2 - k))                    # the last dim, zeros on both sides
+    if kind == "pick":                               # an index array, repeats and all
+        index = [v.shape[dim] - 1, 0, v.shape[dim] // 2][:k + 1]
+        return v[(slice(None),) * dim + (index,)]
+    if kind == "cumsum":
+        return v.cumsum(dim)
+    if kind == "gram":                               # a product of a value and its own transposed view
+        return v @ (v.transpose(-1, -2) if v.ndim > 1 else v) * 0.1
+    if other.shape != v.shape:
+        other = v * 0.5
+    if kind == "stack":
+        return lib.stack([v, other], dim)
+    return (jt.concat if lib is jt else torch.cat)([v, other], dim)
 
 
 def _apply(lib, step, values):
@@ -67,12 +100,7 @@ def _apply(lib, step, values):
     if step.kind == "reduce":
         _, _, mean, keep = step.args
         return v.mean(dim, keepdim=keep) if mean else v.sum(dim, keepdim=keep)
-    if step.kind == "permute":
-        order = list(range(v.ndim))
-        order.append(order.pop(dim))
-        return v.permute(*order)
-    start = 1 if v.shape[dim] > 1 else 0
-    return v[(slice(None),) * dim + (slice(start, None, 2),)]        # a strided view
+    return _move(lib, step.kind, v, dim, step.args[2], values[step.args[3]])
 
 
 def _loss(lib, steps, inputs):
@@ -98,7 +126,7 @@ def _check(seed, sizes):
         np.testing.assert_allclose(g.numpy(), expected, rtol=1e-8, atol=1e-9, err_msg=f"gradient {k}, {where}")
 
 
-@pytest.mark.parametrize("seed", range(24))
+@pytest.mark.parametrize("seed", range(32))
 def test_small_random_graphs_match_pytorch(seed):
     _check(seed, [1, 2, 3, 5])
 

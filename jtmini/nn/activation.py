@@ -3,7 +3,7 @@ Softplus, ReLU6, Hardtanh, Softmax and LogSoftmax, with Jittor's names and PyTor
 
 Every function is a composition of jtmini's elementwise ops, so it fuses into its neighbours' kernel.
 Where the composition's own gradient would be wasteful or inexact (``elu``, ``softplus``), a
-closed-form rule is attached with ``custom_grad``. ``erf`` is the elementwise op, here as ``nn.erf``.
+closed-form rule is attached with ``custom_grad``. ``erf`` is the elementwise op, re-exported here.
 
     >>> import jtmini as jt
     >>> from jtmini.nn import activation as A
@@ -25,7 +25,7 @@ from .arguments import count, real
 from .module import Module
 
 _GELU_TANH = math.sqrt(2 / math.pi)
-erf = METHODS["erf"]       # nn.erf, as in Jittor
+erf = METHODS["erf"]       # the elementwise op, re-exported (activation.erf)
 
 
 def _float_input(x, who):
