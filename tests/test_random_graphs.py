@@ -1,9 +1,11 @@
-"""Random graphs against PyTorch (float64): elementwise chains with broadcasting, reductions and
+"""Random graphs against PyTorch (float64): elementwise chains with broadcasting, reductions,
 movement ops (permutes, strided slices, flips, rolls, repeats, pads, index arrays, cumsums,
-concatenation and stacking) and products of a value with its transpose, built from a seed the same way on both sides, so the fused kernels codegen
-makes for them (maps, reductions reading maps, views read through index maps) are checked on
-combinations no op test spells out. The value and every input's gradient must agree. The large
-cases cross the parallel grain, so their kernels run on the OpenMP team."""
+concatenation and stacking) and products of a value with its transpose, built from a seed the
+same way on both sides, so the fused kernels codegen makes for them (maps, reductions reading
+maps, views read through index maps) are checked on combinations no op test spells out. The value
+and every input's gradient must agree. The large cases cross the parallel grain, so their kernels
+run on the OpenMP team; the training cases repeat a graph, so later steps replay its plan and
+update the parameters in place."""
 import random
 from typing import NamedTuple
 
@@ -134,3 +136,24 @@ def test_small_random_graphs_match_pytorch(seed):
 @pytest.mark.parametrize("seed", range(1000, 1006))
 def test_large_random_graphs_match_pytorch(seed):
     _check(seed, [7, 16, 33, 40])
+
+
+@pytest.mark.parametrize("seed", range(2000, 2004))
+@pytest.mark.parametrize("optimizer", ["SGD", "Adam"])
+def test_random_graphs_train_as_pytorch(seed, optimizer):
+    """Four optimizer steps on the inputs as parameters: the losses and the parameters after."""
+    shapes, steps = _program(random.Random(seed), [2, 3, 5])
+    data = [np.random.default_rng(seed + k).standard_normal(shape) * 0.5 for k, shape in enumerate(shapes)]
+    params, tensors = [jt.array(d) for d in data], [torch.tensor(d, requires_grad=True) for d in data]
+    hyper = dict(lr=0.01, momentum=0.9) if optimizer == "SGD" else dict(lr=0.01)
+    ours, theirs = getattr(jt.optim, optimizer)(params, **hyper), getattr(torch.optim, optimizer)(tensors, **hyper)
+    for k in range(4):
+        loss = _loss(jt, steps, params)
+        ours.step(loss)
+        theirs.zero_grad()
+        want = _loss(torch, steps, tensors)
+        want.backward()
+        theirs.step()
+        np.testing.assert_allclose(loss.numpy(), want.detach().numpy(), rtol=1e-7, err_msg=f"step {k}, {steps}")
+    for p, t in zip(params, tensors):
+        np.testing.assert_allclose(p.numpy(), t.detach().numpy(), rtol=1e-6, atol=1e-9, err_msg=str(steps))
