@@ -113,12 +113,16 @@ def _loss(lib, steps, inputs):
     return (out * out).sum() + values[3].sum()          # the first step is always used
 
 
+def _inputs(seed, shapes, scale=1.0):
+    """The same normal values of ``shapes`` as jtmini Vars and as PyTorch leaves."""
+    data = [np.random.default_rng(seed + k).standard_normal(shape) * scale for k, shape in enumerate(shapes)]
+    return [jt.array(d) for d in data], [torch.tensor(d, requires_grad=True) for d in data]
+
+
 def _check(seed, sizes):
     rng = random.Random(seed)
     shapes, steps = _program(rng, sizes)
-    data = [np.random.default_rng(seed + k).standard_normal(shape) for k, shape in enumerate(shapes)]
-    xs = [jt.array(d) for d in data]
-    ts = [torch.tensor(d, requires_grad=True) for d in data]
+    xs, ts = _inputs(seed, shapes)
     got, want = _loss(jt, steps, xs), _loss(torch, steps, ts)
     want.backward()
     where = f"seed {seed}: inputs {shapes}, steps {steps}"
@@ -143,8 +147,7 @@ def test_large_random_graphs_match_pytorch(seed):
 def test_random_graphs_train_as_pytorch(seed, optimizer):
     """Four optimizer steps on the inputs as parameters: the losses and the parameters after."""
     shapes, steps = _program(random.Random(seed), [2, 3, 5])
-    data = [np.random.default_rng(seed + k).standard_normal(shape) * 0.5 for k, shape in enumerate(shapes)]
-    params, tensors = [jt.array(d) for d in data], [torch.tensor(d, requires_grad=True) for d in data]
+    params, tensors = _inputs(seed, shapes, scale=0.5)
     hyper = dict(lr=0.01, momentum=0.9) if optimizer == "SGD" else dict(lr=0.01)
     ours, theirs = getattr(jt.optim, optimizer)(params, **hyper), getattr(torch.optim, optimizer)(tensors, **hyper)
     for k in range(4):
