@@ -138,6 +138,23 @@ def test_arguments_of_the_wrong_type_are_named(build, shown):
         build(jt.zeros(2, 3))
 
 
+@pytest.mark.parametrize("build,shown", [
+    (lambda: jt.transpose((3, 4)), r"jt\.transpose: the first argument must be a Var .*got tuple \(3, 4\)"),
+    (lambda: jt.flip(-1), r"jt\.flip: .*got int -1"),
+    (lambda: jt.floor_int(1.5), r"jt\.floor_int: .*got float 1\.5"),
+    (lambda: jt.erf_(np.int64(3)), r"jt\.erf_: .*got int64 np\.int64\(3\)"),
+    (lambda: jt.permute(None), r"jt\.permute: .*got NoneType None"),
+    (lambda: jt.argmax("x" * 100), r"got str 'x{20,}\.\.\.; make one"),
+])
+def test_a_plain_value_where_a_var_belongs_is_a_type_error_naming_the_function(build, shown):
+    # these reached for a Var's attribute deep inside: AttributeError: 'tuple' object has no attribute 'ndim'
+    with pytest.raises(TypeError, match=shown):
+        build()
+    # what worked before still does: arrays and numbers where a function takes them
+    assert jt.transpose(np.ones((2, 3))).shape == (3, 2) and jt.sum([1, 2, 3]).item() == 6
+    assert jt.maximum(jt.array([1.0, -1.0]), 0).tolist() == [1.0, 0.0]
+
+
 def test_zero_dim_vars_cannot_be_concatenated_but_can_be_stacked():
     with pytest.raises(ValueError, match=r"0-d Vars cannot be concatenated \(shapes \[\(\), \(\)\]\).*jt\.stack"):
         jt.concat([jt.array(1.0), jt.array(2.0)])

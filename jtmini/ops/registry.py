@@ -211,7 +211,7 @@ def export(*names, method=True, function=True):
     that is also a method takes a Var first; as ``jt.<name>`` it also takes a numpy array there,
     as Jittor's do (``jt.transpose(ndarray, (1, 0))``)."""
     def decorate(fn):
-        public = _taking_arrays(fn) if method and function else fn
+        public = _taking_arrays(fn, (names or (fn.__name__,))[0]) if method and function else fn
         for name in names or (fn.__name__,):
             if function:
                 FUNCTIONS[name] = public
@@ -221,13 +221,26 @@ def export(*names, method=True, function=True):
     return decorate
 
 
-def _taking_arrays(fn):
-    """``fn`` with a numpy array as its first argument made a Var first (``jt.array``)."""
+# What a Var-taking function may be handed first by mistake: plain Python and numpy scalars.
+_NOT_VARS = (bool, int, float, complex, str, bytes, list, tuple, dict, set, slice, type(None), type(Ellipsis), np.generic)
+
+
+def _taking_arrays(fn, name):
+    """``fn`` with a numpy array as its first argument made a Var first (``jt.array``). A plain
+    Python value there, which ``fn`` fails on by reaching for a Var's attribute, is a TypeError
+    naming ``jt.<name>`` and what it got instead of an AttributeError from deep inside."""
     @functools.wraps(fn)
     def public(x, *args, **kwargs):
         if isinstance(x, np.ndarray):
             x = services.array(x)
-        return fn(x, *args, **kwargs)
+        try:
+            return fn(x, *args, **kwargs)
+        except AttributeError as error:
+            if not isinstance(x, _NOT_VARS):
+                raise
+            shown = repr(x) if len(repr(x)) <= 60 else repr(x)[:57] + "..."
+            raise TypeError(f"jt.{name}: the first argument must be a Var (or a numpy array), got "
+                            f"{type(x).__name__} {shown}; make one with jt.array(...)") from error
     return public
 
 
