@@ -501,6 +501,10 @@ class Var:
 
         >>> optimizer.backward(loss); w.opt_grad(optimizer).update(w.opt_grad(optimizer) * 0.5)
         """
+        # a Var here would call back into this method with the two swapped, for ever
+        if isinstance(optimizer, Var) or not callable(getattr(type(optimizer), "opt_grad", None)):
+            raise TypeError(f"opt_grad: expected the optimizer (jt.optim.Optimizer) whose step will apply the "
+                            f"gradient, got {type(optimizer).__name__}")
         return optimizer.opt_grad(self)
 
     def _rebind(self, source, data=None):

@@ -210,6 +210,9 @@ def test_clip_grad_norm_and_opt_grad_reject_bad_calls():
             opt.clip_grad_norm(*args)
     with pytest.raises(TypeError, match="opt_grad: expected a Var"):
         opt.opt_grad(np.ones(3))
+    for wrong in (jt.ones(2), "sgd"):        # a Var here recursed until Python's limit
+        with pytest.raises(TypeError, match=rf"opt_grad: expected the optimizer .* got {type(wrong).__name__}"):
+            model[0].weight.opt_grad(wrong)
     with pytest.raises(ValueError, match=r"param 3 of group 0 \(shape \(3,\)\) is stop_grad"):
         opt.opt_grad(model[2].bias)
     with pytest.raises(ValueError, match=r"the Var of shape \(2,\) is not a parameter of this optimizer"):
