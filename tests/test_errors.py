@@ -155,6 +155,15 @@ def test_a_plain_value_where_a_var_belongs_is_a_type_error_naming_the_function(b
     assert jt.maximum(jt.array([1.0, -1.0]), 0).tolist() == [1.0, 0.0]
 
 
+def test_broadcast_to_takes_an_int_and_refuses_what_is_not_a_shape():
+    assert jt.array([1.0]).broadcast_to(3).tolist() == [1.0, 1.0, 1.0]      # numpy's and expand's int
+    assert jt.broadcast_to(jt.array([1.0]), [2, 3]).shape == (2, 3)
+    with pytest.raises(TypeError, match=r"dims must be ints, got 2\.5 in \(2\.5, 3\)"):
+        jt.array([1.0]).broadcast_to((2.5, 3))           # was read as (2, 3)
+    with pytest.raises(TypeError, match=r"broadcast_to: shape must be an int or a sequence of ints, got NoneType"):
+        jt.array([1.0]).broadcast_to(None)
+
+
 def test_zero_dim_vars_cannot_be_concatenated_but_can_be_stacked():
     with pytest.raises(ValueError, match=r"0-d Vars cannot be concatenated \(shapes \[\(\), \(\)\]\).*jt\.stack"):
         jt.concat([jt.array(1.0), jt.array(2.0)])

@@ -222,8 +222,18 @@ register(OpSpec("broadcast_to", "reindex", infer=_broadcast_infer, index=_broadc
 
 @export("broadcast_to")
 def broadcast_to(x, shape):
-    """``x`` repeated along dims of size 1 (and new leading dims) to ``shape`` (numpy rules)."""
-    shape = tuple(int(s) for s in shape)
+    """``x`` repeated along dims of size 1 (and new leading dims) to ``shape`` (numpy rules), a
+    sequence of ints or one int.
+
+    >>> jt.array([1, 2]).broadcast_to((3, 2)).shape
+    (3, 2)
+    """
+    if type(shape) is not tuple or not all(type(s) is int for s in shape):
+        # an int is a 1-d shape (numpy's, PyTorch's expand); 2.5 in a shape is an error, not 2
+        if not dtypes.is_int(shape) and not hasattr(shape, "__iter__"):
+            raise TypeError(f"broadcast_to: shape must be an int or a sequence of ints, got "
+                            f"{type(shape).__name__} {shape!r}")
+        shape = tuple(dtypes.int_dims((shape,) if dtypes.is_int(shape) else shape, "broadcast_to shape"))
     if x.shape == shape:
         return x
     if x.op == "const" and x._data is None:             # a constant is the same at every index
