@@ -16,6 +16,18 @@ register(OpSpec("fuse_barrier", "library", infer=lambda inputs, a: (inputs[0].sh
                 half=True))
 
 
+def buffered(x):
+    """``x`` where it holds a value, else a barrier node reading it (``x`` itself is not rebound):
+    a Var every reader takes from one buffer. A gradient that compares values with each other
+    (a max's winners) needs that: the same expression recomputed in two kernels may differ in its
+    last bit (libmvec's SIMD ``exp`` in a vector loop, libm's in its scalar tail), and
+    ``exp(x).max()``'s winners then matched no element of the recomputed ``exp(x)``.
+
+        >>> hit = buffered(e) == buffered(e).max()     # both read one buffer: a winner always hits
+    """
+    return x if x._data is not None else Var.node("fuse_barrier", [x])
+
+
 @export("stop_fuse", function=False)
 def stop_fuse(x):
     """Keep ``x`` out of the fused kernels of the ops that read it: it is computed into a buffer

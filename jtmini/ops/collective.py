@@ -28,6 +28,7 @@ import math
 from .. import dtypes, world
 from ..state import services
 from ..var import Var
+from .barrier import buffered
 from .registry import OpSpec, export, register
 from .reindex import slice_var
 
@@ -93,16 +94,20 @@ def _float_only(rule):
     return lambda d, out, x, a: [rule(d, out, x[0], a)] if dtypes.is_float(x[0].dtype) else [None]
 
 
-def _to_extreme(g, x, extreme):
-    """Route ``g`` to the ranks whose ``x`` equals the reduced ``extreme``; ties share it equally."""
-    hit = (x == extreme).cast(x.dtype)
+def _to_extreme(g, x, op):
+    """Route ``g`` to the ranks whose ``x`` equals its extreme over ranks (``op`` max or min); ties
+    share it equally. The extreme is reduced again from ``x`` as the backward computes it, in one
+    buffer: the forward's, made by another kernel, may differ from it in a last bit and match no
+    rank (0 / 0 where every rank missed)."""
+    x = buffered(x)
+    hit = (x == _node("mpi_all_reduce", [x], op=op)).cast(x.dtype)
     return g * hit / mpi_all_reduce(hit, "add")
 
 
 def _all_reduce_grad(d, out, x, a):
     if a["op"] in ("add", "mean"):
         return mpi_all_reduce(d, a["op"])
-    return _to_extreme(mpi_all_reduce(d, "add"), x, out)
+    return _to_extreme(mpi_all_reduce(d, "add"), x, a["op"])
 
 
 def _reduce_grad(d, out, x, a):
@@ -110,7 +115,7 @@ def _reduce_grad(d, out, x, a):
     if a["op"] == "mean":
         return g / world.world_size
     if a["op"] in ("max", "min"):
-        return _to_extreme(g, x, mpi_broadcast(out, a["root"]))
+        return _to_extreme(g, x, a["op"])          # the root's extreme is every rank's
     return g
 
 

@@ -3,6 +3,7 @@ and argmax/argmin. A reduction ends a fused kernel: its input chain is computed 
 from .. import dtypes
 from ..flags import flags
 from ..var import Var
+from .barrier import buffered
 from .registry import OpSpec, export, register
 from .reindex import normalize_dim
 
@@ -38,8 +39,11 @@ def _reduce_grad(d, out, x, a):
         return [d_b]
     if a["op"] == "mul":
         return [d_b * _prod_of_others(x, a["dims"], kept)]
-    out_b = out.reshape(kept).broadcast_to(x.shape)
-    hit = (x == out_b).cast(x.dtype)                      # ties share the gradient equally
+    # The winners are those of x as the backward computes it, from one buffer (not ``out``, made
+    # by another kernel, whose recomputed x may differ in a last bit and match no element).
+    x = buffered(x)
+    extreme = Var.node("reduce", [x], op=a["op"], dims=a["dims"], keepdims=True).broadcast_to(x.shape)
+    hit = (x == extreme).cast(x.dtype)                    # ties share the gradient equally
     count = hit.sum(dims=a["dims"], keepdims=True).broadcast_to(x.shape)
     return [d_b * hit / count]
 

@@ -15,6 +15,7 @@ from .. import dtypes
 from ..symbolic import IndexExprError, Expr, indices, parse, sym
 from ..var import Var
 from .assemble import JOIN_BY_COPY, assemble, fit_along
+from .barrier import buffered
 from .registry import IndexMap, OpSpec, arg, export, register, runs_fused
 
 i, xshape, yshape = indices("i"), indices("xshape"), indices("yshape")
@@ -142,8 +143,12 @@ def _scatter_grad(d, out, x, a):
     gathered = Var.node("reindex", [d, *x[1:]], shape=x[0].shape, exprs=exprs, overflow_value=0,
                         conditions=conditions)
     if a["op"] in ("max", "min"):
-        hit = Var.node("reindex", [out, *x[1:]], shape=x[0].shape, exprs=exprs,
-                       overflow_value=0, conditions=conditions) == x[0]
+        # winners recomputed from one buffer of x, as for a reduce's (ops/reduce.py)
+        source = buffered(x[0])
+        extreme = Var.node("reindex_reduce", [source, *x[1:]], op=a["op"], shape=a["shape"], exprs=a["exprs"],
+                           conditions=a["conditions"])
+        hit = Var.node("reindex", [extreme, *x[1:]], shape=x[0].shape, exprs=exprs,
+                       overflow_value=0, conditions=conditions) == source
         gathered = gathered * hit
     elif a["op"] == "mul":
         gathered = gathered * _product_of_others(x[0], a, exprs, conditions)
