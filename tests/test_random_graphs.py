@@ -1,9 +1,9 @@
-"""Random graphs against PyTorch (float64): elementwise chains with broadcasting, reductions,
-movement ops (permutes, strided slices, flips, rolls, repeats, pads, index arrays, cumsums,
-concatenation and stacking) and products of a value with its transpose, built from a seed the
-same way on both sides, so the fused kernels codegen makes for them (maps, reductions reading
-maps, views read through index maps) are checked on combinations no op test spells out. The value
-and every input's gradient must agree. The large cases cross the parallel grain, so their kernels
+"""Random graphs against PyTorch (float64): elementwise chains with broadcasting, reductions
+(sum, mean, max, min), movement ops (permutes, strided slices, flips, rolls, repeats, pads, index
+arrays, cumsums, concatenation and stacking) and products of a value with its transpose, built
+from a seed the same way on both sides, so the fused kernels codegen makes for them (maps,
+reductions reading maps, views read through index maps) are checked on combinations no op test
+spells out. The value and every input's gradient must agree. The large cases cross the parallel grain, so their kernels
 run on the OpenMP team; the training cases repeat a graph, so later steps replay its plan and
 update the parameters in place."""
 import random
@@ -22,6 +22,11 @@ UNARY = [lambda v: (v * 0.3).exp(), lambda v: v.tanh(), lambda v: v.sigmoid(), l
 BINARY = [lambda lib, a, b: a + b, lambda lib, a, b: a - b, lambda lib, a, b: a * b,
           lambda lib, a, b: a / (b * b + 1.0), lambda lib, a, b: lib.maximum(a, b),
           lambda lib, a, b: lib.where(a > b, a, b * 0.5)]
+
+
+# max and min route the gradient to the winners (ties share it), which the backward finds again:
+# the value is fetched first, so the backward recomputes the reduced input in kernels of its own
+REDUCTIONS = ["sum", "mean", "max", "min"]
 
 
 class Step(NamedTuple):
@@ -44,7 +49,7 @@ def _program(rng, sizes):
         elif kind < 0.65:
             steps.append(Step("binary", (pick, rng.randrange(count), rng.randrange(len(BINARY)))))
         elif kind < 0.75:
-            steps.append(Step("reduce", (pick, rng.random(), rng.random() < 0.5, rng.random() < 0.5)))
+            steps.append(Step("reduce", (pick, rng.random(), rng.choice(REDUCTIONS), rng.random() < 0.5)))
         else:
             steps.append(Step(rng.choice(MOVES), (pick, rng.random(), rng.randrange(1, 3), rng.randrange(count))))
         count += 1
@@ -100,8 +105,10 @@ def _apply(lib, step, values):
         return v
     dim = int(step.args[1] * v.ndim)
     if step.kind == "reduce":
-        _, _, mean, keep = step.args
-        return v.mean(dim, keepdim=keep) if mean else v.sum(dim, keepdim=keep)
+        _, _, how, keep = step.args
+        if how in ("max", "min") and lib is torch:
+            how = "a" + how             # PyTorch's reductions to values (max/min return indices too)
+        return getattr(v, how)(dim, keepdim=keep)
     return _move(lib, step.kind, v, dim, step.args[2], values[step.args[3]])
 
 
