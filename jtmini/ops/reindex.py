@@ -227,8 +227,8 @@ register(OpSpec("broadcast_to", "reindex", infer=_broadcast_infer, index=_broadc
 
 @export("broadcast_to")
 def broadcast_to(x, shape):
-    """``x`` repeated along dims of size 1 (and new leading dims) to ``shape`` (numpy rules), a
-    sequence of ints or one int.
+    """``x`` repeated along dims of size 1 (and new leading dims) to ``shape`` (numpy rules).
+    ``shape`` is a sequence of ints or one int.
 
     >>> jt.array([1, 2]).broadcast_to((3, 2)).shape
     (3, 2)
