@@ -3,9 +3,9 @@
 arrays, cumsums, concatenation and stacking) and products of a value with its transpose, built
 from a seed the same way on both sides, so the fused kernels codegen makes for them (maps,
 reductions reading maps, views read through index maps) are checked on combinations no op test
-spells out. The value and every input's gradient must agree. The large cases cross the parallel grain, so their kernels
-run on the OpenMP team; the training cases repeat a graph, so later steps replay its plan and
-update the parameters in place."""
+spells out. The value and every input's gradient must agree. The large cases cross the parallel
+grain, so their kernels run on the OpenMP team; the training cases repeat a graph, so later steps
+replay its plan and update the parameters in place."""
 import random
 from typing import NamedTuple
 

@@ -17,15 +17,16 @@ register(OpSpec("fuse_barrier", "library", infer=lambda inputs, a: (inputs[0].sh
 
 
 def buffered(x):
-    """``x`` where it holds a value, else a barrier node reading it (``x`` itself is not rebound):
-    a Var every reader takes from one buffer. A gradient that compares values with each other
+    """``x`` where it holds a value or is a barrier, else a barrier node reading it (``x`` itself is
+    not rebound): a Var every reader takes from one buffer. A gradient that compares values with each other
     (a max's winners) needs that: the same expression recomputed in two kernels may differ in its
     last bit (libmvec's SIMD ``exp`` in a vector loop, libm's in its scalar tail), and
     ``exp(x).max()``'s winners then matched no element of the recomputed ``exp(x)``.
 
-        >>> hit = buffered(e) == buffered(e).max()     # both read one buffer: a winner always hits
+        >>> b = buffered(e)
+        >>> hit = b == b.max()           # both read b's one buffer: a winner always hits
     """
-    return x if x._data is not None else Var.node("fuse_barrier", [x])
+    return x if x._data is not None or x.op == "fuse_barrier" else Var.node("fuse_barrier", [x])
 
 
 @export("stop_fuse", function=False)
@@ -36,8 +37,9 @@ def stop_fuse(x):
 
     >>> a = jt.randn(4).stop_fuse()
     """
-    if x._data is None and x.op != "fuse_barrier":      # a value already computed is a buffer
-        x._rebind(Var.node("fuse_barrier", [x]))
+    barrier = buffered(x)           # a value already computed is a buffer
+    if barrier is not x:
+        x._rebind(barrier)
     return x
 
 

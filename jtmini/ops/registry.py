@@ -238,7 +238,8 @@ def _taking_arrays(fn, name):
         except AttributeError as error:
             if not isinstance(x, _NOT_VARS):
                 raise
-            shown = repr(x) if len(repr(x)) <= 60 else repr(x)[:57] + "..."
+            shown = repr(x)
+            shown = shown if len(shown) <= 60 else shown[:57] + "..."
             raise TypeError(f"jt.{name}: the first argument must be a Var (or a numpy array), got "
                             f"{type(x).__name__} {shown}; make one with jt.array(...)") from error
     return public
