@@ -90,12 +90,22 @@ def array(data, dtype=None):
     else:
         name = _narrowed(arr, dtypes.from_numpy(arr.dtype))
     _check_fits(arr, name)
-    arr = np.array(arr, dtype=name, order="C", copy=True)
+    out = owning(np.array(arr, dtype=name, order="C", copy=True))
+    return _amp_array(out) if flags.amp_reg and out.numel() != 1 else out
+
+
+def owning(arr):
+    """A leaf Var over ``arr`` itself, no copy: a new C-contiguous array of a jtmini dtype that
+    nothing else holds (it becomes read-only). ``array`` copies; an optimizer's zero state need not.
+
+        >>> owning(np.zeros(3, np.float32)).shape
+        [3]
+    """
     arr.flags.writeable = False
-    out = Var(None, (), {}, arr.shape, name, arr)
+    out = Var(None, (), {}, arr.shape, dtypes.from_numpy(arr.dtype), arr)
     if flags.profile_memory_enable:
         services.record_creation(out)
-    return _amp_array(out) if flags.amp_reg and out.numel() != 1 else out
+    return out
 
 
 def _amp_array(x):

@@ -83,6 +83,11 @@ def _last_uses(steps):
 
 def _run(steps, compiled, target_ids, runtime, recorder=None):
     """Run ``steps``; with a ``profiler`` recorder, time each."""
+    with runtime.stepwise():
+        _run_steps(steps, compiled, target_ids, runtime, recorder)
+
+
+def _run_steps(steps, compiled, target_ids, runtime, recorder):
     buffers, last, kernels, library_calls = {}, _last_uses(steps), 0, 0
     memory = memory_profile.tracker()
 

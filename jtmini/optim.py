@@ -112,8 +112,10 @@ class Optimizer:
         for k, p in enumerate(group["params"]):
             if states[k] is None and not p.is_stop_grad():
                 # a real buffer, not a lazy constant: the first step then builds the same graph
-                # as every later one, so its kernels are all the training loop ever compiles
-                states[k] = array(np.full(p.shape, fill, p.dtype))
+                # as every later one, so its kernels are all the training loop ever compiles;
+                # zeros from calloc, untouched until the first update writes them
+                value = np.zeros(p.shape, p.dtype) if fill == 0 else np.full(p.shape, fill, p.dtype)
+                states[k] = creation.owning(value)
         return [states[k] for k, p in enumerate(group["params"]) if not p.is_stop_grad()]
 
     @staticmethod

@@ -14,7 +14,7 @@ OPS_DIR = pathlib.Path(jt.__file__).parent / "ops"
 
 
 # entry points with a default that works (a faster path a backend may offer): who offers them
-OPTIONAL = {"prepare": ("cpu", "cuda"), "run_prepared": ("cpu", "cuda")}
+OPTIONAL = {"prepare": ("cpu", "cuda"), "run_prepared": ("cpu", "cuda"), "stepwise": ("cpu",)}
 
 
 @pytest.mark.parametrize("name", ["cpu", "cuda"])

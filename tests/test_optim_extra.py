@@ -118,6 +118,20 @@ def test_state_round_trip_continues_exactly(tmp_path, name, kwargs):
         assert np.array_equal(x.numpy(), y.numpy())
 
 
+def test_state_buffers_start_at_their_fill_in_the_parameters_dtype_and_read_only():
+    w, h = jt.array(np.ones((3, 2), np.float64)), jt.array(np.ones(4, np.float16))
+    opt = nn.Adagrad([w, h], lr=0.1, initial_accumulator_value=0.25)
+    sums = opt.state(opt.param_groups[0], "sum", fill=0.25)
+    adam = nn.Adam([w, h], lr=0.1)
+    zeros = adam.state(adam.param_groups[0], "m")
+    for states, fill in ((sums, 0.25), (zeros, 0.0)):
+        for state, p in zip(states, (w, h)):
+            assert state.dtype == p.dtype and state.shape == p.shape
+            np.testing.assert_array_equal(state.numpy(), np.full(p.shape, fill))
+            assert not state._data.flags.writeable          # owned by the Var, not written over
+    assert opt.state(opt.param_groups[0], "sum")[0] is sums[0]      # made once
+
+
 def test_rmsprop_and_adagrad_reject_bad_hyper_parameters():
     w = jt.ones((2, 3))
     for make, message in [(lambda: optim.RMSprop([w], alpha=-0.5), "RMSprop: alpha=-0.5 must be a number >= 0"),

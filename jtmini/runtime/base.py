@@ -10,6 +10,7 @@ runtime nor the compiler nor codegen.
     >>> base.get("cpu").dialect
     'cpu'
 """
+import contextlib
 import importlib
 
 from .. import schedule
@@ -36,6 +37,11 @@ class Backend:
         if type(step) is schedule.View:
             return [step.root], self.source_arrays(step, read)
         return [step.root], [self.run_collective(step, read)]
+
+    def stepwise(self):
+        """A context the executor runs a plan's steps in, one by one (a graph's first run, and
+        hits this backend has no prepared program for). The default: nothing."""
+        return contextlib.nullcontext()
 
     def run_kernel(self, kernel, compiled, read):
         """Run a generated kernel; returns the buffers of ``kernel.roots``."""

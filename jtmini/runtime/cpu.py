@@ -225,6 +225,10 @@ class _Cpu(Backend):
     def to_host(array):
         return array
 
+    @staticmethod
+    def stepwise():
+        return memory.without_huge_page_advice()       # fresh buffers fault in faster
+
     def prepare(self, template, vars_):
         return cpu_replay.prepare(template, vars_, self)
 
