@@ -7,7 +7,9 @@ into it once, at the API boundary, by a grammar that accepts index arithmetic on
 
 Division and remainder follow C: they truncate toward zero, and ``%`` takes the dividend's sign.
 A constant zero divisor is an error when the expression is built; a divisor that is zero only at
-run time yields 0 (``jt_idiv``/``jt_imod`` in the kernel helpers) instead of a signal.
+run time yields 0 (``jt_idiv``/``jt_imod`` in the kernel helpers) instead of a signal, and so does
+one that becomes zero when symbols are replaced (a compiled-in dim of an empty tensor, whose reads
+no kernel keeps), so a kernel means the same with its dims compiled in or not.
 
     >>> i = indices("i")
     >>> e = i[4] * 2 + i[1] * 3 + (1 * 3 - 2)
@@ -367,7 +369,10 @@ def _replace(e, leaf, memo):
         out = e
     else:
         args = [_replace(a, leaf, memo) for a in e.args]
-        out = _REBUILD.get(e.op, lambda *xs: binary(e.op, *xs))(*args)
+        if e.op in ("/", "%") and args[1].value == 0:
+            out = num(0)                    # what jt_idiv / jt_imod give at run time
+        else:
+            out = _REBUILD.get(e.op, lambda *xs: binary(e.op, *xs))(*args)
     memo[e] = out
     return out
 

@@ -29,6 +29,10 @@ CASES = {
     "clamped stop": np.s_[-10:2],
     "past the end": np.s_[10:],
     "empty slice": np.s_[3:1],
+    # an empty window after a new axis: the gradient's and setitem's index maps divide by
+    # the window's 0 (compiled in), which raised before dividing as at run time
+    "empty after none": np.s_[None, 3:1, :-1],
+    "empty after a step": np.s_[::2, 1, 4:4],
     "negative steps": np.s_[:, ::-3, 5:0:-2],
     "none": np.s_[None],
     "ellipsis none": np.s_[..., None],
@@ -114,7 +118,7 @@ def test_getitem_zero_dim():
 @pytest.mark.parametrize("name", ["int", "time step", "ints and full slices", "negative steps", "int ellipsis int", "list", "negative entries",
                                   "arrays separated", "arrays broadcast", "int with array in place",
                                   "empty ellipsis separates", "2-d array and slices", "mask and array",
-                                  "full mask", "none separates"])
+                                  "full mask", "none separates", "empty after none", "empty after a step"])
 def test_getitem_gradient_is_add_at(name):
     ref, x = inputs("contiguous")
     index = CASES[name]
@@ -150,6 +154,8 @@ SET_CASES = [
     (MASK_4, rng.standard_normal((3, 1, 6))),
     (np.s_[:, MASK_56], 0.0),
     ((rng.random(SHAPE) > 0.5), 1.0),
+    (np.s_[None, 3:1, :-1], rng.standard_normal((0, 4, 6))),        # nothing written
+    (np.s_[2, 4:4], 3.0),
 ]
 
 
@@ -211,6 +217,7 @@ def test_assign_still_rebinds():
     (np.s_[[0, 2, 3], 1:3], (3, 1, 6)),
     (np.s_[:, [[0], [4]], [1, 5]], (2, 1)),
     (MASK_4, (6,)),
+    (np.s_[None, 3:1, :-1], (0, 4, 6)),
 ])
 def test_setitem_gradients(index, value_shape):
     ref, x = inputs("contiguous")

@@ -166,6 +166,21 @@ def test_softmax_and_log_softmax(name, rng):
                torch.log_softmax(torch.tensor(value), 1).numpy())
 
 
+@pytest.mark.parametrize("shape,dim", [((2, 0), 1), ((0, 3), 0), ((0, 3), 1), ((2, 0, 3), None)])
+def test_softmax_and_logsumexp_over_empty_dims_as_pytorch(shape, dim):
+    """An empty softmax is the empty result; the log of an empty sum is -inf (PyTorch's answers)."""
+    value = np.zeros(shape, np.float32)
+    x, t = jt.array(value), torch.tensor(value)
+    for name in ("softmax", "log_softmax"):
+        want = getattr(torch, name)(t.reshape(-1), 0).reshape(shape) if dim is None else getattr(torch, name)(t, dim)
+        assert_var(F[name](x, dim), want.numpy())
+        assert jt.grad(F[name](x, dim).sum(), x).shape == shape
+    dims = tuple(range(len(shape))) if dim is None else dim
+    for keep in (False, True):
+        assert_var(x.logsumexp(dim, keep), torch.logsumexp(t, dims, keep).numpy())
+    assert jt.grad(x.logsumexp(dim).sum(), x).shape == shape
+
+
 # --- reduce_* ------------------------------------------------------------------------------------
 REDUCE = {
     "reduce_add": np.sum, "reduce_multiply": np.prod, "reduce_maximum": np.max,

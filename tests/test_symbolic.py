@@ -11,7 +11,7 @@ import pytest
 
 import jtmini as jt
 from jtmini import codegen, schedule
-from jtmini.symbolic import IndexExprError, indices, parse, sym
+from jtmini.symbolic import IndexExprError, indices, num, parse, sym
 
 i = indices("i")
 a, b = sym("a"), sym("b")
@@ -77,6 +77,24 @@ def test_anything_but_index_arithmetic_is_refused(text):
 def test_a_constant_zero_divisor_is_refused(text):
     with pytest.raises(ValueError, match="division by zero"):
         jt.ones(3).reindex([3], [text])
+
+
+def test_a_divisor_that_becomes_zero_when_replaced_gives_zero_as_at_run_time():
+    expr = i[0] // sym("n") + i[0] % sym("n")
+    assert expr.replace(lambda e: num(0) if e.args[0] == "n" else None) == num(0)
+
+
+@pytest.mark.parametrize("specialize", [True, False])
+def test_an_empty_window_is_read_with_dims_compiled_in_or_not(specialize):
+    """x[None, 3:2, :-1]: its gradient and its setitem divide by the window's 0 dim."""
+    a = np.arange(25.0, dtype=np.float32).reshape(5, 5)
+    with jt.flag_scope(specialize_shapes=specialize):
+        x = jt.array(a)
+        y = x[None, 3:2, :-1]
+        gx = jt.grad((y * jt.zeros((1, 0, 4))).sum() + x[0, 0], x)
+        np.testing.assert_array_equal(gx.numpy(), np.eye(1, 25).reshape(5, 5))
+        x[None, 3:2, :-1] = jt.zeros((0, 4))
+        np.testing.assert_array_equal(x.numpy(), a)
 
 
 def test_injected_expressions_never_reach_the_compiler(tmp_path):

@@ -277,10 +277,13 @@ def logsumexp(x, dim, keepdim=False, *, keepdims=False):
     dims, keep = _all_dims(x, dim, "logsumexp"), keepdim or keepdims
     if not dims:
         return x
-    m = max_(x, dims, True).detach()
-    # an infinite max would give inf - inf = NaN; shifting such a slice by 0 is exact
-    m = where(m.abs() == INF, 0.0, m)
-    out = sum_((x - m).exp(), dims, True).log() + m
+    if any(x.shape[k] == 0 for k in dims):      # the log of an empty sum: -inf, as in PyTorch
+        out = sum_(x.exp(), dims, True).log()
+    else:
+        m = max_(x, dims, True).detach()
+        # an infinite max would give inf - inf = NaN; shifting such a slice by 0 is exact
+        m = where(m.abs() == INF, 0.0, m)
+        out = sum_((x - m).exp(), dims, True).log() + m
     return out if keep else out.reshape(tuple(s for k, s in enumerate(x.shape) if k not in dims))
 
 

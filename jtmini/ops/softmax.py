@@ -158,6 +158,8 @@ def softmax_over(x, dims, log=False):
     ``softmax_last``, otherwise composed with the max subtracted first so exp never overflows."""
     dims = range(x.ndim) if dims is None else (dims,) if isinstance(dims, int) else dims
     dims = tuple(sorted({normalize_dim(k, max(x.ndim, 1)) for k in dims}))
+    if 0 in x.shape:                 # nothing to normalise: the empty result, as in PyTorch
+        return x.clone()
     if x.ndim and dims == (x.ndim - 1,):
         return softmax_last(x, None, log)
     return _composed(x, dims, log)
