@@ -897,9 +897,30 @@ def test_reindex_reduce_grad(op, rng):
     w = jt.array(rng.standard_normal((2, 3)))
 
     def f(x):
-        return (x.reindex_reduce(op, [2, 3], ["yshape0-1-i0%2", "xshape1-1-i1"]) * w).sum()
+        return (x.reindex_reduce(op, [2, 3], ["xshape0-1-i0%2", "yshape1-1-i1"]) * w).sum()
     x = jt.array(x_np)
     np.testing.assert_allclose(jt.grad(f(x), x).numpy(), numeric_grad(f, [x_np])[0], rtol=1e-6, atol=1e-6)
+
+
+def test_reindex_reduce_names_the_shapes_as_jittor(rng):
+    """In reindex_reduce ``xshape`` is the result's and ``yshape`` the input's (Jittor's names,
+    reindex's seen from its inverse), so a reindex's expressions scatter its output back."""
+    ones = jt.ones([2, 3])
+    np.testing.assert_array_equal(ones.reindex_reduce("add", [2, 7], ["i0", "yshape1"]).numpy()[:, 3], [3, 3])
+    assert not ones.reindex_reduce("add", [2, 7], ["i0", "xshape1"]).numpy().any()     # 7: past the end
+    x = jt.array(rng.standard_normal((2, 3)))
+    exprs = ["i1", "xshape1 - 1 - i0"]
+    y = x.reindex([3, 2], exprs)
+    assert_var(y, x.numpy()[:, ::-1].T)
+    assert_var(y.reindex_reduce("add", [2, 3], exprs), x.numpy())
+    with pytest.raises(ValueError, match="names yshape2, but there are 2 of yshape0"):
+        y.reindex_reduce("add", [2, 3, 1], ["i0", "i1", "yshape2"])
+
+
+def test_reindex_takes_none_for_no_conditions_and_no_extras():
+    x = jt.array(np.arange(6.0).reshape(2, 3))
+    assert_var(x.reindex([3, 2], ["i1", "i0"], 0, None, None), np.arange(6.0).reshape(2, 3).T)
+    assert_var(x.reindex_reduce("add", [2], ["i0"], None, None), [3.0, 12.0])
 
 
 def test_reindex_int_and_bool(rng):

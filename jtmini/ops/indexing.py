@@ -169,11 +169,11 @@ def _layout(axes):
     return bshape, at
 
 
-def _gather_map(axes, shape_name):
+def _gather_map(axes):
     """(shape of ``x[index]``, one C index expression per dim of x, extra inputs) for an index
     holding arrays. ``i<k>`` is result position k; array j is read as ``@e<j>(...)`` at the result
-    positions of its (broadcast) dims, and a negative entry counts from the end of x's dim, named
-    ``<shape_name><d>`` (xshape when x is read, yshape when x's shape is a scatter's result)."""
+    positions of its (broadcast) dims, and a negative entry counts from the end of x's dim,
+    ``xshape<d>`` (x's dims in a gather and in the scatter back into x alike, as Jittor names them)."""
     bshape, at = _layout(axes)
     shape = [a.size for a in axes if a.kind in _PLAIN]
     shape[at:at] = bshape
@@ -185,7 +185,7 @@ def _gather_map(axes, shape_name):
             exprs.append(str(a.start))
         elif a.kind == "array":
             value = f"@e{len(extras)}({_address(a.array, bshape, at)})"
-            exprs.append(f"(({value}) < 0 ? ({value}) + {shape_name}{a.dim} : ({value}))")
+            exprs.append(f"(({value}) < 0 ? ({value}) + xshape{a.dim} : ({value}))")
             extras.append(a.array)
         plain += a.kind in _PLAIN
     return tuple(shape), exprs, extras
@@ -244,7 +244,7 @@ def getitem(x, index):
         # a new node even for x[...]: returning the handle x would let a later x[i] = v show through
         region = slice_var(x, [a.start for a in read], [a.step for a in read], [a.size for a in read])
         return region.reshape(_basic_shape(axes))
-    shape, exprs, extras = _gather_map(axes, "xshape")
+    shape, exprs, extras = _gather_map(axes)
     return reindex(x, shape, exprs, extras=extras)
 
 
@@ -320,7 +320,7 @@ def _place_basic(x, axes, value):
 def _place_advanced(x, axes, value):
     """(value spread over x's shape, bool mask of the written elements) for an index holding
     arrays: the gather's own index map, run backwards as a replacing scatter."""
-    shape, exprs, extras = _gather_map(axes, "yshape")
+    shape, exprs, extras = _gather_map(axes)
 
     def put(v):
         return reindex_reduce(v, "replace", x.shape, exprs, extras=extras)

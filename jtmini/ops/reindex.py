@@ -44,6 +44,8 @@ def index_exprs(texts, what, n_i, n_x, n_y, extras):
     """Jittor's index expressions (strings or Exprs) as Exprs, each checked to name only
     ``i0..i{n_i-1}``, the dims of the input (``n_x``) and output (``n_y``), and reads of
     ``extras`` with one index per dim; ``what`` names the argument in errors."""
+    if texts is None:             # "none given", as the default () says
+        return ()
     if isinstance(texts, (str, Expr)):
         raise TypeError(f"{what} must be a list of index expressions, one per dim, got {texts!r}")
     limits = {"i": n_i, "xshape": n_x, "yshape": n_y}
@@ -108,7 +110,7 @@ def reindex(x, shape, indexes=None, overflow_value=0, overflow_conditions=(), ex
             return reindex_var(x, shape, overflow_value, overflow_conditions)
         raise TypeError(f"reindex: give a shape and index expressions, or one index Var per dim of x "
                         f"(shape {x.shape}); got {shape!r} and no indexes")
-    shape = dtypes.int_dims(shape, "reindex shape")
+    shape, extras = dtypes.int_dims(shape, "reindex shape"), tuple(extras or ())
     ranks = (len(shape), x.ndim, len(shape), extras)
     return Var.node("reindex", [x, *extras], shape=tuple(shape),
                     exprs=index_exprs(indexes, "reindex indexes", *ranks), overflow_value=overflow_value,
@@ -185,7 +187,12 @@ _REDUCE_NAMES = {"sum": "add", "multiply": "mul", "maximum": "max", "minimum": "
 def reindex_reduce(x, op, shape, indexes, overflow_conditions=(), extras=()):
     """Jittor's reindex_reduce: ``y[indexes(i)] op= x[i]`` for every index ``i`` of ``x``; ``op`` is
     add, mul, max, min or replace; ``indexes`` outside ``shape`` are dropped. Here ``i0..`` are
-    indices of ``x`` and ``yshape0..`` the dims of the result."""
+    indices of ``x``, and, as in Jittor, ``xshape0..`` are the dims of the result and ``yshape0..``
+    those of ``x``: the names of the reindex it inverts, so one expression serves both.
+
+    >>> jt.ones(2, 3).reindex_reduce("add", [2, 4], ["i0", "yshape1 - i1"]).numpy()[0]
+    array([0., 1., 1., 1.], dtype=float32)
+    """
     op = _REDUCE_NAMES.get(op, op)
     if op not in ("add", "mul", "max", "min", "replace"):
         raise ValueError(f"reindex_reduce op must be add (sum), multiply (mul), maximum (max), "
@@ -195,10 +202,12 @@ def reindex_reduce(x, op, shape, indexes, overflow_conditions=(), extras=()):
         raise ValueError(f"reindex_reduce shape {tuple(shape)} has a negative dim")
     if len(indexes) != len(shape):
         raise ValueError(f"reindex_reduce needs one index per output dim ({len(shape)}), got {len(indexes)}")
-    ranks = (x.ndim, x.ndim, len(shape), extras)
+    extras = tuple(extras or ())
+    ranks = (x.ndim, len(shape), x.ndim, extras)
+    # the node names its input's dims xshape, as every op's index map does
     return Var.node("reindex_reduce", [x, *extras], op=op, shape=tuple(shape),
-                    exprs=index_exprs(indexes, "reindex_reduce indexes", *ranks),
-                    conditions=index_exprs(overflow_conditions, "reindex_reduce overflow_conditions", *ranks))
+                    exprs=_swap_shapes(index_exprs(indexes, "reindex_reduce indexes", *ranks)),
+                    conditions=_swap_shapes(index_exprs(overflow_conditions, "reindex_reduce overflow_conditions", *ranks)))
 
 
 # --- broadcast ---------------------------------------------------------------------------------

@@ -305,10 +305,10 @@ def _check_values(values, dim, size, what):
             raise IndexError(f"{what}: index {bad} is out of range for dim {dim} with size {size}")
 
 
-def _entry(value, dim, shape_name="xshape"):
-    """C expression of an index entry, a negative one counting from the end of x's ``dim`` (named
-    ``yshape`` where x's shape is a scatter's result)."""
-    return f"(({value}) < 0 ? ({value}) + {shape_name}{dim} : ({value}))"
+def _entry(value, dim):
+    """C expression of an index entry, a negative one counting from the end of x's ``dim``
+    (``xshape<dim>`` in a gather from x and in a scatter into x alike, as Jittor names them)."""
+    return f"(({value}) < 0 ? ({value}) + xshape{dim} : ({value}))"
 
 
 @export("index_select")
@@ -346,21 +346,21 @@ def gather(x, dim, index):
     return _gather_at(x, dim, index)
 
 
-def _along_index(ndim, dim, shape_name):
+def _along_index(ndim, dim):
     """Index expressions reading position ``index[i0, i1, ...]`` along ``dim`` and ``i<k>`` off it."""
     at = ", ".join(f"i{k}" for k in range(ndim))
-    return [_entry(f"@e0({at})", dim, shape_name) if k == dim else f"i{k}" for k in range(ndim)]
+    return [_entry(f"@e0({at})", dim) if k == dim else f"i{k}" for k in range(ndim)]
 
 
 def _gather_at(x, dim, index):
     """``gather`` without its checks: shapes fit and the index is in range (or is dropped)."""
-    return reindex(x, index.shape, _along_index(x.ndim, dim, "xshape"), extras=[index])
+    return reindex(x, index.shape, _along_index(x.ndim, dim), extras=[index])
 
 
 def _scatter_at(v, op, shape, dim, index):
     """``v`` (of index's shape) sent to ``index`` along ``dim`` in a Var of ``shape``, combined by
     ``op`` (reindex_reduce's replace, add or mul): gather's map run backwards."""
-    return reindex_reduce(v, op, shape, _along_index(len(shape), dim, "yshape"), extras=[index])
+    return reindex_reduce(v, op, shape, _along_index(len(shape), dim), extras=[index])
 
 
 _SCATTER_OPS = {"void": "replace", None: "replace", "add": "add", "multiply": "mul"}
@@ -486,7 +486,7 @@ def index_add(x, dim, index, source, alpha=1):
         return clone(x)
     _check_range(index, dim, x.shape[dim], "index_add")
     source = cast(source if alpha == 1 else source * alpha, x.dtype)
-    exprs = [_entry(f"@e0(i{dim})", dim, "yshape") if k == dim else f"i{k}" for k in range(x.ndim)]
+    exprs = [_entry(f"@e0(i{dim})", dim) if k == dim else f"i{k}" for k in range(x.ndim)]
     return x + reindex_reduce(source, "add", x.shape, exprs, extras=[index])
 
 
