@@ -124,6 +124,21 @@ def promote(a, b):
     return f"{'u' if a[0] == b[0] == 'u' else ''}int{8 * size}"
 
 
+def holding_both(a, b):
+    """The narrowest dtype that holds every value of the integer dtypes ``a`` and ``b``: their
+    ``promote`` unless one is signed and the other unsigned and at least as wide (int8 and uint8
+    promote to int8), where it is the next wider signed integer, or float64 past 64 bits (numpy's).
+
+    >>> holding_both("int8", "uint8"), holding_both("int16", "uint8"), holding_both("int64", "uint64")
+    ('int16', 'int16', 'float64')
+    """
+    signed, unsigned = (a, b) if b[0] == "u" else (b, a)
+    if a == b or a == "bool" or b == "bool" or unsigned[0] != "u" or signed[0] == "u" \
+            or SIZES[signed] > SIZES[unsigned]:
+        return promote(a, b)
+    return "float64" if SIZES[unsigned] == 8 else f"int{16 * SIZES[unsigned]}"
+
+
 def scalar_dtype(value, other):
     """The dtype a Python scalar takes when combined with a Var of dtype ``other`` (weak scalars)."""
     if isinstance(value, (bool, np.bool_)):

@@ -80,6 +80,23 @@ def test_promotion_follows_jittor(rng, a, b, expected):
     np.testing.assert_array_equal(out.numpy(), x.astype(expected) + y.astype(expected))
 
 
+@pytest.mark.parametrize("a, b", [("int8", "uint8"), ("uint16", "int16"), ("int32", "uint32"),
+                                  ("int8", "uint16"), ("uint64", "int64")])
+def test_comparisons_and_division_of_mixed_signs_see_the_values(a, b):
+    """int8 and uint8 promote to int8 (Jittor's rule, where 250 wraps), but compared or divided
+    the operands keep their values, as in Jittor's kernels and numpy."""
+    def values(dtype, top):           # near the unsigned top, where a signed cast wraps
+        if dtype[0] == "u":
+            big = int(np.iinfo(dtype).max)
+            return np.array([big - 5, 7, 0, big, 3] if top else [big - 6, 7, 3, big, 1], dtype)
+        return np.array([-5, 7, 0, -1, 3] if top else [-6, 7, 3, -1, 1], dtype)
+    x, y = values(a, True), values(b, False)
+    for op in ("<", "<=", ">", ">=", "==", "!="):
+        got = eval(f"jt.array(x) {op} jt.array(y)").numpy()
+        np.testing.assert_array_equal(got, eval(f"x {op} y"), err_msg=f"{a} {op} {b}")
+    np.testing.assert_allclose((jt.array(x) / jt.array(y)).numpy(), x / y, rtol=1e-6)
+
+
 @pytest.mark.parametrize("dtype", NARROW)
 def test_casts_match_numpy(rng, dtype):
     floats = rng.uniform(0, 100, (4, 5)).astype(np.float32)          # in every dtype's range

@@ -431,6 +431,8 @@ def _binary_front(name, result):
             _check_shift(name, a, b)
         amp = flags.amp_reg and result in ("same", "float")
         scalar = amp and (isinstance(a, (numbers.Number, np.bool_)) or isinstance(b, (numbers.Number, np.bool_)))
+        if result in ("bool", "float"):
+            a, b = _exact_integers(a, b)
         a, b = operands(a, b)
         if result == "float":
             a, b = _true_div_floats(a), _true_div_floats(b)
@@ -444,6 +446,18 @@ def _binary_front(name, result):
     op.__name__ = name
     op.__doc__ = DOCS.get(name, f"Elementwise {name} with numpy broadcasting.")
     return op
+
+
+def _exact_integers(a, b):
+    """Integer Vars ``a`` and ``b`` cast to a dtype that holds both where their promoted dtype does
+    not (int8 and uint8 promote to int8, where 200 is -56): a comparison or a division then sees
+    their values, as Jittor's kernels, which compare and divide the operands as C converts them."""
+    if not (isinstance(a, Var) and isinstance(b, Var)) or a.dtype == b.dtype:
+        return a, b
+    if not (dtypes.is_integer(a.dtype) and dtypes.is_integer(b.dtype)):
+        return a, b
+    wide = dtypes.holding_both(a.dtype, b.dtype)
+    return (a, b) if wide == dtypes.promote(a.dtype, b.dtype) else (cast(a, wide), cast(b, wide))
 
 
 def _true_div_floats(x):
