@@ -10,7 +10,10 @@ the umask.
 ``load`` unpickles with a fixed list of what a checkpoint may hold (numpy arrays, dtypes and
 scalars, dicts, lists, tuples, sets, strings, numbers, None): a pickle can name any function to
 call while it is read, and a file that names another one is refused, not run. Files written by
-Jittor's ``jt.save`` (pickled numpy arrays) load.
+Jittor's ``jt.save`` (pickled numpy arrays) load, and so do PyTorch's ``torch.save`` files (its
+zip format, PyTorch 1.6 and later) of tensors in dicts and lists, such as a state dict, as
+Jittor's ``jt.load`` does for ``.pth`` files: their tensors come back as numpy arrays, read
+without PyTorch and under the same fixed list, plus PyTorch's tensor rebuilding.
 
     >>> jt.save({"w": jt.ones(3), "step": 10}, "/tmp/ckpt.pkl")     # Vars are saved as arrays
     >>> jt.load("/tmp/ckpt.pkl")["w"]
@@ -23,6 +26,7 @@ import pickle
 import re
 import secrets
 import stat
+import zipfile
 
 import numpy as np
 
@@ -138,6 +142,67 @@ class _Unpickler(pickle.Unpickler):
         return super().find_class(module, name)
 
 
+# PyTorch's storage classes, by the numpy dtype of their elements
+_TORCH_STORAGES = {"DoubleStorage": "float64", "FloatStorage": "float32", "HalfStorage": "float16",
+                   "LongStorage": "int64", "IntStorage": "int32", "ShortStorage": "int16", "CharStorage": "int8",
+                   "ByteStorage": "uint8", "BoolStorage": "bool"}
+
+
+def _torch_tensor(storage, offset, size, stride, *_):
+    """``torch._utils._rebuild_tensor_v2``'s array: ``size`` elements of the flat ``storage`` from
+    ``offset`` by ``stride`` (requires_grad, hooks and metadata dropped), a copy of its own."""
+    if len(size) != len(stride) or any(n < 0 for n in size) or any(k < 0 for k in stride) or offset < 0:
+        raise CheckpointError(f"a tensor of size {tuple(size)} and stride {tuple(stride)} is malformed")
+    last = offset + sum((n - 1) * k for n, k in zip(size, stride)) if all(size) else offset - 1
+    if last >= storage.size:
+        raise CheckpointError(f"a tensor of size {tuple(size)} at offset {offset} reads past its "
+                              f"storage of {storage.size} elements")
+    view = np.lib.stride_tricks.as_strided(storage[offset:], tuple(size),
+                                           tuple(k * storage.itemsize for k in stride))
+    return np.array(view)
+
+
+class _TorchUnpickler(_Unpickler):
+    """The pickle of a ``torch.save`` zip file (``<name>/data.pkl``): tensors are rebuilt as numpy
+    arrays from the zip's ``<name>/data/<key>`` entries; anything else PyTorch may name is refused."""
+    def __init__(self, file, path, archive, prefix):
+        super().__init__(file, path)
+        self.archive, self.prefix = archive, prefix
+
+    def find_class(self, module, name):
+        if (module, name) in (("torch._utils", "_rebuild_tensor_v2"), ("torch._utils", "_rebuild_tensor")):
+            return _torch_tensor
+        if (module, name) == ("torch._utils", "_rebuild_parameter"):
+            return lambda data, *_: data
+        if module == "torch" and name in _TORCH_STORAGES:
+            return np.dtype(_TORCH_STORAGES[name])
+        return super().find_class(module, name)
+
+    def persistent_load(self, pid):
+        if not (isinstance(pid, tuple) and len(pid) == 5 and pid[0] == "storage" and isinstance(pid[1], np.dtype)):
+            raise CheckpointError(f"{self.path}: a PyTorch storage this loader does not read: {pid!r:.200}")
+        _, dtype, key, _, numel = pid
+        raw = self.archive.read(f"{self.prefix}data/{key}")
+        if len(raw) < numel * dtype.itemsize:
+            raise CheckpointError(f"{self.path}: storage {key} holds {len(raw)} bytes, not {numel} {dtype}")
+        return np.frombuffer(raw, dtype, numel)
+
+
+def _load_torch_zip(data, path):
+    """The object of a ``torch.save`` zip file's bytes ``data``; None if it is not one."""
+    try:
+        archive = zipfile.ZipFile(io.BytesIO(data))
+    except zipfile.BadZipFile:
+        return None
+    pickles = [n for n in archive.namelist() if n.endswith("data.pkl") and n.count("/") == 1]
+    if len(pickles) != 1:
+        raise CheckpointError(f"{path}: a zip file, but not one torch.save wrote (no single <name>/data.pkl)")
+    prefix = pickles[0][:-len("data.pkl")]
+    if archive.namelist().count(f"{prefix}byteorder") and archive.read(f"{prefix}byteorder") != b"little":
+        raise CheckpointError(f"{path}: a big-endian PyTorch checkpoint, which this loader does not read")
+    return _TorchUnpickler(io.BytesIO(archive.read(pickles[0])), path, archive, prefix).load()
+
+
 def load(path):
     """The object saved at ``path`` (Vars come back as numpy arrays). A file whose pickle asks to
     call anything but numpy's array rebuilding raises ``CheckpointError`` (a ValueError) naming
@@ -151,7 +216,8 @@ def load(path):
     if not data:
         raise CheckpointError(f"{path}: the file is empty, not a checkpoint (an interrupted copy?)")
     try:
-        return _Unpickler(io.BytesIO(data), path).load()
+        found = _load_torch_zip(data, path) if data[:2] == b"PK" else None
+        return found if found is not None else _Unpickler(io.BytesIO(data), path).load()
     except CheckpointError:
         raise
     except Exception as e:              # a truncated or foreign file: pickle raises many kinds

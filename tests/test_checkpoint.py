@@ -93,3 +93,48 @@ def test_load_parameters_skips_what_does_not_fit_as_jittor_does(tmp_path, rng):
     np.testing.assert_array_equal(layer.weight.numpy(), ref.weight.detach().numpy())
     with pytest.raises(KeyError, match="unexpected"):        # load_state_dict stays strict
         nn.Linear(3, 4).load_state_dict(state)
+
+
+def test_pytorch_zip_checkpoints_load_as_arrays_without_running_code(tmp_path, rng):
+    """``torch.save`` files (zip format): tensors of every stored dtype come back as numpy arrays,
+    views (offsets, strides) of a shared storage as their own values, Parameters as their data."""
+    torch = pytest.importorskip("torch")
+    base = torch.tensor(rng.standard_normal((4, 5)))
+    state = collections.OrderedDict(
+        w=torch.tensor(rng.standard_normal((3, 2)), dtype=torch.float32), d=base,
+        t=base.t(), s=base[1:3, ::2], i=torch.arange(6, dtype=torch.int64).reshape(2, 3),
+        b=torch.tensor([True, False]), h=torch.tensor([1.5, -2.0], dtype=torch.float16),
+        u=torch.tensor([255, 0], dtype=torch.uint8), e=torch.zeros(0, 3), z=torch.tensor(3.25),
+        p=torch.nn.Parameter(torch.ones(2)), nested=[torch.ones(1), {"k": 7}])
+    torch.save(state, tmp_path / "state.pth")
+    back = jt.load(tmp_path / "state.pth")
+    for key in ("w", "d", "t", "s", "i", "b", "h", "u", "e", "z"):
+        want = state[key].numpy()
+        assert back[key].dtype == want.dtype and back[key].shape == want.shape, key
+        np.testing.assert_array_equal(back[key], want)
+    np.testing.assert_array_equal(back["p"], [1.0, 1.0])
+    np.testing.assert_array_equal(back["nested"][0], [1.0])
+    assert back["nested"][1] == {"k": 7}
+
+    marker = tmp_path / "ran"
+
+    class Evil(torch.nn.Module):
+        def __reduce__(self):
+            return os.system, (f"touch {marker}",)
+    torch.save({"m": Evil()}, tmp_path / "evil.pth")
+    with pytest.raises(ValueError, match="refusing to load .*system"):         # CheckpointError
+        jt.load(tmp_path / "evil.pth")
+    assert not marker.exists()
+
+
+def test_a_module_loads_a_pytorch_state_dict_file(tmp_path, rng):
+    torch = pytest.importorskip("torch")
+    ref = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.BatchNorm1d(4), torch.nn.ReLU(), torch.nn.Linear(4, 2))
+    ref.train()
+    ref(torch.tensor(rng.standard_normal((8, 3)), dtype=torch.float32))      # running stats move
+    torch.save(ref.state_dict(), tmp_path / "ref.pth")
+    net = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4), nn.ReLU(), nn.Linear(4, 2))
+    net.load(tmp_path / "ref.pth")                                           # num_batches_tracked skipped
+    ref.eval(), net.eval()
+    x = rng.standard_normal((5, 3)).astype(np.float32)
+    np.testing.assert_allclose(net(jt.array(x)).numpy(), ref(torch.tensor(x)).detach().numpy(), rtol=1e-5, atol=1e-6)
