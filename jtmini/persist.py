@@ -204,9 +204,10 @@ def _load_torch_zip(data, path):
 
 
 def load(path):
-    """The object saved at ``path`` (Vars come back as numpy arrays). A file whose pickle asks to
-    call anything but numpy's array rebuilding raises ``CheckpointError`` (a ValueError) naming
-    the file and what it asked for, without running it.
+    """The object saved at ``path`` (Vars, and a ``torch.save`` file's tensors, come back as numpy
+    arrays). A file whose pickle asks to call anything but numpy's or PyTorch's array rebuilding
+    raises ``CheckpointError`` (a ValueError) naming the file and what it asked for, without
+    running it.
 
         >>> model.load_state_dict(jt.load("model.pkl"))
     """
