@@ -269,3 +269,21 @@ def test_elementwise_loss_errors_name_the_argument():
         F.kl_div(a, a, reduction="batch")
     with pytest.raises(ValueError, match="MSELoss: reduction must be one of .*'none', got 'batchmean'"):
         MSELoss("batchmean")
+
+
+@pytest.mark.parametrize("name", ["nll", "cross_entropy", "cross_entropy weighted"])
+def test_a_batch_whose_every_label_is_ignored_has_a_zero_gradient(name):
+    """The mean over no kept sample is NaN, as PyTorch's, but its gradient is zero, as PyTorch's:
+    an all-padding batch must not write NaN into the weights (it did for nll_loss: 0 * inf)."""
+    x = np.log(np.full((3, 4), 0.25))
+    y = np.array([1, 1, 1])
+    weight = np.ones(4) if "weighted" in name else None
+    t = torch.tensor(x, requires_grad=True)
+    fn = torch.nn.functional.nll_loss if name == "nll" else torch.nn.functional.cross_entropy
+    ref = fn(t, torch.tensor(y), ignore_index=1, weight=None if weight is None else torch.tensor(weight))
+    ref.backward()
+    v = jt.array(x)
+    jfn = jt.nn.nll_loss if name == "nll" else jt.nn.cross_entropy_loss
+    loss = jfn(v, jt.array(y), ignore_index=1, weight=None if weight is None else jt.array(weight))
+    assert np.isnan(loss.item()) and np.isnan(ref.item())
+    np.testing.assert_array_equal(jt.grad(loss, v).numpy(), t.grad.numpy())

@@ -192,7 +192,11 @@ def _reduce(loss, reduction, weight_sum=None, shape=None):
     if reduction == "sum":
         return loss.sum()
     if reduction == "mean":
-        return loss.sum() / weight_sum if weight_sum is not None else loss.mean()
+        if weight_sum is None:
+            return loss.mean()
+        # every sample ignored: NaN, as PyTorch's, with a zero gradient as its (not 0 * inf = NaN)
+        none_kept = weight_sum == 0
+        return loss.sum() / none_kept.ternary(1.0, weight_sum) + none_kept.ternary(float("nan"), 0.0)
     raise ValueError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
 
 
