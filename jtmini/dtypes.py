@@ -96,6 +96,12 @@ def int_dims(dims, what):
 _INT_BOUNDS = {name: (int(np.iinfo(name).min), int(np.iinfo(name).max)) for name in INTEGERS}
 
 
+def fits(value, dtype):
+    """Whether the int ``value`` lies in the range of the integer ``dtype``."""
+    low, high = _INT_BOUNDS[dtype]
+    return low <= value <= high
+
+
 def check_scalar(value, dtype):
     """TypeError unless the constant ``value`` is a real number; OverflowError when it does not fit
     the integer ``dtype``: a kernel's C cast would wrap 2**40 to 0 in int32 and make NaN any

@@ -97,6 +97,18 @@ def test_comparisons_and_division_of_mixed_signs_see_the_values(a, b):
     np.testing.assert_allclose((jt.array(x) / jt.array(y)).numpy(), x / y, rtol=1e-6)
 
 
+@pytest.mark.parametrize("dtype", ["uint8", "int8", "uint16", "int32", "uint64"])
+def test_comparisons_with_an_int_outside_the_dtype_as_numpy(dtype):
+    x = np.array([0, 5, np.iinfo(dtype).max], dtype)
+    top = [] if dtype == "uint64" else [np.iinfo(dtype).max + 1]     # past int64: float64, inexact
+    for number in [-100, -1, 2**40] + top:
+        for op in ("<", "==", "!=", ">="):
+            got = eval(f"jt.array(x) {op} number").numpy()
+            np.testing.assert_array_equal(got, eval(f"x.astype(object) {op} number").astype(bool),
+                                          err_msg=f"{dtype} {op} {number}")
+        np.testing.assert_array_equal((number < jt.array(x)).numpy(), x.astype(object) > number)
+
+
 @pytest.mark.parametrize("dtype", NARROW)
 def test_casts_match_numpy(rng, dtype):
     floats = rng.uniform(0, 100, (4, 5)).astype(np.float32)          # in every dtype's range

@@ -432,7 +432,7 @@ def _binary_front(name, result):
         amp = flags.amp_reg and result in ("same", "float")
         scalar = amp and (isinstance(a, (numbers.Number, np.bool_)) or isinstance(b, (numbers.Number, np.bool_)))
         if result in ("bool", "float"):
-            a, b = _exact_integers(a, b)
+            a, b = _exact_integers(a, b, result == "bool")
         a, b = operands(a, b)
         if result == "float":
             a, b = _true_div_floats(a), _true_div_floats(b)
@@ -448,16 +448,24 @@ def _binary_front(name, result):
     return op
 
 
-def _exact_integers(a, b):
+def _exact_integers(a, b, comparing):
     """Integer Vars ``a`` and ``b`` cast to a dtype that holds both where their promoted dtype does
     not (int8 and uint8 promote to int8, where 200 is -56): a comparison or a division then sees
-    their values, as Jittor's kernels, which compare and divide the operands as C converts them."""
-    if not (isinstance(a, Var) and isinstance(b, Var)) or a.dtype == b.dtype:
-        return a, b
-    if not (dtypes.is_integer(a.dtype) and dtypes.is_integer(b.dtype)):
-        return a, b
-    wide = dtypes.holding_both(a.dtype, b.dtype)
-    return (a, b) if wide == dtypes.promote(a.dtype, b.dtype) else (cast(a, wide), cast(b, wide))
+    their values, as Jittor's kernels, which compare and divide the operands as C converts them.
+    ``comparing``: an integer Var compared with an int outside its dtype (``labels != -100`` of
+    uint8 labels) is compared as int64 (as float64 past int64), as numpy does, not refused."""
+    if isinstance(a, Var) and isinstance(b, Var):
+        if a.dtype == b.dtype or not (dtypes.is_integer(a.dtype) and dtypes.is_integer(b.dtype)):
+            return a, b
+        wide = dtypes.holding_both(a.dtype, b.dtype)
+        return (a, b) if wide == dtypes.promote(a.dtype, b.dtype) else (cast(a, wide), cast(b, wide))
+    var, number = (a, b) if isinstance(a, Var) else (b, a)
+    if comparing and isinstance(var, Var) and dtypes.is_integer(var.dtype) and type(number) is int \
+            and not dtypes.fits(number, var.dtype):
+        exact = var.dtype != "uint64" and dtypes.fits(number, "int64")
+        wide = cast(var, "int64" if exact else "float64")
+        return (wide, b) if var is a else (a, wide)
+    return a, b
 
 
 def _true_div_floats(x):
