@@ -205,9 +205,10 @@ def reindex_reduce(x, op, shape, indexes, overflow_conditions=(), extras=()):
     extras = tuple(extras or ())
     ranks = (x.ndim, len(shape), x.ndim, extras)
     # the node names its input's dims xshape, as every op's index map does
-    return Var.node("reindex_reduce", [x, *extras], op=op, shape=tuple(shape),
-                    exprs=_swap_shapes(index_exprs(indexes, "reindex_reduce indexes", *ranks)),
-                    conditions=_swap_shapes(index_exprs(overflow_conditions, "reindex_reduce overflow_conditions", *ranks)))
+    exprs = index_exprs(indexes, "reindex_reduce indexes", *ranks)
+    conditions = index_exprs(overflow_conditions, "reindex_reduce overflow_conditions", *ranks)
+    return Var.node("reindex_reduce", [x, *extras], op=op, shape=tuple(shape), exprs=_swap_shapes(exprs),
+                    conditions=_swap_shapes(conditions))
 
 
 # --- broadcast ---------------------------------------------------------------------------------
