@@ -1039,7 +1039,7 @@ def liveness_info() -> Any:
     """Jittor's ``jt.liveness_info()``: a dict of ``hold_vars``, ``lived_vars``, ``lived_ops`` and"""
 
 def load(path: Any) -> Any:
-    """The object saved at ``path`` (Vars come back as numpy arrays). A file whose pickle asks to"""
+    """The object saved at ``path`` (Vars, and a ``torch.save`` file's tensors, come back as numpy"""
 
 def log(x: Any) -> Var:
     """Elementwise log."""
