@@ -138,9 +138,10 @@ def holding_both(a, b):
     >>> holding_both("int8", "uint8"), holding_both("int16", "uint8"), holding_both("int64", "uint64")
     ('int16', 'int16', 'float64')
     """
-    signed, unsigned = (a, b) if b[0] == "u" else (b, a)
-    if a == b or a == "bool" or b == "bool" or unsigned[0] != "u" or signed[0] == "u" \
-            or SIZES[signed] > SIZES[unsigned]:
+    if "bool" in (a, b) or (a[0] == "u") == (b[0] == "u"):      # same signedness: no value lost
+        return promote(a, b)
+    signed, unsigned = (b, a) if a[0] == "u" else (a, b)
+    if SIZES[signed] > SIZES[unsigned]:
         return promote(a, b)
     return "float64" if SIZES[unsigned] == 8 else f"int{16 * SIZES[unsigned]}"
 

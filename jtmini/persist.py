@@ -189,16 +189,14 @@ class _TorchUnpickler(_Unpickler):
 
 
 def _load_torch_zip(data, path):
-    """The object of a ``torch.save`` zip file's bytes ``data``; None if it is not one."""
-    try:
-        archive = zipfile.ZipFile(io.BytesIO(data))
-    except zipfile.BadZipFile:
-        return None
-    pickles = [n for n in archive.namelist() if n.endswith("data.pkl") and n.count("/") == 1]
+    """The object of a ``torch.save`` zip file's bytes ``data``."""
+    archive = zipfile.ZipFile(io.BytesIO(data))
+    names = archive.namelist()
+    pickles = [n for n in names if n.endswith("data.pkl") and n.count("/") == 1]
     if len(pickles) != 1:
         raise CheckpointError(f"{path}: a zip file, but not one torch.save wrote (no single <name>/data.pkl)")
     prefix = pickles[0][:-len("data.pkl")]
-    if archive.namelist().count(f"{prefix}byteorder") and archive.read(f"{prefix}byteorder") != b"little":
+    if f"{prefix}byteorder" in names and archive.read(f"{prefix}byteorder") != b"little":
         raise CheckpointError(f"{path}: a big-endian PyTorch checkpoint, which this loader does not read")
     return _TorchUnpickler(io.BytesIO(archive.read(pickles[0])), path, archive, prefix).load()
 
@@ -217,8 +215,9 @@ def load(path):
     if not data:
         raise CheckpointError(f"{path}: the file is empty, not a checkpoint (an interrupted copy?)")
     try:
-        found = _load_torch_zip(data, path) if data[:2] == b"PK" else None
-        return found if found is not None else _Unpickler(io.BytesIO(data), path).load()
+        if data[:2] == b"PK":            # a zip's signature: torch.save's format (a pickle starts with \x80)
+            return _load_torch_zip(data, path)
+        return _Unpickler(io.BytesIO(data), path).load()
     except CheckpointError:
         raise
     except Exception as e:              # a truncated or foreign file: pickle raises many kinds
