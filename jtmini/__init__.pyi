@@ -294,8 +294,8 @@ class Var:
         """The value as a numpy array (``x.numpy()``); given a list or tuple of Vars, as Jittor's"""
     def flatten(self, start_dim: Any = ..., end_dim: Any = ...) -> Var:
         """Dims ``start_dim..end_dim`` (inclusive) merged into one; a 0-d Var becomes 1-D."""
-    def flip(self, dims: Any = ...) -> Var:
-        """``x`` reversed along ``dims`` (all dims when omitted)."""
+    def flip(self, dim: Any = ...) -> Var:
+        """``x`` reversed along ``dim`` (an int or a sequence of dims), dim 0 when omitted, as in"""
     def float(self) -> Var: ...
     def float16(self) -> Var: ...
     def float32(self) -> Var: ...
@@ -336,9 +336,9 @@ class Var:
         """Index Operator (Jittor's ``index``): for each element of ``shape`` (a tuple, or a Var's shape), its index"""
     def index_add(self, dim: Any, index: Any, source: Any, alpha: Any = ...) -> Var:
         """PyTorch's index_add as a new Var: ``out[..., index[i], ...] += alpha * source[..., i, ...]``"""
-    def index_add_(self, dim: Any, index: Any, source: Any, alpha: Any = ...) -> Var:
+    def index_add_(self, dim: Any, index: Any, source: Any, alpha: Any = ...) -> Any:
         """``index_add`` in place: the handle ``x`` is rebound to the result; returns ``x``."""
-    def index_fill_(self, dim: Any, index: Any, value: Any) -> Var:
+    def index_fill_(self, dim: Any, index: Any, value: Any) -> Any:
         """Fill the positions ``index`` of ``x`` along ``dim`` with ``value``, in place; returns x."""
     def index_select(self, dim: Any, index: Any) -> Var:
         """The entries of ``x`` at positions ``index`` (1-D ints; negative counts from the end) along"""
@@ -465,7 +465,7 @@ class Var:
         """Build a node of the registered op ``op_name``; shape and dtype are inferred (and"""
     def nonzero(self) -> Var:
         """The indices of ``x``'s nonzero entries as an (n, ndim) int64 Var, in row-major order. Eager:"""
-    def norm(self, p: Any = ..., dim: Any = ..., keepdim: Any = ..., *, keepdims: Any = ...) -> Any:
+    def norm(self, p: Any = ..., dim: Any = ..., keepdim: Any = ..., eps: Any = ..., *, keepdims: Any = ...) -> Any:
         """The p-norm over ``dim`` (an int or a tuple; every dim when None); ``p`` is 1, 2 (Jittor's"""
     def normal_(self, mean: Any = ..., std: Any = ...) -> Var:
         """N(mean, std^2) in place; returns ``var``: ``init.gauss_(linear.weight, 0.0, 0.01)``."""
@@ -694,7 +694,7 @@ def all_equal(a: Any, b: Any) -> Any:
 def any(x: Any, dims: Any = ..., keepdims: Any = ..., **kw: Any) -> Var:
     """True where some element over ``dims`` is nonzero (never over an empty dim, as numpy)."""
 
-def arange(start: Any, stop: Any = ..., step: Any = ..., dtype: Any = ...) -> Var:
+def arange(start: Any = ..., end: Any = ..., step: Any = ..., dtype: Any = ...) -> Var:
     """Like numpy.arange; integer arguments give int32 (int64 when the values need it), any"""
 
 def arccos(x: Any) -> Var:
@@ -820,6 +820,9 @@ def code(shape: Any = ..., dtype: Any = ..., inputs: Any = ..., cpu_src: Any = .
 def concat(xs: Any, dim: Any = ...) -> Any:
     """Join Vars along ``dim``, each read once into its own range of the result."""
 
+def contiguous(x: Any) -> Var:
+    """A copy of ``x`` (every jtmini Var is contiguous already)."""
+
 def copy(x: Any) -> Var:
     """A new Var with ``x``'s value; gradients flow back to ``x``. Unlike ``y = x``, a later"""
 
@@ -829,11 +832,17 @@ def cos(x: Any) -> Var:
 def cosh(x: Any) -> Var:
     """Elementwise cosh."""
 
+def cpu(x: Any) -> Var:
+    """A copy of ``x``; Vars are computed where ``jt.flags.use_cuda`` says, as in Jittor."""
+
 def cross(x: Any, y: Any, dim: Any = ...) -> Any:
     """The cross product of 3-vectors along ``dim`` (of size 3 in both), with broadcasting over"""
 
 def ctc_loss(log_probs: Any, targets: Any, input_lengths: Any, target_lengths: Any, blank: Any = ..., reduction: Any = ..., zero_infinity: Any = ...) -> Any:
     """PyTorch's CTC loss: -log p(target | input) summed over the alignments of each target with"""
+
+def cuda(x: Any) -> Var:
+    """As Jittor's: turn on ``jt.flags.use_cuda`` (everything runs on the GPU from then on; where"""
 
 def cumprod(x: Any, dim: Any) -> Any:
     """Cumulative product along ``dim``; bool and int32 give int64, as in PyTorch. Its gradient is"""
@@ -843,6 +852,9 @@ def cumsum(x: Any, dim: Any = ...) -> Any:
 
 def deg2rad(x: Any) -> Var:
     """Degrees to radians."""
+
+def detach(x: Any) -> Any:
+    """``x.detach()`` as a function, as Jittor has it: the value without gradient history."""
 
 def diag(x: Any, diagonal: Any = ...) -> Var:
     """A 1-D ``x`` placed on diagonal ``diagonal`` of a square matrix, or diagonal ``diagonal`` of"""
@@ -916,8 +928,11 @@ def flag_scope(**changes: Any) -> Any:
 def flatten(x: Any, start_dim: Any = ..., end_dim: Any = ...) -> Var:
     """Dims ``start_dim..end_dim`` (inclusive) merged into one; a 0-d Var becomes 1-D."""
 
-def flip(x: Any, dims: Any = ...) -> Var:
-    """``x`` reversed along ``dims`` (all dims when omitted)."""
+def flip(x: Any, dim: Any = ...) -> Var:
+    """``x`` reversed along ``dim`` (an int or a sequence of dims), dim 0 when omitted, as in"""
+
+def float_auto(x: Any) -> Var:
+    """``x`` as float16 when ``jt.flags.amp_reg`` prefers float16 (bit 2), else as float32, as Jittor's."""
 
 def floor(x: Any) -> Var:
     """Elementwise floor."""
@@ -984,10 +999,10 @@ def index(shape: Any, dim: Any = ..., dtype: Any = ...) -> Any:
 def index_add(x: Any, dim: Any, index: Any, source: Any, alpha: Any = ...) -> Var:
     """PyTorch's index_add as a new Var: ``out[..., index[i], ...] += alpha * source[..., i, ...]``"""
 
-def index_add_(x: Any, dim: Any, index: Any, source: Any, alpha: Any = ...) -> Var:
+def index_add_(x: Any, dim: Any, index: Any, source: Any, alpha: Any = ...) -> Any:
     """``index_add`` in place: the handle ``x`` is rebound to the result; returns ``x``."""
 
-def index_fill_(x: Any, dim: Any, index: Any, value: Any) -> Var:
+def index_fill_(x: Any, dim: Any, index: Any, value: Any) -> Any:
     """Fill the positions ``index`` of ``x`` along ``dim`` with ``value``, in place; returns x."""
 
 def index_select(x: Any, dim: Any, index: Any) -> Var:
@@ -1152,6 +1167,9 @@ def neg(x: Any) -> Var:
 def negative(x: Any) -> Var:
     """Elementwise neg."""
 
+def new(x: Any, *args: Any) -> Var:
+    """Jittor's ``x.new(data)`` (a Var of ``data`` with ``x``'s dtype) or ``x.new(2, 3)`` (zeros)."""
+
 def new_empty(x: Any, *size: Any) -> Var:
     """``jt.empty`` of ``size`` with ``x``'s dtype (zero-filled, see ``empty``)."""
 
@@ -1167,7 +1185,7 @@ def new_zeros(x: Any, *size: Any) -> Var:
 def nonzero(x: Any) -> Var:
     """The indices of ``x``'s nonzero entries as an (n, ndim) int64 Var, in row-major order. Eager:"""
 
-def norm(x: Any, p: Any = ..., dim: Any = ..., keepdim: Any = ..., *, keepdims: Any = ...) -> Any:
+def norm(x: Any, p: Any = ..., dim: Any = ..., keepdim: Any = ..., eps: Any = ..., *, keepdims: Any = ...) -> Any:
     """The p-norm over ``dim`` (an int or a tuple; every dim when None); ``p`` is 1, 2 (Jittor's"""
 
 def normal(mean: Any, std: Any, size: Any = ..., dtype: Any = ...) -> Var:
@@ -1213,7 +1231,7 @@ def pow(a: Any, b: Any) -> Var:
 
 def prod(x: Any, dims: Any = ..., keepdims: Any = ..., *, dim: Any = ..., axis: Any = ..., keepdim: Any = ...) -> Var: ...
 
-def profile_scope(trace: Any = ..., show: Any = ...) -> Any:
+def profile_scope(warmup: Any = ..., rerun: Any = ..., trace: Any = ..., show: Any = ..., **flag_changes: Any) -> Any:
     """Profile the steps computed inside the ``with`` block (see the module doc); ``trace``: a"""
 
 def rad2deg(x: Any) -> Var:
@@ -1424,6 +1442,12 @@ def ternary(cond: Any, x: Any, y: Any) -> Any:
 def ternary_out_hint(cond: Any, x: Any, y: Any) -> Any:
     """Jittor's ``jt.ternary_out_hint(cond, x, y)``: ``jt.ternary(cond, x, y)`` with ``cond`` kept"""
 
+def to(x: Any, *args: Any, **kwargs: Any) -> Var:
+    'Jittor\'s torch-style ``x.to(...)``: a dtype casts (``x.to(jt.float64)``, ``x.to("int32")``);'
+
+def tolist(x: Any) -> Any:
+    """``x``'s value as nested Python lists."""
+
 def topk(x: Any, k: Any, dim: Any = ..., largest: Any = ..., sorted: Any = ...) -> Any:
     """``(values, indices)`` of the ``k`` largest (``largest=False``: smallest) entries along"""
 
@@ -1468,6 +1492,9 @@ def var(x: Any, dim: Any = ..., dims: Any = ..., unbiased: Any = ..., keepdims: 
 
 def view(x: Any, *shape: Any) -> Var:
     """``x`` with a new shape of the same size; one dim may be -1."""
+
+def view_as(x: Any, other: Any) -> Var:
+    """``x`` reshaped to ``other``'s shape."""
 
 def where(condition: Any, x: Any = ..., y: Any = ...) -> Any:
     """Where Operator, as Jittor's: ``x`` where ``condition`` is true, else ``y``, with broadcasting"""

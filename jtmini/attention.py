@@ -1,14 +1,19 @@
-"""Jittor's ``jittor.attention``: fairseq's multi-head attention, with separate ``q_proj``,
-``k_proj``, ``v_proj`` and ``out_proj`` Linear layers, so a fairseq ``MultiheadAttention``'s
-state_dict loads by name. (``nn.MultiheadAttention`` is PyTorch's layout, with one
-``in_proj_weight``.) Sequences are (length, batch, embed_dim).
+"""Jittor's ``jittor.attention``. Since Jittor 1.3.11 its ``MultiheadAttention`` is PyTorch's
+(one ``in_proj_weight``, ``execute(query, key, value, key_padding_mask, need_weights,
+attn_mask, ...)``): here the same class as ``nn.MultiheadAttention``, with ``scaled_dot_product_attention``
+and ``baddbmm`` beside it. Earlier Jittor releases had fairseq's multi-head attention under that
+name, with separate ``q_proj``, ``k_proj``, ``v_proj`` and ``out_proj`` Linear layers (a fairseq
+state_dict loads by name): that is ``FairseqMultiheadAttention``, and ``MultiheadAttention``
+given one of fairseq's own keywords (``self_attention``, ...) makes one. Sequences are (length,
+batch, embed_dim).
 
     >>> import jtmini as jt
-    >>> att = jt.attention.MultiheadAttention(16, 4, self_attention=True)
     >>> x = jt.randn(5, 2, 16)
-    >>> out, weights = att(x, x, x)
+    >>> out, weights = jt.attention.MultiheadAttention(16, 4, 0.0)(x, x, x)
     >>> out.shape, weights.shape
     ((5, 2, 16), (2, 5, 5))
+    >>> type(jt.attention.MultiheadAttention(16, 4, self_attention=True)).__name__
+    'FairseqMultiheadAttention'
 """
 import math
 
@@ -17,20 +22,40 @@ from .creation import zeros
 from .ops.reindex import concat
 from .nn import functional as F
 from .nn.arguments import count
+from .nn.attention import MultiheadAttention as _TorchLayout
 from .nn.attention import _additive_mask, _float_var
 from .nn.layers import Linear
 from .nn.module import Module
+from .nn.products import baddbmm, scaled_dot_product_attention  # noqa: F401   (Jittor keeps them here)
+
+_FAIRSEQ_KEYWORDS = frozenset(("self_attention", "encoder_decoder_attention", "q_noise", "qn_block_size"))
 
 
-class MultiheadAttention(Module):
-    """fairseq's multi-head attention: ``execute(query, key, value)`` returns ``(output,
+class MultiheadAttention(_TorchLayout):
+    """Jittor 1.3.11's ``jittor.attention.MultiheadAttention``: ``nn.MultiheadAttention``
+    (PyTorch's), whose arguments it takes in the same order. Given one of fairseq's keywords
+    (``self_attention``, ``encoder_decoder_attention``, ``q_noise``, ``qn_block_size``), as code
+    for earlier Jittor releases passes, it makes a ``FairseqMultiheadAttention`` instead.
+
+    >>> MultiheadAttention(8, 2, 0.1, batch_first=True).in_proj_weight.shape
+    (24, 8)
+    """
+
+    def __new__(cls, *args, **kwargs):
+        if cls is MultiheadAttention and _FAIRSEQ_KEYWORDS & kwargs.keys():
+            return FairseqMultiheadAttention(*args, **kwargs)
+        return super().__new__(cls)
+
+
+class FairseqMultiheadAttention(Module):
+    """fairseq's multi-head attention (``jittor.attention.MultiheadAttention`` before Jittor 1.3.11): ``execute(query, key, value)`` returns ``(output,
     weights)``, output (L, N, E), weights (N, L, S) averaged over heads (``need_head_weights``:
     (heads, N, L, S); ``need_weights=False``: None). ``self_attention`` projects the query for
     all three; ``encoder_decoder_attention`` projects ``key`` for key and value.
     ``key_padding_mask`` (N, S) is True at padding; ``attn_mask`` (L, S) is added to the scores
     (a bool one is -inf where True). ``before_softmax`` returns (scores, projected values).
 
-    >>> att = MultiheadAttention(8, 2)
+    >>> att = FairseqMultiheadAttention(8, 2)
     >>> q, kv = jt.randn(3, 2, 8), jt.randn(4, 2, 8)
     >>> att(q, kv, kv)[1].shape
     (2, 3, 4)
@@ -39,7 +64,7 @@ class MultiheadAttention(Module):
     def __init__(self, embed_dim, num_heads, kdim=None, vdim=None, dropout=0.0, bias=True, add_bias_kv=False,
                  add_zero_attn=False, self_attention=False, encoder_decoder_attention=False, q_noise=0.0,
                  qn_block_size=8):
-        who = "MultiheadAttention"
+        who = "FairseqMultiheadAttention"
         self.embed_dim, self.num_heads = count(who, "embed_dim", embed_dim), count(who, "num_heads", num_heads)
         if self.embed_dim % self.num_heads:
             raise ValueError(f"{who}: embed_dim ({embed_dim}) must be divisible by num_heads ({num_heads})")
@@ -99,13 +124,13 @@ class MultiheadAttention(Module):
                 need_weights=True, static_kv=False, attn_mask=None, before_softmax=False,
                 need_head_weights=False):
         if incremental_state is not None:
-            raise NotImplementedError("MultiheadAttention: incremental_state (cached decoding) is not supported")
+            raise NotImplementedError("FairseqMultiheadAttention: incremental_state (cached decoding) is not supported")
         query = _float_var("query", query, (3,))
         key = query if key is None else _float_var("key", key, (3,))
         value = key if value is None else _float_var("value", value, (3,))
         (tgt, n, e), src, heads = query.shape, (query if self.self_attention else key).shape[0], self.num_heads
         if e != self.embed_dim:
-            raise ValueError(f"MultiheadAttention: query's last dim must be {self.embed_dim}, got {query.shape}")
+            raise ValueError(f"FairseqMultiheadAttention: query's last dim must be {self.embed_dim}, got {query.shape}")
         attn = _additive_mask("attn_mask", attn_mask, [(tgt, src)], query.dtype)
         padding = _additive_mask("key_padding_mask", key_padding_mask, [(n, src)], query.dtype)
         q, k, v = self._project(query, key, value)
@@ -127,4 +152,4 @@ class MultiheadAttention(Module):
         return out, (weights if need_head_weights else weights.mean(dims=0))
 
 
-__all__ = ["MultiheadAttention"]
+__all__ = ["FairseqMultiheadAttention", "MultiheadAttention", "baddbmm", "scaled_dot_product_attention"]

@@ -11,7 +11,7 @@ import numpy as np
 
 from . import dtypes
 from .flags import flags
-from .ops.registry import export
+from .ops.registry import export, keyword_aliases
 from .state import random_engine, services
 from .var import Var
 
@@ -226,6 +226,7 @@ def _shape_and_dtype(args, dtype):
 
 
 @export("full", method=False)
+@keyword_aliases(val="value")           # Jittor's name
 def full(shape, value, dtype="float32"):
     """A constant Var: ``value`` is a kernel argument, so changing it never recompiles."""
     shape = _shape((shape,) if isinstance(shape, (tuple, list)) else (shape,))
@@ -267,11 +268,12 @@ def ones_like(x, dtype=None):
 
 
 @export("full_like")
+@keyword_aliases(val="value")
 def full_like(x, value, dtype=None):
     return full(x.shape, value, dtype or x.dtype)
 
 
-@export("float_auto", method=True, function=False)
+@export("float_auto")
 def float_auto(x):
     """``x`` as float16 when ``jt.flags.amp_reg`` prefers float16 (bit 2), else as float32, as Jittor's.
 
@@ -282,16 +284,22 @@ def float_auto(x):
 
 
 @export("arange", method=False)
-def arange(start, stop=None, step=1, dtype=None):
+@keyword_aliases(stop="end")            # numpy's name; ``end`` is Jittor's and PyTorch's
+def arange(start=0, end=None, step=1, dtype=None):
     """Like numpy.arange; integer arguments give int32 (int64 when the values need it), any
-    float gives float32."""
-    if stop is None:
-        start, stop = 0, start
+    float gives float32. A 1-element Var may stand for a number, as in Jittor.
+
+    >>> jt.arange(5).numpy(), jt.arange(1, end=2, step=0.5).numpy()
+    (array([0, 1, 2, 3, 4], dtype=int32), array([1. , 1.5], dtype=float32))
+    """
+    start, end, step = (v.item() if isinstance(v, Var) else v for v in (start, end, step))
+    if end is None:
+        start, end = 0, start
     if dtype is None:
-        is_int = all(isinstance(v, numbers.Integral) for v in (start, stop, step))
-        fits = is_int and all(-2**31 <= v < 2**31 for v in (start, stop))
+        is_int = all(isinstance(v, numbers.Integral) for v in (start, end, step))
+        fits = is_int and all(-2**31 <= v < 2**31 for v in (start, end))
         dtype = ("int32" if fits else "int64") if is_int else "float32"
-    return array(np.arange(start, stop, step), dtypes.canonical(dtype))
+    return array(np.arange(start, end, step), dtypes.canonical(dtype))
 
 
 class DType(str):

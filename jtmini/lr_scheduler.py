@@ -47,7 +47,9 @@ def _group_lrs(optimizer):
 class _EpochScheduler:
     """What the epoch-based schedulers share: ``step()``, ``get_lr()``, ``get_last_lr()`` and a
     checkpointable state. A subclass defines ``_next(lr, base_lr)``, the rate of epoch
-    ``last_epoch`` from the rate of the epoch before and the rate the schedule started from."""
+    ``last_epoch`` from the rate of the epoch before and the rate the schedule started from.
+    Every one takes Jittor's ``last_epoch``, which resumes a schedule: the optimizer's rates are
+    taken as those of epoch ``last_epoch``."""
 
     def __init__(self, optimizer, last_epoch=-1):
         name = type(self).__name__
@@ -110,8 +112,7 @@ class _EpochScheduler:
 
 
 class StepLR(_EpochScheduler):
-    """Multiply the learning rates by ``gamma`` every ``step_size`` epochs. ``last_epoch`` resumes
-    a schedule as Jittor does: the optimizer's rates are taken as those of epoch ``last_epoch``.
+    """Multiply the learning rates by ``gamma`` every ``step_size`` epochs.
 
     >>> scheduler = lr_scheduler.StepLR(opt, step_size=2, gamma=0.5)   # 0.1, 0.1, 0.05, 0.05, ...
     """
@@ -133,7 +134,7 @@ class MultiStepLR(_EpochScheduler):
     >>> scheduler = lr_scheduler.MultiStepLR(opt, milestones=[30, 80], gamma=0.1)
     """
 
-    def __init__(self, optimizer, milestones, gamma=0.1):
+    def __init__(self, optimizer, milestones=(), gamma=0.1, last_epoch=-1):
         if isinstance(milestones, (str, bytes)) or not isinstance(milestones, collections.abc.Iterable):
             raise TypeError(f"MultiStepLR: milestones must be a list of epochs, got {type(milestones).__name__}")
         milestones = list(milestones)
@@ -142,7 +143,7 @@ class MultiStepLR(_EpochScheduler):
                 raise TypeError(f"MultiStepLR: milestones must be ints (epochs), got {m!r}")
         _check_number(gamma, "gamma", "MultiStepLR", low=0)
         self.milestones, self.gamma = collections.Counter(int(m) for m in milestones), gamma
-        super().__init__(optimizer)
+        super().__init__(optimizer, last_epoch)
 
     def _next(self, lr, base_lr):
         count = self.milestones.get(self.last_epoch, 0)
@@ -155,10 +156,10 @@ class ExponentialLR(_EpochScheduler):
     >>> scheduler = lr_scheduler.ExponentialLR(opt, gamma=0.9)          # 0.1, 0.09, 0.081, ...
     """
 
-    def __init__(self, optimizer, gamma):
+    def __init__(self, optimizer, gamma, last_epoch=-1):
         _check_number(gamma, "gamma", "ExponentialLR", low=0)
         self.gamma = gamma
-        super().__init__(optimizer)
+        super().__init__(optimizer, last_epoch)
 
     def _next(self, lr, base_lr):
         return lr * self.gamma
@@ -173,11 +174,11 @@ class CosineAnnealingLR(_EpochScheduler):
     >>> scheduler = lr_scheduler.CosineAnnealingLR(opt, T_max=100, eta_min=1e-5)
     """
 
-    def __init__(self, optimizer, T_max, eta_min=0):
+    def __init__(self, optimizer, T_max, eta_min=0, last_epoch=-1):
         _check_number(T_max, "T_max", "CosineAnnealingLR", positive_int=True)
         _check_number(eta_min, "eta_min", "CosineAnnealingLR", low=0)
         self.T_max, self.eta_min = T_max, eta_min
-        super().__init__(optimizer)
+        super().__init__(optimizer, last_epoch)
 
     def _next(self, lr, base_lr):
         epoch, t_max, eta_min = self.last_epoch, self.T_max, self.eta_min
@@ -201,8 +202,9 @@ class ReduceLROnPlateau:
     >>> scheduler.step(val_loss)            # once per epoch
     """
 
-    def __init__(self, optimizer, mode="min", factor=0.1, patience=10, threshold=1e-4, threshold_mode="rel",
-                 cooldown=0, min_lr=0, eps=1e-8, verbose=False):
+    # Jittor's order of the arguments (verbose fifth; PyTorch's has it last)
+    def __init__(self, optimizer, mode="min", factor=0.1, patience=10, verbose=False, threshold=1e-4,
+                 threshold_mode="rel", cooldown=0, min_lr=0, eps=1e-8):
         _check_optimizer(optimizer, "ReduceLROnPlateau")
         _check_plateau_args(mode, factor, patience, threshold, threshold_mode, cooldown, eps)
         groups = len(optimizer.param_groups)

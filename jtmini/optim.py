@@ -53,9 +53,11 @@ class Optimizer:
     Under mpirun the constructor broadcasts every Var of ``params`` (BatchNorm statistics too)
     from rank 0, so ranks that initialised their models differently train identically. It is done
     here rather than in the first ``step``: by then the first loss is already built from each
-    rank's own weights."""
+    rank's own weights. Every ``param_sync_iter`` steps (Jittor's argument) they are broadcast
+    again, so ranks that drift apart (a rank's own random numbers, a nondeterministic user
+    update) come back together; ranks that stay equal are left equal."""
 
-    def __init__(self, params, lr):
+    def __init__(self, params, lr, param_sync_iter=10000):
         groups = _listed(params, "params")
         if not groups:
             raise ValueError("optimizer got an empty parameter list")
@@ -63,6 +65,9 @@ class Optimizer:
             groups = [{"params": groups}]
         self.param_groups = []
         self.lr = lr
+        if isinstance(param_sync_iter, bool) or not isinstance(param_sync_iter, numbers.Integral) or param_sync_iter < 1:
+            raise ValueError(f"optimizer: param_sync_iter={param_sync_iter!r} must be an int >= 1 (steps)")
+        self.param_sync_iter = int(param_sync_iter)
         self.n_step = 0
         self._grads = None      # accumulated gradients, one Var per trainable parameter, or None
         self._summed = None     # the same summed over ranks, each a handle of the optimizer's own
@@ -198,6 +203,8 @@ class Optimizer:
         for group in self.param_groups:
             group["steps"] = [n + (not p.is_stop_grad()) for n, p in zip(group["steps"], group["params"])]
         self.n_step += 1
+        if world.in_mpi and self.n_step % self.param_sync_iter == 0:
+            broadcast_in_place([p for group in self.param_groups for p in group["params"]], root=0)
 
     def pre_step(self, loss=None, retain_graph=False):
         """The first call of a custom optimizer's ``step``, as in Jittor: backward of ``loss``
@@ -739,7 +746,8 @@ class AdamW(Adam):
 class RMSprop(Optimizer):
     """RMSprop (Hinton): divide the gradient by a running root mean square of past gradients,
     with L2 ``weight_decay``, ``momentum`` and ``centered`` (subtract the running mean's square
-    first), as PyTorch's ``RMSprop``. Jittor's defaults are the same.
+    first), as PyTorch's ``RMSprop``. The arguments come in Jittor's order, ``eps`` before
+    ``alpha`` (PyTorch's is the other way round); the defaults are the same.
 
     >>> opt = jt.optim.RMSprop(model.parameters(), lr=1e-2, alpha=0.99, momentum=0.9, centered=True)
     """
@@ -748,7 +756,7 @@ class RMSprop(Optimizer):
     # group's "momentum" key is already its hyper-parameter
     STATE_KEYS = ("values", "grad_avg", "momentum_buffer")
 
-    def __init__(self, params, lr=1e-2, alpha=0.99, eps=1e-8, weight_decay=0, momentum=0, centered=False):
+    def __init__(self, params, lr=1e-2, eps=1e-8, alpha=0.99, weight_decay=0, momentum=0, centered=False):
         self.alpha, self.eps, self.weight_decay = alpha, eps, weight_decay
         self.momentum, self.centered = momentum, centered
         super().__init__(params, lr)

@@ -26,6 +26,7 @@ import time
 import typing
 
 from . import world
+from .flags import flag_scope
 
 _NAME_CHARS = 60          # the table cuts a long fused kernel's name to this many characters
 active = None             # the _Recorder of the open scope, read by the executor
@@ -141,10 +142,13 @@ def jittor_name(name, kind):
 
 
 @contextlib.contextmanager
-def profile_scope(trace=None, show=True):
+def profile_scope(warmup=0, rerun=0, trace=None, show=True, **flag_changes):
     """Profile the steps computed inside the ``with`` block (see the module doc); ``trace``: a
     path for a Chrome trace JSON; ``show``: print the table (rank 0). Yields a ``Report``, filled
-    when the block ends. Scopes do not nest.
+    when the block ends. Scopes do not nest. As in Jittor, other keywords are flags set for the
+    block (``jt.profile_scope(num_threads=1)``); ``warmup`` and ``rerun``, Jittor's counts of
+    extra runs of each op, are accepted and not used: each step is timed as it runs, once (a
+    rerun would apply an in-place update, an optimizer's, again).
 
     >>> with jt.profile_scope(show=False) as report:
     ...     _ = (jt.array(np.ones(100)) * 2).sum().sync()
@@ -154,10 +158,15 @@ def profile_scope(trace=None, show=True):
     global active
     if active is not None:
         raise RuntimeError("jt.profile_scope: a profile scope is open already (scopes do not nest)")
+    for name, count in (("warmup", warmup), ("rerun", rerun)):
+        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+            raise ValueError(f"jt.profile_scope: {name}={count!r} must be an int >= 0 (a count of runs); "
+                             f"give the trace path as trace=")
     recorder = active = _Recorder()
     report = Report()
     try:
-        yield report
+        with flag_scope(**flag_changes):
+            yield report
     finally:
         active = None
         _fill(report, recorder, time.perf_counter() - recorder.start)

@@ -234,7 +234,7 @@ def _torch_twin(att, heads):
 @pytest.mark.parametrize("heads", [1, 4])
 @pytest.mark.parametrize("self_attention", [False, True])
 def test_fairseq_attention_matches_torch(heads, self_attention):
-    att = jt.attention.MultiheadAttention(16, heads, self_attention=self_attention)
+    att = jt.attention.FairseqMultiheadAttention(16, heads, self_attention=self_attention)
     twin = _torch_twin(att, heads)
     q, k, v = (rng.uniform(size=(4, 3, 16)).astype("float32") for _ in range(3))
     if self_attention:
@@ -253,12 +253,12 @@ def test_fairseq_attention_matches_torch(heads, self_attention):
 
 
 def test_fairseq_attention_head_weights_and_errors():
-    att = jt.attention.MultiheadAttention(8, 2)
+    att = jt.attention.FairseqMultiheadAttention(8, 2)
     x = jt.randn(3, 2, 8)
     assert att(x, x, x, need_head_weights=True)[1].shape == (2, 2, 3, 3)
     assert att(x, x, x, need_weights=False)[1] is None
     with pytest.raises(ValueError, match="embed_dim \\(8\\) must be divisible by num_heads \\(3\\)"):
-        jt.attention.MultiheadAttention(8, 3)
+        jt.attention.FairseqMultiheadAttention(8, 3)
     with pytest.raises(ValueError, match=r"query's last dim must be 8, got \(3, 2, 4\)"):
         att(jt.randn(3, 2, 4))
     with pytest.raises(NotImplementedError, match="incremental_state"):

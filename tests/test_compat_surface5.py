@@ -265,12 +265,14 @@ def test_droppath_drops_whole_samples():
     assert (nn.droppath(x, 1.0, is_train=True).numpy() == 0).all()
 
 
-@pytest.mark.parametrize("cls, torch_cls", [(nn.UpsamplingBilinear2d, torch.nn.UpsamplingBilinear2d),
-                                            (nn.UpsamplingNearest2d, torch.nn.UpsamplingNearest2d)])
-def test_upsampling_layers_match_torch(rng, cls, torch_cls):
+# Jittor's UpsamplingBilinear2d takes scale_factor first and does not align corners (PyTorch's
+# layer of that name takes size first and aligns them): PyTorch's Upsample is the oracle.
+@pytest.mark.parametrize("cls, mode", [(nn.UpsamplingBilinear2d, "bilinear"), (nn.UpsamplingNearest2d, "nearest")])
+def test_upsampling_layers_match_torch(rng, cls, mode):
     x = rng.standard_normal((2, 3, 4, 5))
-    check_grad(lambda a: cls(scale_factor=2)(a), lambda t: torch_cls(scale_factor=2)(t), [x])
-    check_grad(lambda a: cls(size=(7, 3))(a), lambda t: torch_cls(size=(7, 3))(t), [x], ["transposed"])
+    check_grad(lambda a: cls(2)(a), lambda t: torch.nn.Upsample(scale_factor=2, mode=mode)(t), [x])
+    check_grad(lambda a: cls(size=(7, 3))(a), lambda t: torch.nn.Upsample(size=(7, 3), mode=mode)(t), [x],
+               ["transposed"])
     assert nn.resize(jt.zeros(1, 1, 4, 4), (2, 6)).shape == (1, 1, 2, 6)
 
 

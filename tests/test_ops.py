@@ -613,11 +613,12 @@ def test_stack(dim, rng):
 def test_flip(dims, rng):
     value = rng.standard_normal((2, 3, 4)).astype(np.float32)
     x, _ = make_input(value, "transposed")
-    np_dims = tuple(range(3)) if dims is None else dims
+    np_dims = 0 if dims is None else dims          # Jittor's default: dim 0
     assert_var(x.flip(dims) if dims is not None else x.flip(), np.flip(value, np_dims))
-    assert_var(jt.flip(x, dims), np.flip(value, np_dims))
+    assert_var(jt.flip(x, dim=np_dims), np.flip(value, np_dims))
+    assert_var(jt.flip(x, dims=np_dims), np.flip(value, np_dims))     # PyTorch's keyword
     t_dims = list(np_dims) if isinstance(np_dims, (tuple, list)) else [np_dims]
-    check_grad(lambda x: jt.flip(x, dims), lambda x: torch.flip(x, t_dims), [value], ["transposed"], rng=rng)
+    check_grad(lambda x: jt.flip(x, np_dims), lambda x: torch.flip(x, t_dims), [value], ["transposed"], rng=rng)
 
 
 PADS = [((1, 1), 0.0), ((1, 2, 0, 3), -1.0), ((0, 0, 2, 1, 1, 0), 0.5), ((3, 0), 2.0)]

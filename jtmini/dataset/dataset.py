@@ -330,9 +330,10 @@ class Dataset:
     [(4, 3), (4, 3), (2, 3)]
     """
 
+    # Jittor's order of the arguments first (a subclass may pass them by position), then jtmini's
     def __init__(self, batch_size=16, shuffle=False, drop_last=False, num_workers=0,
-                 prefetch=False, seed=0, keep_numpy_array=False, stop_grad=True, endless=False,
-                 buffer_size=512 * 1024 * 1024):
+                 buffer_size=512 * 1024 * 1024, stop_grad=True, keep_numpy_array=False, endless=False,
+                 prefetch=False, seed=0):
         self.total_len = None
         self.batch_size = batch_size
         self.shuffle = shuffle

@@ -91,7 +91,7 @@ class Res2Net(ResNet):
             if isinstance(module, nn.Conv2d):
                 init.kaiming_normal_(module.weight, mode="fan_out", nonlinearity="relu")
 
-    def _block_shape(self, first):
+    def _block_shape(self, first, dilation):
         return dict(baseWidth=self.baseWidth, scale=self.scale, stype="stage" if first else "normal")
 
     def execute(self, x):

@@ -9,7 +9,7 @@ The ImageNet stem (7x7 stride-2 conv, 3x3 stride-2 max pool) is kept for any inp
     >>> model(jt.randn(2, 1, 28, 28)).shape
     (2, 10)
 """
-from .. import nn
+from .. import init, nn
 from ._pretrained import check_pretrained
 
 
@@ -33,13 +33,18 @@ class BasicBlock(nn.Module):
 
     expansion = 1
 
-    def __init__(self, inplanes, planes, stride=1, downsample=None, groups=1, base_width=64):
+    def __init__(self, inplanes, planes, stride=1, downsample=None, groups=1, base_width=64, dilation=1,
+                 norm_layer=None):
         if groups != 1 or base_width != 64:
             raise ValueError(f"BasicBlock takes groups=1 and width_per_group=64 only (torchvision's "
                              f"rule), got groups={groups}, width_per_group={base_width}; use Bottleneck")
-        self.conv1, self.bn1 = conv3x3(inplanes, planes, stride), nn.BatchNorm2d(planes)
+        if dilation > 1:
+            raise ValueError(f"BasicBlock takes dilation=1 only (torchvision's and Jittor's rule), got "
+                             f"dilation={dilation}: replace_stride_with_dilation needs Bottleneck")
+        norm_layer = norm_layer or nn.BatchNorm2d
+        self.conv1, self.bn1 = conv3x3(inplanes, planes, stride), norm_layer(planes)
         self.relu = nn.ReLU()
-        self.conv2, self.bn2 = conv3x3(planes, planes), nn.BatchNorm2d(planes)
+        self.conv2, self.bn2 = conv3x3(planes, planes), norm_layer(planes)
         self.downsample, self.stride = downsample, stride
 
     def execute(self, x):
@@ -60,12 +65,14 @@ class Bottleneck(nn.Module):
 
     expansion = 4
 
-    def __init__(self, inplanes, planes, stride=1, downsample=None, groups=1, base_width=64):
+    def __init__(self, inplanes, planes, stride=1, downsample=None, groups=1, base_width=64, dilation=1,
+                 norm_layer=None):
         width = int(planes * (base_width / 64.0)) * groups
-        self.conv1, self.bn1 = conv1x1(inplanes, width), nn.BatchNorm2d(width)
-        self.conv2, self.bn2 = conv3x3(width, width, stride, groups), nn.BatchNorm2d(width)
+        norm_layer = norm_layer or nn.BatchNorm2d
+        self.conv1, self.bn1 = conv1x1(inplanes, width), norm_layer(width)
+        self.conv2, self.bn2 = conv3x3(width, width, stride, groups, dilation), norm_layer(width)
         self.conv3 = conv1x1(width, planes * self.expansion)
-        self.bn3 = nn.BatchNorm2d(planes * self.expansion)
+        self.bn3 = norm_layer(planes * self.expansion)
         self.relu = nn.ReLU()
         self.downsample, self.stride = downsample, stride
 
@@ -81,39 +88,57 @@ class ResNet(nn.Module):
     """Stem, four stages of ``block`` (64, 128, 256, 512 planes; the last three halve the
     resolution), global average pooling and a linear classifier. Layout and parameter names are
     torchvision's (``layer1.0.conv1.weight``, ``layer2.0.downsample.0.weight``, ``fc.weight``), so
-    its state dicts load by name; ``in_channels`` (not in Jittor) adapts the stem to other data;
-    ``groups`` and ``width_per_group`` shape the Bottleneck's middle conv (ResNeXt, wide ResNet).
+    its state dicts load by name. The arguments are Jittor's, in its order: ``groups`` and
+    ``width_per_group`` shape the Bottleneck's middle conv (ResNeXt, wide ResNet);
+    ``replace_stride_with_dilation`` (three bools, for the last three stages) keeps a stage's
+    resolution and dilates its 3x3 convs instead (segmentation backbones); ``norm_layer`` makes the
+    normalisation layers (BatchNorm2d); ``zero_init_residual`` starts each block's last norm at
+    zero weight, so every block starts as the identity (torchvision's meaning; Jittor ignores it).
+    ``in_channels`` (not in Jittor) adapts the stem to other data.
 
         >>> ResNet(BasicBlock, [2, 2, 2, 2], num_classes=10).fc.weight.shape
         (10, 512)
     """
 
-    def __init__(self, block, layers, num_classes=1000, in_channels=3, groups=1, width_per_group=64):
+    def __init__(self, block, layers, num_classes=1000, zero_init_residual=False, groups=1, width_per_group=64,
+                 replace_stride_with_dilation=None, norm_layer=None, in_channels=3):
+        dilate = [False] * 3 if replace_stride_with_dilation is None else list(replace_stride_with_dilation)
+        if len(dilate) != 3:
+            raise ValueError(f"ResNet: replace_stride_with_dilation must be None or 3 bools (stages 2-4), "
+                             f"got {replace_stride_with_dilation!r}")
         self.inplanes, self.groups, self.base_width = 64, groups, width_per_group
+        self.dilation, self._norm_layer = 1, norm_layer or nn.BatchNorm2d
         self.conv1 = nn.Conv2d(in_channels, 64, kernel_size=7, stride=2, padding=3, bias=False)
-        self.bn1 = nn.BatchNorm2d(64)
+        self.bn1 = self._norm_layer(64)
         self.relu = nn.ReLU()
         self.maxpool = nn.MaxPool2d(kernel_size=3, stride=2, padding=1)
         self.layer1 = self._make_layer(block, 64, layers[0])
-        self.layer2 = self._make_layer(block, 128, layers[1], stride=2)
-        self.layer3 = self._make_layer(block, 256, layers[2], stride=2)
-        self.layer4 = self._make_layer(block, 512, layers[3], stride=2)
+        self.layer2 = self._make_layer(block, 128, layers[1], stride=2, dilate=dilate[0])
+        self.layer3 = self._make_layer(block, 256, layers[2], stride=2, dilate=dilate[1])
+        self.layer4 = self._make_layer(block, 512, layers[3], stride=2, dilate=dilate[2])
         self.avgpool = nn.AdaptiveAvgPool2d((1, 1))
         self.fc = nn.Linear(512 * block.expansion, num_classes)
+        if zero_init_residual:
+            for m in self.modules():
+                last = m.bn3 if isinstance(m, Bottleneck) else m.bn2 if isinstance(m, BasicBlock) else None
+                if getattr(last, "weight", None) is not None:     # None: no block, or a norm without weight
+                    init.zero_(last.weight)
 
-    def _make_layer(self, block, planes, blocks, stride=1):
-        downsample = None
+    def _make_layer(self, block, planes, blocks, stride=1, dilate=False):
+        downsample, previous_dilation = None, self.dilation
+        if dilate:          # keep the resolution: the stride becomes dilation from here on
+            self.dilation, stride = self.dilation * stride, 1
         if stride != 1 or self.inplanes != planes * block.expansion:
             downsample = nn.Sequential(conv1x1(self.inplanes, planes * block.expansion, stride),
-                                       nn.BatchNorm2d(planes * block.expansion))
-        layers = [block(self.inplanes, planes, stride, downsample, **self._block_shape(first=True))]
+                                       self._norm_layer(planes * block.expansion))
+        layers = [block(self.inplanes, planes, stride, downsample, **self._block_shape(True, previous_dilation))]
         self.inplanes = planes * block.expansion
-        layers += [block(self.inplanes, planes, **self._block_shape(first=False)) for _ in range(1, blocks)]
+        layers += [block(self.inplanes, planes, **self._block_shape(False, self.dilation)) for _ in range(1, blocks)]
         return nn.Sequential(*layers)
 
-    def _block_shape(self, first):
+    def _block_shape(self, first, dilation):
         """The keyword arguments of a stage's blocks (``first``: the stage's first block)."""
-        return dict(groups=self.groups, base_width=self.base_width)
+        return dict(groups=self.groups, base_width=self.base_width, dilation=dilation, norm_layer=self._norm_layer)
 
     def execute(self, x):
         x = self.maxpool(self.relu(self.bn1(self.conv1(x))))

@@ -67,7 +67,7 @@ class MultiheadAttention(Module):
     ``jt.ones(L, L).triu(1) > 0``. ``weights`` are averaged over the heads unless
     ``average_attn_weights=False``, and None with ``need_weights=False``. ``dropout`` drops
     attention weights in training mode. Weights are initialised as PyTorch's: Xavier-uniform
-    projections, zero biases, Xavier-normal ``bias_k``/``bias_v``.
+    projections, zero biases, Xavier-normal ``bias_k``/``bias_v``, in ``dtype``.
 
     >>> attn = nn.MultiheadAttention(8, 2)
     >>> q, kv = jt.randn(3, 2, 8), jt.randn(4, 2, 8)
@@ -77,7 +77,7 @@ class MultiheadAttention(Module):
     """
 
     def __init__(self, embed_dim, num_heads, dropout=0.0, bias=True, add_bias_kv=False, add_zero_attn=False,
-                 kdim=None, vdim=None, batch_first=False):
+                 kdim=None, vdim=None, batch_first=False, dtype="float32"):
         who = "MultiheadAttention"
         self.embed_dim, self.num_heads = count(who, "embed_dim", embed_dim), count(who, "num_heads", num_heads)
         if self.embed_dim % self.num_heads:
@@ -103,6 +103,8 @@ class MultiheadAttention(Module):
             self.out_proj.bias = init.constant((e,), "float32", 0.0)
         self.bias_k = init.xavier_gauss((1, 1, e)) if add_bias_kv else None
         self.bias_v = init.xavier_gauss((1, 1, e)) if add_bias_kv else None
+        if dtypes.canonical(dtype) != "float32":        # Jittor's and PyTorch's dtype= of the weights
+            self._cast_parameters(dtypes.canonical(dtype))
 
     def execute(self, query, key, value, key_padding_mask=None, need_weights=True, attn_mask=None,
                 average_attn_weights=True, is_causal=False):

@@ -18,7 +18,7 @@ from ..ops.elementwise import bce_logits, broadcast_shapes, where
 from ..ops.elementwise import leaky_relu as _leaky_relu
 from ..ops import random_op
 from ..ops.reindex import _permute_checked
-from ..ops.mathfns import softmax_over
+from ..ops.mathfns import softmax as _softmax
 from ..ops.registry import runs_fused
 from ..flags import flags
 from ..var import Var
@@ -42,14 +42,20 @@ def tanh(x):
     return x.tanh()
 
 
-def log_softmax(x, dim=1):
-    """log(softmax(x)) computed as ``x - max - log(sum(exp(x - max)))`` so exp never overflows."""
-    return softmax_over(x, dim, log=True)
+def log_softmax(x, dim=None):
+    """log(softmax(x)) computed as ``x - max - log(sum(exp(x - max)))`` so exp never overflows;
+    over every dim when ``dim`` is None, as Jittor's."""
+    return _softmax(x, dim, log=True)
 
 
-def softmax(x, dim=1):
-    """exp(x) / sum(exp(x)) along ``dim``, max-subtracted for stability."""
-    return softmax_over(x, dim)
+def softmax(x, dim=None, log=False):
+    """exp(x) / sum(exp(x)) along ``dim`` (every dim when None, as Jittor's; PyTorch picks one),
+    max-subtracted for stability; ``log=True`` is ``log_softmax``, as in Jittor.
+
+    >>> nn.softmax(jt.zeros(2, 4), dim=1).numpy()[0]
+    array([0.25, 0.25, 0.25, 0.25], dtype=float32)
+    """
+    return _softmax(x, dim, log)
 
 
 def one_hot(x, num_classes=-1, dtype="float32"):

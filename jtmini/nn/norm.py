@@ -14,8 +14,9 @@ the deviations (not E[x^2] - E[x]^2, which cancels badly far from zero), then on
     (3, 6, 5, 5)
 """
 import math
+import numbers
 
-from .. import dtypes
+from .. import creation, dtypes
 from .. import init
 from ..ops.layer_norm import standardize_rows
 from ..var import Var
@@ -42,9 +43,12 @@ def _shape_arg(who, normalized_shape):
 
 
 def _affine_arg(who, name, value, shape):
-    """``value`` (a float Var of ``shape``, or None) checked; ValueError/TypeError naming it."""
+    """``value`` (a float Var of ``shape``, a number as Jittor's ``weight=1, bias=0``, or None)
+    checked; ValueError/TypeError naming it."""
     if value is None:
         return None
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+        return creation.full(shape, float(value))
     if not isinstance(value, Var) or not dtypes.is_float(value.dtype):
         got = value.dtype if isinstance(value, Var) else type(value).__name__
         raise TypeError(f"{who}: {name} must be a float Var or None, got {got}")
@@ -70,9 +74,11 @@ def _scale_shift(y, weight, bias, shape):
     return y
 
 
-def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
+def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5, elementwise_affine=True):
     """Normalise ``x`` over its last dims, which must equal ``normalized_shape``, then scale by
-    ``weight`` and shift by ``bias`` (both of that shape, optional).
+    ``weight`` and shift by ``bias`` (both of that shape, optional). ``elementwise_affine`` is
+    Jittor's argument, which its function does not read either: ``weight`` and ``bias`` apply
+    when given.
 
     >>> y = layer_norm(jt.randn(2, 3, 4), (3, 4))
     >>> abs(y.mean().item()) < 1e-5

@@ -41,7 +41,7 @@ def _batch_optional(pool):
         if x.ndim == 3:
             out = pool(x.reshape((1,) + x.shape), *args, **kwargs)
             return out.reshape(out.shape[1:])
-        raise ValueError(f"{pool.__name__}: input must be (N, C, H, W) or (C, H, W), "
+        raise ValueError(f"{pool.__name__.lstrip('_')}: input must be (N, C, H, W) or (C, H, W), "
                          f"got shape {x.shape}")
     return wrapper
 
@@ -65,11 +65,23 @@ def _window_slices(x, geometry, out, fill):
             for a in range(kh) for b in range(kw)]
 
 
-@_batch_optional
-def max_pool2d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False):
+def max_pool2d(x, kernel_size, stride=None, padding=0, dilation=1, return_indices=False, ceil_mode=False):
     """Max over each window of NCHW (or CHW) ``x``; ``stride`` defaults to the kernel size. As in
     PyTorch, padding is at most half the (dilated) kernel, and the gradient of a window goes to
-    its first largest element."""
+    its first largest element. The arguments come in Jittor's order, ``return_indices`` before
+    ``ceil_mode`` (PyTorch's has them the other way round); with ``return_indices`` the result is
+    ``(out, indices)``, as ``MaxPool2d``'s.
+
+    >>> nn.max_pool2d(jt.randn(1, 3, 5, 5), 2, ceil_mode=True).shape
+    (1, 3, 3, 3)
+    """
+    if return_indices:
+        return MaxPool2d(kernel_size, stride, padding, dilation, True, ceil_mode)(x)
+    return _max_pool2d(x, kernel_size, stride, padding, dilation, ceil_mode)
+
+
+@_batch_optional
+def _max_pool2d(x, kernel_size, stride, padding, dilation, ceil_mode):
     geometry = _geometry("max_pool2d", kernel_size, stride, padding, dilation)
     return max_pool(x, _out_shape(x, geometry, ceil_mode), *geometry)
 
@@ -142,7 +154,7 @@ class MaxPool2d(Module):
 
     def execute(self, x):
         if not self.return_indices:
-            return max_pool2d(x, self.kernel_size, self.stride, self.padding, self.dilation, self.ceil_mode)
+            return _max_pool2d(x, self.kernel_size, self.stride, self.padding, self.dilation, self.ceil_mode)
         geometry = _geometry("MaxPool2d", self.kernel_size, self.stride, self.padding, self.dilation)
         x = _pool_input("MaxPool2d", x)
         return _on_batch("MaxPool2d", x, lambda b: _max_pool_with_indices(b, geometry, self.ceil_mode))
@@ -252,9 +264,9 @@ class Pool(Module):
         if self.op == "mean":
             return avg_pool2d(x, self.kernel_size, self.stride, self.padding, self.ceil_mode, self.count_include_pad)
         if self.op == "minimum":     # the smallest element is the negated largest of -x, NaN included
-            return -max_pool2d(-x, self.kernel_size, self.stride, self.padding, self.dilation, self.ceil_mode)
+            return -_max_pool2d(-x, self.kernel_size, self.stride, self.padding, self.dilation, self.ceil_mode)
         if not self.return_indices:
-            return max_pool2d(x, self.kernel_size, self.stride, self.padding, self.dilation, self.ceil_mode)
+            return _max_pool2d(x, self.kernel_size, self.stride, self.padding, self.dilation, self.ceil_mode)
         geometry = _geometry("Pool", self.kernel_size, self.stride, self.padding, self.dilation)
         return _on_batch("Pool", x, lambda b: _max_pool_with_indices(b, geometry, self.ceil_mode))
 

@@ -355,9 +355,11 @@ def _repeat_pixels(x, sizes):
     return custom_grad(out, [x], rule, key=("repeat_pixels", kh, kw))
 
 
-def _linear_table(in_size, out_size, scale, align_corners, dtype):
+def _linear_table(in_size, out_size, scale, align_corners, dtype, tf_mode=False):
     """(low rows, high rows, weight of the high row) of linear interpolation, with PyTorch's
-    arithmetic in the input's float type, so the rows picked match it exactly."""
+    arithmetic in the input's float type, so the rows picked match it exactly; ``tf_mode`` maps
+    output pixel i to input position i * ratio, with no half-pixel shift (Jittor's tf_mode,
+    TensorFlow's old resize)."""
     real = np.dtype(dtype).type
     i = np.arange(out_size, dtype=dtype)
     if align_corners:
@@ -365,7 +367,7 @@ def _linear_table(in_size, out_size, scale, align_corners, dtype):
         source = ratio * i
     else:
         ratio = real(1.0 / scale) if scale else real(in_size) / real(out_size)
-        source = np.maximum(ratio * (i + real(0.5)) - real(0.5), real(0))
+        source = ratio * i if tf_mode else np.maximum(ratio * (i + real(0.5)) - real(0.5), real(0))
     low = np.minimum(np.floor(source).astype(np.int64), in_size - 1)
     weight = np.clip(source - low.astype(dtype), 0, 1).astype(dtype)
     return low, low + (low < in_size - 1), weight
@@ -409,7 +411,7 @@ def _cubic_table(in_size, out_size, scale, align_corners, dtype):
     return rows, [w.astype(dtype) for w in weights]
 
 
-def _resample_dim(x, dim, out_size, scale, mode, align_corners):
+def _resample_dim(x, dim, out_size, scale, mode, align_corners, tf_mode=False):
     """``x`` resized along ``dim`` to ``out_size``; PyTorch copies a dim whose size is kept."""
     in_size = x.shape[dim]
     if out_size == in_size:
@@ -420,7 +422,7 @@ def _resample_dim(x, dim, out_size, scale, mode, align_corners):
         rows, weights = _cubic_table(in_size, out_size, scale, align_corners, x.dtype)
         terms = [_gather(x, dim, r) * _along(w, dim, x.ndim, x.dtype) for r, w in zip(rows, weights)]
         return (terms[0] + terms[1]) + (terms[2] + terms[3])
-    low, high, weight = _linear_table(in_size, out_size, scale, align_corners, x.dtype)
+    low, high, weight = _linear_table(in_size, out_size, scale, align_corners, x.dtype, tf_mode)
     low_weight = (1 - weight).astype(weight.dtype)
     return _gather(x, dim, low) * _along(low_weight, dim, x.ndim, x.dtype) \
         + _gather(x, dim, high) * _along(weight, dim, x.ndim, x.dtype)
@@ -434,16 +436,17 @@ def _check_mode(mode, align_corners, who):
                          f"has no corners to align")
 
 
-def interpolate(x, size=None, scale_factor=None, mode="nearest", align_corners=False):
+def interpolate(x, size=None, scale_factor=None, mode="bilinear", align_corners=False, tf_mode=False):
     """Resize the (H, W) dims of a (N, C, H, W) input to ``size`` or by ``scale_factor`` (one
     number or a pair), with PyTorch's values and gradients: "nearest" picks the pixel at
-    floor(out_index * scale); "bilinear" weighs the four nearest pixels, sampling at pixel centres
-    (``align_corners=False``) or with the corner pixels of input and output aligned; "bicubic"
-    weighs the 4 x 4 nearest pixels with Keys' cubic (a = -0.75), sampling as bilinear does;
-    "area" averages each output pixel's window (``adaptive_avg_pool2d``).
+    floor(out_index * scale); "bilinear" (Jittor's default mode; PyTorch's is "nearest") weighs
+    the four nearest pixels, sampling at pixel centres (``align_corners=False``), with the corner
+    pixels of input and output aligned, or with Jittor's ``tf_mode`` at out_index * scale (no
+    half-pixel shift); "bicubic" weighs the 4 x 4 nearest pixels with Keys' cubic (a = -0.75),
+    sampling as bilinear does; "area" averages each output pixel's window (``adaptive_avg_pool2d``).
 
     >>> x = jt.array(np.arange(4.0).reshape(1, 1, 2, 2))
-    >>> nn.interpolate(x, scale_factor=2).numpy()[0, 0, 0]
+    >>> nn.interpolate(x, scale_factor=2, mode="nearest").numpy()[0, 0, 0]
     array([0., 0., 1., 1.], dtype=float32)
     >>> nn.interpolate(x, size=(3, 3), mode="bilinear", align_corners=True).numpy()[0, 0, 0]
     array([0. , 0.5, 1. ], dtype=float32)
@@ -457,19 +460,20 @@ def interpolate(x, size=None, scale_factor=None, mode="nearest", align_corners=F
     if mode == "nearest" and all(_repeats(n, out, scale) for n, out, scale in zip(x.shape[2:], sizes, scales)):
         return _repeat_pixels(x, sizes)
     # width first, then height: PyTorch's order of the multiply-adds
-    x = _resample_dim(x, 3, sizes[1], scales[1], mode, align_corners)
-    return _resample_dim(x, 2, sizes[0], scales[0], mode, align_corners)
+    tf_mode = bool(tf_mode) and not align_corners
+    x = _resample_dim(x, 3, sizes[1], scales[1], mode, align_corners, tf_mode)
+    return _resample_dim(x, 2, sizes[0], scales[0], mode, align_corners, tf_mode)
 
 
 class Upsample(Module):
-    """Layer form of ``interpolate``; as in Jittor the first argument is ``scale_factor``, and
-    PyTorch's ``size`` and ``align_corners`` are accepted as keywords.
+    """Layer form of ``interpolate``, in Jittor's argument order (``scale_factor``, ``mode``,
+    ``align_corners``); PyTorch's ``size`` is accepted as a keyword.
 
     >>> nn.Upsample(scale_factor=2, mode="bilinear")(jt.randn(1, 3, 4, 5)).shape
     (1, 3, 8, 10)
     """
 
-    def __init__(self, scale_factor=None, mode="nearest", size=None, align_corners=False):
+    def __init__(self, scale_factor=None, mode="nearest", align_corners=False, size=None):
         _check_mode(mode, align_corners, "Upsample")
         if (size is None) == (scale_factor is None):
             raise ValueError("Upsample: give exactly one of size and scale_factor")
@@ -497,26 +501,27 @@ class Resize(Module):
 
 
 class UpsamplingBilinear2d(Upsample):
-    """``Upsample`` in 'bilinear' mode with aligned corners (PyTorch's meaning of this name).
+    """``Upsample`` in 'bilinear' mode, as Jittor's: ``scale_factor`` first, corners not aligned
+    (PyTorch's layer of this name takes ``size`` first and aligns the corners).
 
-    >>> nn.UpsamplingBilinear2d(scale_factor=2)(jt.randn(1, 1, 3, 3)).shape
+    >>> nn.UpsamplingBilinear2d(2)(jt.randn(1, 1, 3, 3)).shape
     (1, 1, 6, 6)
     """
 
-    def __init__(self, size=None, scale_factor=None):
-        super().__init__(scale_factor, "bilinear", size, align_corners=True)
+    def __init__(self, scale_factor=None, size=None):
+        super().__init__(scale_factor, "bilinear", size=size)
 
 
 class UpsamplingNearest2d(Upsample):
-    """``Upsample`` in 'nearest' mode."""
+    """``Upsample`` in 'nearest' mode, ``scale_factor`` first as in Jittor."""
 
-    def __init__(self, size=None, scale_factor=None):
-        super().__init__(scale_factor, "nearest", size)
+    def __init__(self, scale_factor=None, size=None):
+        super().__init__(scale_factor, "nearest", size=size)
 
 
-def resize(img, size, mode="nearest", align_corners=False):
+def resize(img, size, mode="nearest", align_corners=False, tf_mode=False):
     """Jittor's ``nn.resize``: (N, C, H, W) ``img`` resized to ``size`` (H, W) by ``interpolate``."""
-    return interpolate(img, size, None, mode, align_corners)
+    return interpolate(img, size, None, mode, align_corners, tf_mode)
 
 
 __all__ = ["ConstantPad2d", "DropPath", "Dropout2d", "UpsamplingBilinear2d", "UpsamplingNearest2d", "droppath", "resize", "PixelShuffle", "ReflectionPad2d", "ReplicationPad2d",

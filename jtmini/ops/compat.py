@@ -23,7 +23,7 @@ from ..var import Var
 from .elementwise import cast, where
 from .mathfns import _as_var, _floats, _one_dim, safe_clip
 from .random_op import random
-from .registry import FUNCTIONS, METHODS, export
+from .registry import FUNCTIONS, METHODS, export, keyword_aliases
 from .reindex import reshape
 from .shaping import index_select
 
@@ -47,6 +47,7 @@ for _name in ("abs", "sigmoid", "sqrt", "erf", "erfinv", "add", "multiply", "cla
 
 
 @export("index_fill_")
+@keyword_aliases(indexs="index", val="value")       # Jittor's names
 def index_fill_(x, dim, index, value):
     """Fill the positions ``index`` of ``x`` along ``dim`` with ``value``, in place; returns x.
 
@@ -107,12 +108,13 @@ def new_empty(x, *size):
 
 
 @export("new_full")
+@keyword_aliases(val="value")
 def new_full(x, size, value):
     """``value`` everywhere, shape ``size``, ``x``'s dtype: ``x.new_full((2, 2), 7)``."""
     return creation.full(_size((size,), "new_full"), value, x.dtype)
 
 
-@export("new", function=False)
+@export("new")
 def new(x, *args):
     """Jittor's ``x.new(data)`` (a Var of ``data`` with ``x``'s dtype) or ``x.new(2, 3)`` (zeros)."""
     if len(args) != 1 or isinstance(args[0], numbers.Integral):
@@ -132,7 +134,7 @@ def type_as(x, other):
     return cast(x, other.dtype)
 
 
-@export("view_as", function=False)
+@export("view_as")
 def view_as(x, other):
     """``x`` reshaped to ``other``'s shape."""
     return reshape(x, other.shape)
@@ -150,25 +152,31 @@ def _to_float(x):
     return x if x.dtype == "float64" else cast(x, "float32")
 
 
-@export("tolist", function=False)
+@export("detach", method=False)
+def detach(x):
+    """``x.detach()`` as a function, as Jittor has it: the value without gradient history."""
+    return x.detach()
+
+
+@export("tolist")
 def tolist(x):
     """``x``'s value as nested Python lists."""
     return x.numpy().tolist()
 
 
-@export("contiguous", function=False)
+@export("contiguous")
 def contiguous(x):
     """A copy of ``x`` (every jtmini Var is contiguous already)."""
     return x.clone()
 
 
-@export("cpu", function=False)
+@export("cpu")
 def cpu(x):
     """A copy of ``x``; Vars are computed where ``jt.flags.use_cuda`` says, as in Jittor."""
     return x.clone()
 
 
-@export("cuda", function=False)
+@export("cuda")
 def cuda(x):
     """As Jittor's: turn on ``jt.flags.use_cuda`` (everything runs on the GPU from then on; where
     no GPU can be used the flag warns and stays off)."""
@@ -184,7 +192,7 @@ def _is_dtype(name):
     return True
 
 
-@export("to", function=False)
+@export("to")
 def to(x, *args, **kwargs):
     """Jittor's torch-style ``x.to(...)``: a dtype casts (``x.to(jt.float64)``, ``x.to("int32")``);
     a device (``"cpu"``, ``"cuda"``) sets ``jt.flags.use_cuda`` as Jittor does and copies."""

@@ -238,10 +238,11 @@ def _norm_order(p):
 
 
 @export("norm")
-def norm(x, p=2, dim=-1, keepdim=False, *, keepdims=False):
+def norm(x, p=2, dim=-1, keepdim=False, eps=None, *, keepdims=False):
     """The p-norm over ``dim`` (an int or a tuple; every dim when None); ``p`` is 1, 2 (Jittor's
-    two), any other number >= 1, or ``inf`` (largest magnitude). Unlike Jittor there is no
-    ``eps``: the 2-norm of zeros is 0 with a zero gradient, as in PyTorch.
+    two), any other number >= 1, or ``inf`` (largest magnitude). Without ``eps`` the 2-norm of
+    zeros is 0 with a zero gradient, as in PyTorch; with it (Jittor's argument, which defaults
+    to 1e-30 there) the 2-norm is ``sqrt(max(sum of squares, eps))``, as Jittor's.
 
     >>> jt.array([[3.0, -4.0]]).norm().numpy(), jt.array([[3.0, -4.0]]).norm(1, dim=1).numpy()
     (array([5.], dtype=float32), array([7.], dtype=float32))
@@ -253,6 +254,8 @@ def norm(x, p=2, dim=-1, keepdim=False, *, keepdims=False):
         return sum_(size, dims, keep)
     if p == INF:
         return max_(size, dims, keep)
+    if p == 2 and eps is not None:
+        return sum_(x * x, dims, keep).maximum(eps).sqrt()
     out = sum_(x * x, dims, keep).sqrt() if p == 2 else sum_(size ** p, dims, keep) ** (1 / p)
     out_ref = weakref.ref(out)       # not out itself: see _custom_grad
 

@@ -221,6 +221,27 @@ def export(*names, method=True, function=True):
     return decorate
 
 
+def keyword_aliases(**aliases):
+    """Decorator: let callers name arguments as another library does, ``alias=name`` each
+    (Jittor's ``jt.full(shape, val=1)`` for ``value``, PyTorch's ``split_size_or_sections``).
+
+        >>> @keyword_aliases(val="value")
+        ... def full(shape, value): ...
+    """
+    def decorate(fn):
+        @functools.wraps(fn)
+        def call(*args, **kwargs):
+            for alias in aliases.keys() & kwargs.keys():
+                name = aliases[alias]
+                if name in kwargs:
+                    raise TypeError(f"{fn.__name__}() got both {alias}= and {name}=, which name one argument")
+                kwargs[name] = kwargs.pop(alias)
+            return fn(*args, **kwargs)
+        call.keyword_aliases = dict(aliases)        # read by tools/jittor_signatures.py
+        return call
+    return decorate
+
+
 # What a Var-taking function may be handed first by mistake: plain Python and numpy scalars.
 _NOT_VARS = (bool, int, float, complex, str, bytes, list, tuple, dict, set, slice, type(None), type(Ellipsis), np.generic)
 

@@ -16,7 +16,7 @@ from ..symbolic import IndexExprError, Expr, indices, parse, sym
 from ..var import Var
 from .assemble import JOIN_BY_COPY, assemble, fit_along
 from .barrier import buffered
-from .registry import IndexMap, OpSpec, arg, export, register, runs_fused
+from .registry import IndexMap, OpSpec, arg, export, keyword_aliases, register, runs_fused
 
 i, xshape, yshape = indices("i"), indices("xshape"), indices("yshape")
 
@@ -519,9 +519,17 @@ register(OpSpec("flip", "reindex", infer=lambda inputs, a: (inputs[0].shape, inp
 
 
 @export("flip")
-def flip(x, dims=None):
-    """``x`` reversed along ``dims`` (all dims when omitted)."""
-    dims = range(x.ndim) if dims is None else ([dims] if isinstance(dims, int) else dims)
+@keyword_aliases(dims="dim")            # PyTorch's name
+def flip(x, dim=0):
+    """``x`` reversed along ``dim`` (an int or a sequence of dims), dim 0 when omitted, as in
+    Jittor.
+
+    >>> jt.array([[1, 2], [3, 4]]).flip().numpy(), jt.array([[1, 2], [3, 4]]).flip([0, 1]).numpy()
+    (array([[3, 4],
+           [1, 2]], dtype=int32), array([[4, 3],
+           [2, 1]], dtype=int32))
+    """
+    dims = [dim] if dtypes.is_int(dim) else dim
     return Var.node("flip", [x], dims=tuple(sorted(normalize_dim(d, x.ndim) for d in dims)))
 
 

@@ -24,7 +24,7 @@ from .. import creation, dtypes
 from ..var import Var
 from .elementwise import broadcast_shapes, cast, where
 from .matmul import matmul
-from .registry import export
+from .registry import export, keyword_aliases
 from .reindex import broadcast_to, concat, normalize_dim, permute, reindex, reindex_reduce, reshape, slice_var
 
 
@@ -167,6 +167,7 @@ def chunk(x, chunks, dim=0):
 
 
 @export("split")
+@keyword_aliases(split_size="split_size_or_sections")        # Jittor's name
 def split(x, split_size_or_sections, dim=0):
     """``x`` cut along ``dim`` into pieces of ``split_size_or_sections`` (the last may be smaller),
     or of the listed sizes, which must add up to the dim. A tuple of views.
@@ -312,6 +313,7 @@ def _entry(value, dim):
 
 
 @export("index_select")
+@keyword_aliases(indices="index")
 def index_select(x, dim, index):
     """The entries of ``x`` at positions ``index`` (1-D ints; negative counts from the end) along
     ``dim``. The gradient adds into the selected positions (repeats accumulate).
@@ -491,6 +493,7 @@ def index_add(x, dim, index, source, alpha=1):
 
 
 @export("index_add_")
+@keyword_aliases(tensor="source")
 def index_add_(x, dim, index, source, alpha=1):
     """``index_add`` in place: the handle ``x`` is rebound to the result; returns ``x``.
 
