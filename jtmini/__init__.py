@@ -27,7 +27,7 @@ from .introspection import (dump_all_graphs, graph_check, liveness_info, number_
                             number_of_lived_ops, number_of_lived_vars, _print_var_slice)
 from .dtypes import NanoString  # noqa: F401
 from .log import LOG, log_capture_scope  # noqa: F401
-from .profiler import profile_scope  # noqa: F401
+from .profiler import profile_mark, profile_scope  # noqa: F401
 from .memory_profile import get_max_memory_treemap  # noqa: F401
 from .state import clear_caches  # noqa: F401
 from .var import Var, install_methods, pending_roots  # noqa: F401

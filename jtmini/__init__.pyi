@@ -469,6 +469,8 @@ class Var:
         """The p-norm over ``dim`` (an int or a tuple; every dim when None); ``p`` is 1, 2 (Jittor's"""
     def normal_(self, mean: Any = ..., std: Any = ...) -> Var:
         """N(mean, std^2) in place; returns ``var``: ``init.gauss_(linear.weight, 0.0, 0.01)``."""
+    def normalize(self, p: Any = ..., dim: Any = ..., eps: Any = ...) -> Var:
+        """``x`` divided by its p-norm over ``dim`` (at least ``eps``), as Jittor's and PyTorch's"""
     def not_equal(self, b: Any) -> Var:
         """Elementwise not_equal with numpy broadcasting."""
     def numel(self) -> Any: ...
@@ -1182,6 +1184,9 @@ def new_ones(x: Any, *size: Any) -> Var:
 def new_zeros(x: Any, *size: Any) -> Var:
     """Zeros of ``size`` with ``x``'s dtype: ``x.new_zeros((2, 3))`` or ``x.new_zeros(2, 3)``."""
 
+def nms(dets: Any, thresh: Any) -> Var:
+    """Non-maximum suppression, as Jittor's ``jt.nms``: ``dets`` (N, 5) rows ``x1, y1, x2, y2,"""
+
 def nonzero(x: Any) -> Var:
     """The indices of ``x``'s nonzero entries as an (n, ndim) int64 Var, in row-major order. Eager:"""
 
@@ -1191,7 +1196,7 @@ def norm(x: Any, p: Any = ..., dim: Any = ..., keepdim: Any = ..., eps: Any = ..
 def normal(mean: Any, std: Any, size: Any = ..., dtype: Any = ...) -> Var:
     """Normal numbers ``randn * std + mean``, as Jittor's ``jt.normal``: ``mean`` and ``std`` are"""
 
-def normalize(x: Any, p: Any = ..., dim: Any = ..., eps: Any = ...) -> Any:
+def normalize(x: Any, p: Any = ..., dim: Any = ..., eps: Any = ...) -> Var:
     """``x`` divided by its p-norm over ``dim`` (at least ``eps``), as Jittor's and PyTorch's"""
 
 def not_equal(a: Any, b: Any) -> Var:
@@ -1230,6 +1235,9 @@ def pow(a: Any, b: Any) -> Var:
     """Elementwise pow with numpy broadcasting."""
 
 def prod(x: Any, dims: Any = ..., keepdims: Any = ..., *, dim: Any = ..., axis: Any = ..., keepdim: Any = ...) -> Var: ...
+
+def profile_mark(mark_name: Any) -> Any:
+    """Jittor's ``jt.profile_mark(name)``: inside a ``profile_scope``, the block's wall time is a"""
 
 def profile_scope(warmup: Any = ..., rerun: Any = ..., trace: Any = ..., show: Any = ..., **flag_changes: Any) -> Any:
     """Profile the steps computed inside the ``with`` block (see the module doc); ``trace``: a"""

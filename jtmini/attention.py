@@ -1,6 +1,6 @@
-"""Jittor's ``jittor.attention``. Since Jittor 1.3.11 its ``MultiheadAttention`` is PyTorch's
-(one ``in_proj_weight``, ``execute(query, key, value, key_padding_mask, need_weights,
-attn_mask, ...)``): here the same class as ``nn.MultiheadAttention``, with ``scaled_dot_product_attention``
+"""Jittor's ``jittor.attention``. In Jittor 1.3.11 its ``MultiheadAttention`` is PyTorch's (one
+``in_proj_weight``, ``execute(query, key, value, key_padding_mask, need_weights, attn_mask,
+...)``): here the same class as ``nn.MultiheadAttention``, with ``scaled_dot_product_attention``
 and ``baddbmm`` beside it. Earlier Jittor releases had fairseq's multi-head attention under that
 name, with separate ``q_proj``, ``k_proj``, ``v_proj`` and ``out_proj`` Linear layers (a fairseq
 state_dict loads by name): that is ``FairseqMultiheadAttention``, and ``MultiheadAttention``
@@ -48,8 +48,8 @@ class MultiheadAttention(_TorchLayout):
 
 
 class FairseqMultiheadAttention(Module):
-    """fairseq's multi-head attention (``jittor.attention.MultiheadAttention`` before Jittor 1.3.11): ``execute(query, key, value)`` returns ``(output,
-    weights)``, output (L, N, E), weights (N, L, S) averaged over heads (``need_head_weights``:
+    """fairseq's multi-head attention (``jittor.attention.MultiheadAttention`` in earlier Jittor
+    releases): ``execute(query, key, value)`` returns ``(output, weights)``, output (L, N, E), weights (N, L, S) averaged over heads (``need_head_weights``:
     (heads, N, L, S); ``need_weights=False``: None). ``self_attention`` projects the query for
     all three; ``encoder_decoder_attention`` projects ``key`` for key and value.
     ``key_padding_mask`` (N, S) is True at padding; ``attn_mask`` (L, S) is added to the scores

@@ -65,7 +65,7 @@ class Optimizer:
             groups = [{"params": groups}]
         self.param_groups = []
         self.lr = lr
-        if isinstance(param_sync_iter, bool) or not isinstance(param_sync_iter, numbers.Integral) or param_sync_iter < 1:
+        if not dtypes.is_int(param_sync_iter) or isinstance(param_sync_iter, bool) or param_sync_iter < 1:
             raise ValueError(f"optimizer: param_sync_iter={param_sync_iter!r} must be an int >= 1 (steps)")
         self.param_sync_iter = int(param_sync_iter)
         self.n_step = 0

@@ -11,6 +11,9 @@ wall time less the steps'. With ``trace`` a Chrome trace (JSON) is written as we
 https://ui.perfetto.dev or chrome://tracing; each Python thread that computed Vars is a track,
 with each ``realize`` (planning included) and, inside it, each step.
 
+``jt.profile_mark(name)`` around part of the code adds a row of kind "mark" with that part's
+wall time.
+
 A kernel is named by its ops (``add relu sum``); times are wall-clock on the host thread that
 launched the step (a GPU step is timed to its launch, not its completion). A repeated step runs as
 it would outside the scope: from its prepared program, whose launch table's runner stamps each
@@ -176,12 +179,35 @@ def profile_scope(warmup=0, rerun=0, trace=None, show=True, **flag_changes):
             print(report.table())
 
 
+@contextlib.contextmanager
+def profile_mark(mark_name):
+    """Jittor's ``jt.profile_mark(name)``: inside a ``profile_scope``, the block's wall time is a
+    row of kind "mark" named ``mark_name`` (and a span in the trace), steps and host work inside
+    it included; outside a scope it does nothing.
+
+    >>> with jt.profile_scope(show=False) as rep:
+    ...     with jt.profile_mark("forward"):
+    ...         _ = (jt.ones(10) * 2).sync()
+    >>> [row[0] for row in rep.rows if row[1] == "mark"]
+    ['forward']
+    """
+    if not isinstance(mark_name, str):
+        raise TypeError(f"jt.profile_mark: the mark's name must be a str, got {type(mark_name).__name__}")
+    recorder, began = active, time.perf_counter()
+    try:
+        yield
+    finally:
+        if recorder is not None and recorder is active:
+            recorder.record(mark_name, "mark", began, time.perf_counter())
+
+
 def _fill(report, recorder, wall):
     entries = [Row(name, kind, *total) for (name, kind), total in recorder.totals.items()]
     report.entries = sorted(entries, key=lambda e: -e.seconds)
     rows = report.rows = [tuple(e[:4]) for e in report.entries]
     report.wall = wall
-    report.host = max(0.0, wall - sum(row[3] for row in rows))
+    # a mark spans steps and host work alike: it is no part of either
+    report.host = max(0.0, wall - sum(row[3] for row in rows if row[1] != "mark"))
 
 
 def _write_trace(path, events):

@@ -107,7 +107,8 @@ def test_dataset_takes_jittor_positional_order():
             return np.float32(k)
 
     ds = Numbers()
-    assert (ds.batch_size, ds.drop_last, ds.buffer_size, ds.stop_grad, ds.keep_numpy_array) == (4, True, 1024, False, True)
+    got = (ds.batch_size, ds.drop_last, ds.buffer_size, ds.stop_grad, ds.keep_numpy_array)
+    assert got == (4, True, 1024, False, True)
     assert not ds.prefetch and [type(b) for b in ds] == [np.ndarray, np.ndarray]
 
 

@@ -81,3 +81,24 @@ def test_jittors_rows_name_fused_kernels_by_their_opkeys_and_the_table_cuts_long
     assert len(longest) > profiler._NAME_CHARS                          # rows keep the whole name
     printed = capsys.readouterr().out
     assert longest[:profiler._NAME_CHARS - 3] + "...\n" in printed and longest not in printed
+
+
+def test_a_mark_times_its_block_and_is_left_out_of_the_host_time(tmp_path):
+    x = jt.array(np.ones(1000, "float32"))
+    trace = tmp_path / "marked.json"
+    with jt.profile_scope(trace=trace, show=False) as report:
+        with jt.profile_mark("forward"):
+            (x * 3).sum().sync()
+            with jt.profile_mark("inner"):
+                (x + 1).sync()
+        (x - 1).sync()
+    marks = {row[0]: row for row in report.rows if row[1] == "mark"}
+    steps = sum(row[3] for row in report.rows if row[1] != "mark")
+    assert set(marks) == {"forward", "inner"} and marks["forward"][3] >= marks["inner"][3]
+    assert report.host == pytest.approx(report.wall - steps)
+    assert {e["name"] for e in json.loads(trace.read_text())["traceEvents"] if e["cat"] == "mark"} == {"forward", "inner"}
+    with jt.profile_mark("outside"):          # no scope open: nothing recorded, no error
+        (x * 2).sync()
+    with pytest.raises(TypeError, match="the mark's name must be a str, got int"):
+        with jt.profile_mark(3):
+            pass

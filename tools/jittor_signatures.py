@@ -63,7 +63,8 @@ def compare(theirs, obj, is_class):
     theirs_as_ours = [aliases.get(t, t) for t in theirs]
     found = []
     n = min(len(theirs), len(positional))
-    if theirs_as_ours[:n] != positional[:n] or (len(positional) < len(theirs) and not (takes_more or takes_any_keyword)):
+    too_few = len(positional) < len(theirs) and not (takes_more or takes_any_keyword)
+    if theirs_as_ours[:n] != positional[:n] or too_few:
         found.append(f"ORDER   jittor({', '.join(theirs)}) jtmini({', '.join(positional)})")
     names = {p.name for p in params} | set(aliases)
     lacking = [t for t in theirs if t not in names]

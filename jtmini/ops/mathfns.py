@@ -569,7 +569,7 @@ def cross(x, y, dim=-1):
     return stack(parts, dim)
 
 
-@export("normalize", method=False)
+@export("normalize")
 def normalize(x, p=2, dim=1, eps=1e-12):
     """``x`` divided by its p-norm over ``dim`` (at least ``eps``), as Jittor's and PyTorch's
     ``normalize``: unit vectors along ``dim``, a zero vector staying zero. Differentiable.

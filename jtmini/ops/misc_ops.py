@@ -160,3 +160,37 @@ def histc(input, bins=100, min=0.0, max=0.0):
     # values outside (and NaN) are moved to bin 0 with weight 0, so no index leaves the bins
     index = ((where(inside, x, lo) - lo) * (bins / (hi - lo))).floor().clamp(0, bins - 1).cast("int32")
     return inside.cast(x.dtype).reindex_reduce("add", [bins], ["@e0(i0)"], extras=[index])
+
+
+def _iou_with(boxes, k, rest):
+    """IoU of box ``k`` with each of boxes ``rest`` ((x1, y1, x2, y2) rows), in Jittor's pixel
+    convention: a box covers x2 - x1 + 1 columns."""
+    x1, y1, x2, y2 = (boxes[:, c] for c in range(4))
+    width = np.maximum(0, np.minimum(x2[k], x2[rest]) - np.maximum(x1[k], x1[rest]) + 1)
+    height = np.maximum(0, np.minimum(y2[k], y2[rest]) - np.maximum(y1[k], y1[rest]) + 1)
+    inter = width * height
+    area = (x2 - x1 + 1) * (y2 - y1 + 1)
+    return inter / (area[k] + area[rest] - inter)
+
+
+@export("nms", method=False)
+def nms(dets, thresh):
+    """Non-maximum suppression, as Jittor's ``jt.nms``: ``dets`` (N, 5) rows ``x1, y1, x2, y2,
+    score``; the boxes are taken by descending score, and one is kept unless a kept box overlaps
+    it with IoU > ``thresh``. Returns the kept rows' indices (int32), highest score first. Eager:
+    reads ``dets``.
+
+    >>> jt.nms(jt.array([[0, 0, 9, 9, 0.9], [1, 1, 10, 10, 0.8], [20, 20, 29, 29, 0.7]]), 0.5).numpy()
+    array([0, 2], dtype=int32)
+    """
+    boxes = _as_var(dets).numpy()
+    if boxes.ndim != 2 or boxes.shape[1] != 5:
+        raise ValueError(f"nms: dets must be (N, 5) rows of x1, y1, x2, y2, score, got shape {boxes.shape}")
+    boxes = boxes.astype(np.float64)
+    order = np.argsort(-boxes[:, 4], kind="stable")
+    suppressed = np.zeros(len(order), bool)
+    for a, k in enumerate(order):
+        if not suppressed[a]:
+            later = order[a + 1:]
+            suppressed[a + 1:] |= _iou_with(boxes, k, later) > float(thresh)
+    return creation.array(order[~suppressed].astype(np.int32))
