@@ -38,7 +38,7 @@ from . import init  # noqa: E402,F401  (cheap; binds Jittor's Var.uniform_, Var.
 globals().update(ops.FUNCTIONS)
 globals().update(creation.DTYPES)        # jt.float32, jt.int64, ...: dtypes that cast when called
 globals().update(float=creation.DTYPES["float32"], int=creation.DTYPES["int32"],   # Jittor's aliases
-                 half=creation.DTYPES["float16"])
+                 half=creation.DTYPES["float16"], double=creation.DTYPES["float64"])
 
 mpi = _mpi if world.in_mpi else None    # as in Jittor: `if jt.mpi:` is False outside mpirun
 single_process_scope = _mpi.single_process_scope

@@ -292,6 +292,8 @@ class Var:
         """The identity in place (``var`` must be 2-d); returns ``var``: ``init.eye_(nn.Linear(4, 4).weight)``."""
     def fetch_sync(self) -> Any:
         """The value as a numpy array (``x.numpy()``); given a list or tuple of Vars, as Jittor's"""
+    def fill_(self, value: Any = ...) -> Var:
+        """Fill ``var`` with ``value`` in place; returns ``var``: ``init.constant_(linear.bias, 0.0)``."""
     def flatten(self, start_dim: Any = ..., end_dim: Any = ...) -> Var:
         """Dims ``start_dim..end_dim`` (inclusive) merged into one; a 0-d Var becomes 1-D."""
     def flip(self, dim: Any = ...) -> Var:

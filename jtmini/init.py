@@ -282,3 +282,4 @@ for _name in ("constant_", "zero_", "one_", "eye_", "uniform_", "gauss_", "norma
               "invariant_uniform_", "relu_invariant_gauss_", "xavier_uniform_", "xavier_gauss_",
               "kaiming_uniform_", "kaiming_normal_", "trunc_normal_"):
     setattr(Var, _name, globals()[_name])
+fill = Var.fill_ = constant_        # Jittor's other name of constant_: ``w.fill_(0.5)``

@@ -913,5 +913,6 @@ class RandomPerspective:
                              self.interpolation)
 
 
-# Jittor's older name for RandomResizedCrop
-RandomCropAndResize = RandomResizedCrop
+# Jittor's other names: RandomResizedCrop's older ones, to_tensor's for PIL input
+RandomCropAndResize = RandomSizedCrop = RandomResizedCrop
+pil_to_tensor = to_tensor

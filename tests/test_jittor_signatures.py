@@ -259,3 +259,23 @@ def test_jittor_attention_module_is_pytorch_layout_as_in_jittor_1_3_11(rng):
     assert isinstance(attention.MultiheadAttention(16, 4, self_attention=True), attention.FairseqMultiheadAttention)
     assert attention.scaled_dot_product_attention is nn.scaled_dot_product_attention
     assert nn.MultiheadAttention(8, 2, dtype="float64").in_proj_weight.dtype == "float64"
+
+
+def test_jittors_other_names():
+    assert nn.LayerNorm1d is nn.LayerNorm and nn.LayerNorm3d is nn.LayerNorm
+    assert nn.upsample is nn.resize and nn.pool2d is nn.pool
+    assert jt.double == "float64" and jt.array([1.0]).double().dtype == jt.double
+    assert jt.transform.RandomSizedCrop is jt.transform.RandomResizedCrop
+    assert jt.transform.pil_to_tensor is jt.transform.to_tensor
+    w = jt.zeros(3)
+    assert w.fill_(0.5) is w and w.numpy().tolist() == [0.5] * 3
+    assert jt.init.fill(jt.zeros(2), 2.0).numpy().tolist() == [2.0, 2.0]
+
+
+def test_batch_norm3d_matches_torch(rng):
+    x = rng.standard_normal((2, 3, 2, 3, 4))
+    layer, twin = nn.BatchNorm3d(3), torch.nn.BatchNorm3d(3).double()
+    check_grad(layer, twin, [x])
+    np.testing.assert_allclose(layer.running_mean.numpy(), twin.running_mean.numpy(), rtol=1e-5)
+    with pytest.raises(ValueError, match=r"BatchNorm3d\(3\): expected 5-D \(N, 3, D, H, W\) input, got 4-D"):
+        layer(jt.randn(2, 3, 4, 4))

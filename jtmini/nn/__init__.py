@@ -29,22 +29,22 @@ from .fold import fold, unfold
 from .functional import (bce_loss, binary_cross_entropy_with_logits, cross_entropy_loss, dropout, flatten,
                          kl_div, l1_loss, leaky_relu, linear, log_softmax, mse_loss, nll_loss, one_hot, relu,
                          sigmoid, smooth_l1_loss, softmax, tanh)
-from .layers import (Bilinear, bilinear, BatchNorm, BatchNorm1d, BatchNorm2d, Dropout, Flatten, Identity, LeakyReLU,
+from .layers import (Bilinear, bilinear, BatchNorm, BatchNorm1d, BatchNorm2d, BatchNorm3d, Dropout, Flatten, Identity, LeakyReLU,
                      Leaky_relu, Linear, Parameter, ReLU, Relu, Sigmoid, Tanh, identity, skip_init)
 from .losses import (BCELoss, BCEWithLogitsLoss, CrossEntropyLoss, KLDivLoss, L1Loss, MSELoss, NLLLoss,
                      SmoothL1Loss)
 from .module import Module, Sequential
-from .norm import (GroupNorm, InstanceNorm, InstanceNorm1d, InstanceNorm2d, InstanceNorm3d, LayerNorm, batch_norm,
-                   group_norm, instance_norm, layer_norm)
+from .norm import (GroupNorm, InstanceNorm, InstanceNorm1d, InstanceNorm2d, InstanceNorm3d, LayerNorm, LayerNorm1d,
+                   LayerNorm2d, LayerNorm3d, batch_norm, group_norm, instance_norm, layer_norm)
 from .products import baddbmm, bmm_transpose, kron, matmul_transpose, scaled_dot_product_attention
 from ..persist import load, save
 from .pool import (AdaptiveAvgPool2d, AdaptiveAvgPool3d, AdaptiveMaxPool2d, AdaptiveMaxPool3d, AvgPool2d, AvgPool3d, MaxPool2d, MaxPool3d, MaxUnpool2d,
                    Pool, Pool3d, adaptive_avg_pool2d, adaptive_avg_pool3d, adaptive_max_pool2d, adaptive_max_pool3d, avg_pool2d, avg_pool3d, max_pool2d,
-                   max_pool3d, pool, pool3d)
+                   max_pool3d, pool, pool2d, pool3d)
 from .rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNBase, RNNCell
 from .resample import (ConstantPad2d, DropPath, Dropout2d, PixelShuffle, ReflectionPad2d, ReplicationPad2d, Resize,
                        Upsample, UpsamplingBilinear2d, UpsamplingNearest2d, ZeroPad2d, droppath, dropout2d,
-                       interpolate, pad, pixel_shuffle, resize)
+                       interpolate, pad, pixel_shuffle, resize, upsample)
 
 from ..ops.registry import FUNCTIONS as _FUNCTIONS
 

@@ -77,7 +77,7 @@ class Bilinear(Module):
         return bilinear(in1, in2, self.weight, self.bias)
 
 
-_BN_SHAPES = {2: "(N, C)", 3: "(N, C, L)", 4: "(N, C, H, W)"}
+_BN_SHAPES = {2: "(N, C)", 3: "(N, C, L)", 4: "(N, C, H, W)", 5: "(N, C, D, H, W)"}
 
 
 class BatchNorm(Module):
@@ -182,6 +182,11 @@ class BatchNorm1d(BatchNorm):
 class BatchNorm2d(BatchNorm):
     """BatchNorm of (N, C, H, W) input, as PyTorch's."""
     NDIMS = (4,)
+
+
+class BatchNorm3d(BatchNorm):
+    """BatchNorm of (N, C, D, H, W) input, as PyTorch's (Jittor's name of its BatchNorm)."""
+    NDIMS = (5,)
 
 
 class Dropout(Module):

@@ -275,5 +275,9 @@ def batch_norm(x, running_mean, running_var, weight=None, bias=None, training=Fa
     return y if bias is None else y + _per_channel(bias, shape)
 
 
+LayerNorm1d = LayerNorm2d = LayerNorm3d = LayerNorm         # Jittor's names: one layer for any dims
+
+
 __all__ = ["GroupNorm", "InstanceNorm", "InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d", "LayerNorm",
+           "LayerNorm1d", "LayerNorm2d", "LayerNorm3d",
            "batch_norm", "group_norm", "instance_norm", "layer_norm"]

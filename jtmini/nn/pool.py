@@ -280,6 +280,9 @@ def pool(x, kernel_size, op, padding=0, stride=None):
     return Pool(kernel_size, stride, padding, op=op)(x)
 
 
+pool2d = pool       # Jittor's other name
+
+
 def _adaptive_max(x, size, return_indices):
     """Adaptive max pooling of NCHW ``x`` to ``size`` (an (h, w) pair; None keeps that dim)."""
     n, c, h, w = x.shape

@@ -524,5 +524,8 @@ def resize(img, size, mode="nearest", align_corners=False, tf_mode=False):
     return interpolate(img, size, None, mode, align_corners, tf_mode)
 
 
+upsample = resize       # Jittor's other name
+
+
 __all__ = ["ConstantPad2d", "DropPath", "Dropout2d", "UpsamplingBilinear2d", "UpsamplingNearest2d", "droppath", "resize", "PixelShuffle", "ReflectionPad2d", "ReplicationPad2d",
-           "Resize", "Upsample", "ZeroPad2d", "dropout2d", "interpolate", "pad", "pixel_shuffle"]
+           "Resize", "Upsample", "ZeroPad2d", "dropout2d", "interpolate", "pad", "pixel_shuffle", "upsample"]
