@@ -223,7 +223,7 @@ def test_weight_norm_errors():
 
 def _torch_twin(att, heads):
     """torch.nn.MultiheadAttention holding fairseq-layout weights: the same computation."""
-    sd = {k: torch.tensor(v) for k, v in att.state_dict().items()}
+    sd = att.state_dict(to="torch")
     twin = torch.nn.MultiheadAttention(16, heads)
     twin.in_proj_weight.data = torch.cat([sd[f"{p}_proj.weight"] for p in "qkv"])
     twin.in_proj_bias.data = torch.cat([sd[f"{p}_proj.bias"] for p in "qkv"])

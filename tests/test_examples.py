@@ -93,7 +93,7 @@ def max_rel_err(got, want):
 def copy_weights(model, twin):
     """Load ``model``'s (jtmini) state into ``twin`` by name; only PyTorch's BatchNorm counters
     may be missing on the jtmini side."""
-    state = {name: torch.from_numpy(value) for name, value in model.state_dict().items()}
+    state = model.state_dict(to="torch")
     missing, unexpected = twin.load_state_dict(state, strict=False)
     assert not unexpected and all(name.endswith("num_batches_tracked") for name in missing), (missing, unexpected)
     return twin

@@ -31,11 +31,19 @@ class HookHandle:
 
 
 def hook_table(module):
-    """The module's hooks, made on first use: lists of pre-forward, forward and backward hooks,
-    and whether the module records gradients."""
+    """The module's hooks, made on first use: lists of pre-forward, forward and backward hooks
+    (Jittor's input and output backward hooks too), and whether the module records gradients."""
     if "_hooks" not in vars(module):
-        module._hooks = {"pre": [], "forward": [], "backward": [], "grad": True}
+        module._hooks = {"pre": [], "forward": [], "backward": [], "input_backward": [], "output_backward": [],
+                         "grad": True}
     return module._hooks
+
+
+def remove_hooks(module, *kinds):
+    """Take off every hook of ``kinds`` (Jittor's ``remove_forward_hook()`` and the like)."""
+    if "_hooks" in vars(module):
+        for kind in kinds:
+            module._hooks[kind].clear()
 
 
 def add_hook(module, kind, fn):
@@ -81,6 +89,20 @@ def _hook_gradients(module, args, kwargs, hooks, run):
     return _passthrough(out, lambda d: seen.__setitem__("out", d))
 
 
+def _gradient_hooked(module, value, hooks, what):
+    """``value`` (one Var) passed through a node handing its gradient, as a 1-tuple, to each of
+    Jittor's input or output backward ``hooks`` in turn; a returned tuple replaces it."""
+    _only_var(value, type(module).__name__, what)
+
+    def rule(d):
+        grad = (d,)
+        for fn in hooks:
+            replaced = fn(grad)
+            grad = grad if replaced is None else tuple(replaced)
+        return grad[0]
+    return _passthrough(value, rule)
+
+
 def hooked_call(module, args, kwargs, run):
     """Call ``run(args)`` (the module's forward) with its hooks around it."""
     hooks = module._hooks
@@ -88,12 +110,19 @@ def hooked_call(module, args, kwargs, run):
         changed = fn(module, args, kwargs) if kwargs else fn(module, args)
         if changed is not None:
             args = changed if isinstance(changed, tuple) else (changed,)
+    if hooks["input_backward"]:
+        if len(args) != 1 or kwargs:
+            raise NotImplementedError(f"{type(module).__name__}: input backward hooks need a module called "
+                                      f"with one Var argument, got {len(args)} positional and {len(kwargs)} keyword")
+        args = (_gradient_hooked(module, args[0], list(hooks["input_backward"]), "argument"),)
     scope = contextlib.nullcontext() if hooks["grad"] else no_grad()
     with scope:
         if hooks["backward"]:
             out = _hook_gradients(module, args, kwargs, list(hooks["backward"]), lambda a: run(a, kwargs))
         else:
             out = run(args, kwargs)
+    if hooks["output_backward"]:
+        out = _gradient_hooked(module, out, list(hooks["output_backward"]), "result")
     for fn in list(hooks["forward"]):
         changed = fn(module, args, out)
         if changed is not None:

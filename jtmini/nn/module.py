@@ -18,6 +18,8 @@ whose name starts with ``_`` are private and not walked.
     >>> net.save("/tmp/net.pkl"); net.load("/tmp/net.pkl")
 """
 import collections
+import inspect
+import numbers
 import warnings
 
 import numpy as np
@@ -28,6 +30,9 @@ from ..flags import flags
 from ..gc_pause import paused
 from ..ops.collective import broadcast_in_place
 from ..var import Var
+
+
+_UNSET = object()      # extra_repr: an argument the module keeps no attribute of
 
 
 def _members(name, value, kind, _open=()):
@@ -130,12 +135,62 @@ class Module:
     def modules(self):
         return [m for _, m in self.named_modules()]
 
-    def named_parameters(self):
-        """(dotted name, Var) for every Var held by this module tree, each Var once. As in Jittor
-        this includes non-trainable state such as BatchNorm's running statistics (which are
-        ``stop_grad``); optimizers skip those."""
+    def dfs(self, parents, k, callback, callback_leave=None, recurse=True):
+        """Jittor's walk of the module tree: ``callback(parents, name, module, n_children)`` on
+        this module, then (unless it returned False, or ``recurse`` is False) on each child with
+        this module appended to ``parents``, then ``callback_leave`` with the same arguments.
+
+            >>> names = []
+            >>> model.dfs([], None, lambda parents, k, m, n: names.append(k))
+        """
+        children = list(self.named_children())
+        if callback(parents, k, self, len(children)) is False:
+            return
+        if recurse:
+            parents.append(self)
+            for name, child in children:
+                child.dfs(parents, name, callback, callback_leave)
+            parents.pop()
+        if callback_leave:
+            callback_leave(parents, k, self, len(children))
+
+    def _get_name(self):
+        return type(self).__name__
+
+    def extra_repr(self):
+        """What ``repr`` shows inside the parentheses after the class name (PyTorch's and
+        Jittor's hook): by default, as Jittor's, the constructor's arguments the module keeps
+        under the same names, where they are numbers, strings or tuples.
+
+            >>> nn.Linear(2, 3).extra_repr()
+            'in_features=2, out_features=3'
+        """
+        try:
+            params = inspect.signature(type(self).__init__).parameters.values()
+        except (TypeError, ValueError):
+            return ""
+        shown = []
+        for p in params:
+            value = self.__dict__.get(p.name, _UNSET)
+            if p.name != "self" and isinstance(value, (bool, numbers.Number, str, tuple)):
+                shown.append(f"{p.name}={value!r}")
+        return ", ".join(shown)
+
+    def __repr__(self):
+        """The module tree as PyTorch prints it, one child a line:
+        ``Sequential(\n  (0): Linear(in_features=2, out_features=3)\n)``."""
+        extra, children = self.extra_repr(), list(self.named_children())
+        if not children:
+            return f"{type(self).__name__}({extra})"
+        lines = ([extra] if extra else []) + [f"({name}): {child!r}" for name, child in children]
+        return f"{type(self).__name__}(\n  " + "\n".join(lines).replace("\n", "\n  ") + "\n)"
+
+    def named_parameters(self, recurse=True):
+        """(dotted name, Var) for every Var held by this module tree (this module's own only,
+        with ``recurse=False``), each Var once. As in Jittor this includes non-trainable state
+        such as BatchNorm's running statistics (which are ``stop_grad``); optimizers skip those."""
         seen, out = set(), []
-        for prefix, module in self.named_modules():
+        for prefix, module in self.named_modules() if recurse else [("", self)]:
             for key, value in module._attributes():
                 for name, var in _members(key, value, Var):
                     if id(var) not in seen:
@@ -143,9 +198,9 @@ class Module:
                         out.append((f"{prefix}.{name}" if prefix else name, var))
         return out
 
-    def parameters(self):
+    def parameters(self, recurse=True):
         """Every Var of the module tree (see ``named_parameters``), in a stable order."""
-        return [var for _, var in self.named_parameters()]
+        return [var for _, var in self.named_parameters(recurse)]
 
     def add_module(self, name, module):
         """Hold ``module`` as attribute ``name`` (PyTorch's and Jittor's); returns self."""
@@ -171,13 +226,13 @@ class Module:
         setattr(self, name, value)
         return value
 
-    def named_buffers(self):
-        """(dotted name, Var) for every Var of the tree that is not trained (``stop_grad``):
-        registered buffers and BatchNorm statistics."""
-        return [(name, v) for name, v in self.named_parameters() if v.is_stop_grad()]
+    def named_buffers(self, recurse=True):
+        """(dotted name, Var) for every Var of the tree (of this module, with ``recurse=False``)
+        that is not trained (``stop_grad``): registered buffers and BatchNorm statistics."""
+        return [(name, v) for name, v in self.named_parameters(recurse) if v.is_stop_grad()]
 
-    def buffers(self):
-        return [v for _, v in self.named_buffers()]
+    def buffers(self, recurse=True):
+        return [v for _, v in self.named_buffers(recurse)]
 
     @property
     def training(self):
@@ -230,6 +285,44 @@ class Module:
         from .hooks import add_hook
         return add_hook(self, "backward", hook)
 
+    def register_input_backward_hook(self, hook):
+        """Jittor's: call ``hook(grad_input)`` (a 1-tuple: the gradient of the module's one Var
+        argument) when it is computed; a returned tuple replaces it.
+
+            >>> layer.register_input_backward_hook(lambda grads: (grads[0].clamp(-1, 1),))
+        """
+        from .hooks import add_hook
+        return add_hook(self, "input_backward", hook)
+
+    def register_output_backward_hook(self, hook):
+        """Jittor's: call ``hook(grad_output)`` (a 1-tuple: the gradient reaching the module's
+        one Var result) before it flows into the module; a returned tuple replaces it."""
+        from .hooks import add_hook
+        return add_hook(self, "output_backward", hook)
+
+    def remove_forward_hook(self):
+        """Take off every forward hook (Jittor's; a handle's ``remove()`` takes off one)."""
+        from .hooks import remove_hooks
+        remove_hooks(self, "forward")
+
+    def remove_pre_forward_hook(self):
+        """Take off every pre-forward hook."""
+        from .hooks import remove_hooks
+        remove_hooks(self, "pre")
+
+    def remove_input_backward_hook(self):
+        from .hooks import remove_hooks
+        remove_hooks(self, "input_backward")
+
+    def remove_output_backward_hook(self):
+        from .hooks import remove_hooks
+        remove_hooks(self, "output_backward")
+
+    def remove_backward_hook(self):
+        """Take off every backward hook, Jittor's input and output ones included."""
+        from .hooks import remove_hooks
+        remove_hooks(self, "backward", "input_backward", "output_backward")
+
     def requires_grad_(self, requires_grad=True):
         """With False, calls of this module record no gradient (as under ``jt.no_grad``): nothing
         flows back through it to its input or parameters, until ``requires_grad_(True)``."""
@@ -271,6 +364,11 @@ class Module:
         """Every float parameter converted to float64 in place; returns self."""
         return self._cast_parameters("float64")
 
+    def float_auto(self):
+        """Every float parameter converted to float16 when ``jt.flags.amp_reg`` prefers float16,
+        else to float32, as Jittor's (and ``Var.float_auto``); returns self."""
+        return self._cast_parameters("float16" if flags.amp_reg & dtypes.AMP_PREFER16 else "float32")
+
     def _cast_parameters(self, dtype):
         for p in self.parameters():
             if dtypes.is_float(p.dtype) and p.dtype != dtype:
@@ -281,13 +379,26 @@ class Module:
         return self
 
     # --- state ---------------------------------------------------------------------------------
-    def state_dict(self):
-        """An ordered dict of dotted name -> numpy array (a copy) for every Var of the tree."""
-        return collections.OrderedDict((name, var.numpy()) for name, var in self._persistent())
+    def state_dict(self, to=None, recurse=True):
+        """An ordered dict of dotted name -> Var for every Var of the tree (of this module, with
+        ``recurse=False``): the module's own Vars, as Jittor's, so the dict follows later
+        updates. ``to="numpy"`` gives numpy copies, ``to="torch"`` PyTorch tensors (Jittor's:
+        ``torch_model.load_state_dict(model.state_dict(to="torch"))``).
 
-    def _persistent(self):
+            >>> {k: v.shape for k, v in nn.Linear(2, 3).state_dict().items()}
+            {'weight': (3, 2), 'bias': (3,)}
+        """
+        if to not in (None, "numpy", "torch"):
+            raise ValueError(f"state_dict: to must be None, 'numpy' or 'torch', got {to!r}")
+        if to == "torch":
+            import torch
+        convert = {None: lambda v: v, "numpy": lambda v: v.numpy().copy(),
+                   "torch": lambda v: torch.from_numpy(v.numpy().copy())}[to]
+        return collections.OrderedDict((name, convert(var)) for name, var in self._persistent(recurse))
+
+    def _persistent(self, recurse=True):
         """named_parameters without the buffers registered with ``persistent=False``."""
-        return [(n, v) for n, v in self.named_parameters() if getattr(v, "persistent", True)]
+        return [(n, v) for n, v in self.named_parameters(recurse) if getattr(v, "persistent", True)]
 
     def load_state_dict(self, state, strict=True):
         """Give each Var the value stored under its name. Shapes must match; a value of another
