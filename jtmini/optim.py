@@ -142,8 +142,20 @@ class Optimizer:
         """The parameters of ``group`` that are updated (not ``stop_grad``)."""
         return [p for p in group["params"] if not p.is_stop_grad()]
 
-    def backward(self, loss):
+    @property
+    def defaults(self):
+        """The optimizer's own hyper-parameters by name (``lr``, ``momentum``, ...), as Jittor's and
+        PyTorch's ``defaults``; a param group's own values override them.
+
+            >>> nn.SGD(model.parameters(), 0.1, momentum=0.9).defaults["momentum"]
+            0.9
+        """
+        return {k: v for k, v in vars(self).items()
+                if not k.startswith("_") and k not in ("param_groups", "n_step") and not callable(v)}
+
+    def backward(self, loss, retain_graph=False):
         """Add d(loss)/d(param) to the accumulated gradients (lazily; nothing runs yet).
+        ``retain_graph`` is Jittor's and has no use here (graphs are never freed under a Var).
 
         Under mpirun ``loss`` is taken to be a mean over this rank's shard of the global batch
         (as ``nn.cross_entropy_loss`` of a Dataset batch is), and what is accumulated is the

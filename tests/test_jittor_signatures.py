@@ -279,3 +279,37 @@ def test_batch_norm3d_matches_torch(rng):
     np.testing.assert_allclose(layer.running_mean.numpy(), twin.running_mean.numpy(), rtol=1e-5)
     with pytest.raises(ValueError, match=r"BatchNorm3d\(3\): expected 5-D \(N, 3, D, H, W\) input, got 4-D"):
         layer(jt.randn(2, 3, 4, 4))
+
+
+def test_dataset_to_jittor_converts_each_batch_and_may_be_overridden():
+    class Named(Dataset):
+        def __init__(self, **attrs):
+            super().__init__(**attrs)
+            self.set_attrs(total_len=4, batch_size=2)
+
+        def __getitem__(self, k):
+            return {"x": np.full(2, k, "float32"), "id": np.int64(k)}
+
+    batch = next(iter(Named()))
+    assert isinstance(batch["x"], jt.Var) and batch["x"].is_stop_grad() and isinstance(batch["id"], jt.Var)
+    assert not next(iter(Named(stop_grad=False)))["x"].is_stop_grad()
+    assert isinstance(next(iter(Named(keep_numpy_array=True)))["x"], np.ndarray)
+
+    class KeepsIds(Named):
+        def to_jittor(self, batch):               # Jittor users override it to keep some fields numpy
+            ids = batch.pop("id")
+            return dict(super().to_jittor(batch), id=ids)
+
+    converted = next(iter(KeepsIds()))
+    assert isinstance(converted["x"], jt.Var) and isinstance(converted["id"], np.ndarray)
+    assert converted["id"].tolist() == [0, 1]
+    assert Named().to_jittor((np.ones(2), "label"))[1] == "label"
+
+
+def test_optimizer_defaults_and_backward_retain_graph():
+    w = jt.array(np.ones(2, "float32"))
+    opt = nn.SGD([w], 0.1, momentum=0.9)
+    assert opt.defaults["lr"] == 0.1 and opt.defaults["momentum"] == 0.9 and "param_groups" not in opt.defaults
+    opt.backward((w * w).sum(), retain_graph=True)      # Jittor's argument, no use here
+    opt.step()
+    np.testing.assert_allclose(w.numpy(), [0.8, 0.8], rtol=1e-6)

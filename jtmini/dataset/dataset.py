@@ -395,6 +395,23 @@ class Dataset:
         """Turn a list of samples into a batch; override for custom structures."""
         return collate(samples)
 
+    def to_jittor(self, batch):
+        """Jittor's: ``batch`` with each numpy array in it made a Var (``stop_grad`` unless the
+        data set's ``stop_grad`` is False), other values as they are; unchanged with
+        ``keep_numpy_array``. Iteration calls it on every batch: a subclass may override it.
+
+            >>> ds.to_jittor({"x": np.ones(2), "name": "a"})["x"].shape
+            (2,)
+        """
+        if self.keep_numpy_array:
+            return batch
+        return map_arrays(self._batch_var, batch)
+
+    def _batch_var(self, array):
+        shard = self.__dict__.get("_yielding_shard")
+        var = to_var(array) if shard is None else _with_shard(to_var(array), shard)
+        return var.stop_grad() if self.stop_grad else var
+
     @property
     def sample_count(self):
         """``total_len``, taken from the subclass's ``__len__`` the first time if unset."""
@@ -445,11 +462,6 @@ class Dataset:
         global _last_shard
         # the epoch's shards are cut here, in the caller's thread, from the world as it is now
         in_mpi = world.in_mpi
-
-        def convert(array, shard):
-            var = _with_shard(to_var(array), shard) if in_mpi else to_var(array)
-            return var.stop_grad() if self.stop_grad else var
-
         shards = self._rank_batches(self._epoch_order(), *_rank_and_size())
         if self.num_workers > 0:
             batches = self._worker_batches([indices for indices, _ in shards])
@@ -459,7 +471,8 @@ class Dataset:
                 batches = prefetched(batches)
         for self.batch_id, ((indices, global_size), batch) in enumerate(zip(shards, batches)):
             shard = _last_shard = (len(indices), global_size)    # as it is handed over, not when prefetched
-            yield batch if self.keep_numpy_array else map_arrays(lambda array: convert(array, shard), batch)
+            self._yielding_shard = shard if in_mpi else None     # read by to_jittor's Vars
+            yield self.to_jittor(batch)
 
     def terminate(self):
         """Stop this data set's worker processes (Jittor's ``Dataset.terminate``); the next
