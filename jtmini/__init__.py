@@ -72,9 +72,9 @@ def __getattr__(name):
     if name in ("ctc_loss", "CTCLoss"):    # Jittor's jt.ctc_loss, jt.CTCLoss
         from .nn import ctc
         return getattr(ctc, name)
-    if name in ("save", "load"):        # checkpoints: Vars saved as arrays, loaded without running code
+    if name in ("save", "load", "safepickle", "safeunpickle"):    # checkpoints, loaded without running code
         from . import persist
-        return getattr(persist, name)
+        return getattr(persist, {"safepickle": "save", "safeunpickle": "load"}.get(name, name))
     if name == "has_cuda":              # probing the GPU loads cupy: only when asked
         from .runtime.cuda import has_cuda
         return has_cuda()

@@ -192,6 +192,7 @@ class Var:
         """The angle of the point (x, y) in radians, in [-pi, pi]: ``arctan2(y, x)`` elementwise, with"""
     def atanh(self) -> Var:
         """Elementwise atanh."""
+    def attrs(self, *args: Any, **kwargs: Any) -> Any: ...
     def backward(self, *args: Any, **kwargs: Any) -> None: ...
     def bernoulli(self) -> Var:
         """1 with probability ``p`` (elementwise), else 0, in ``p``'s dtype."""
@@ -478,6 +479,8 @@ class Var:
     def numel(self) -> Any: ...
     def numpy(self) -> Any:
         """A fresh, writable numpy copy of the value."""
+    def numpy_cumprod(self, dim: Any) -> Any: ...
+    def numpy_cumsum(self, dim: Any = ...) -> Any: ...
     def one_(self) -> Var:
         """Ones in place; returns ``var``: ``init.one_(bn.weight)``."""
     def ones_like(self, dtype: Any = ...) -> Var: ...
@@ -520,7 +523,7 @@ class Var:
         """Jittor's ``reduce_minimum(x, dims=None, keepdims=False)``: the smallest element over ``dims`` (an int or a sequence; None or () is every dim, as in Jittor)."""
     def reduce_multiply(self, dims: Any = ..., keepdims: Any = ..., *, keepdim: Any = ...) -> Var:
         """Jittor's ``reduce_multiply(x, dims=None, keepdims=False)``: the product (bool and int32 give int64, as jt.prod) over ``dims`` (an int or a sequence; None or () is every dim, as in Jittor)."""
-    def register_hook(self, hook: Any) -> None:
+    def register_hook(self, hook: Any) -> Var:
         """Call ``hook(grad)`` with this Var's gradient whenever one is computed through it; a"""
     def reindex(self, shape: Any, indexes: Any = ..., overflow_value: Any = ..., overflow_conditions: Any = ..., extras: Any = ...) -> Var:
         """Reindex Operator (Jittor's reindex): ``y[i0, i1, ...] = x[indexes...]`` with ``overflow_value`` where an index"""
@@ -758,6 +761,9 @@ def atan2(a: Any, b: Any) -> Var:
 def atanh(x: Any) -> Var:
     """Elementwise atanh."""
 
+def attrs(var: Any) -> Any:
+    'Jittor\'s summary of a Var: ``{"is_stop_fuse", "is_stop_grad", "shape", "dtype"}``.'
+
 def bernoulli(p: Any) -> Var:
     """1 with probability ``p`` (elementwise), else 0, in ``p``'s dtype."""
 
@@ -860,6 +866,9 @@ def deg2rad(x: Any) -> Var:
 def detach(x: Any) -> Any:
     """``x.detach()`` as a function, as Jittor has it: the value without gradient history."""
 
+def dfs_to_numpy(x: Any) -> Any:
+    """Every Var in nested lists and dicts replaced by its numpy value (the containers in place,"""
+
 def diag(x: Any, diagonal: Any = ...) -> Var:
     """A 1-D ``x`` placed on diagonal ``diagonal`` of a square matrix, or diagonal ``diagonal`` of"""
 
@@ -950,6 +959,9 @@ def floor_int(x: Any) -> Var:
 def floordiv(a: Any, b: Any) -> Var:
     """Elementwise floordiv with numpy broadcasting."""
 
+def from_torch(x: Any) -> Var:
+    """A PyTorch tensor's value as a Var (Jittor's ``jt.from_torch``): ``jt.from_torch(t)``."""
+
 def full(shape: Any, value: Any, dtype: Any = ...) -> Var:
     """A constant Var: ``value`` is a kernel argument, so changing it never recompiles."""
 
@@ -966,6 +978,8 @@ def gc() -> None:
 
 def gelu(x: Any) -> Var:
     """Elementwise gelu."""
+
+def get_len(v: Any) -> Any: ...
 
 def get_max_memory_treemap(build_by: Any = ..., do_print: Any = ...) -> Any:
     """The buffers alive at the highest memory use seen while ``flags.profile_memory_enable`` was"""
@@ -1035,6 +1049,9 @@ def isneginf(x: Any) -> Var:
 
 def isposinf(x: Any) -> Var:
     """True where ``x`` is +inf (never for integer and bool Vars); a bool Var."""
+
+def knn(unknown: Any, known: Any, k: Any) -> Any:
+    """The ``k`` nearest points of ``known`` (b, m, c) to each point of ``unknown`` (b, n, c), as"""
 
 def kthvalue(x: Any, k: Any, dim: Any = ..., keepdim: Any = ..., keepdims: Any = ...) -> Any:
     """The ``k``-th smallest element over ``dim`` (default the last) and its index: (values, indices)."""
@@ -1216,6 +1233,10 @@ def number_of_lived_vars() -> Any:
 def numpy_code(shape: Any, dtype: Any, inputs: Any, forward: Any, backward: Any = ...) -> Any:
     """An op computed by ``forward(np, data)`` (see the module docstring); ``shape``, ``dtype``:"""
 
+def numpy_cumprod(x: Any, dim: Any) -> Any: ...
+
+def numpy_cumsum(x: Any, dim: Any = ...) -> Any: ...
+
 def ones(*shape: Any, dtype: Any = ...) -> Var:
     """Ones of ``shape``, given as dims or as one tuple; Jittor's ``jt.ones(shape, dtype)`` works too."""
 
@@ -1226,6 +1247,11 @@ def outer(x: Any, y: Any) -> Any:
 
 def pad(x: Any, padding: Any, mode: Any = ..., value: Any = ...) -> Var:
     """Pad with ``value``. ``padding`` as in PyTorch: (left, right) pairs starting from the LAST"""
+
+def peek(x: Any) -> Any: ...
+
+def peek_s(x: Any) -> Any:
+    """Dtypes and shapes of a Var or of nested lists and dicts of them, as text, computing nothing."""
 
 def pending_roots() -> Any:
     """Unrealized Vars that no live Var consumes: realizing these computes everything pending."""
@@ -1301,6 +1327,9 @@ def reduce_minimum(x: Any, dims: Any = ..., keepdims: Any = ..., *, keepdim: Any
 def reduce_multiply(x: Any, dims: Any = ..., keepdims: Any = ..., *, keepdim: Any = ...) -> Var:
     """Jittor's ``reduce_multiply(x, dims=None, keepdims=False)``: the product (bool and int32 give int64, as jt.prod) over ``dims`` (an int or a sequence; None or () is every dim, as in Jittor)."""
 
+def register_hook(var: Any, hook: Any) -> Var:
+    """Call ``hook(grad)`` with this Var's gradient whenever one is computed through it; a"""
+
 def reindex(x: Any, shape: Any, indexes: Any = ..., overflow_value: Any = ..., overflow_conditions: Any = ..., extras: Any = ...) -> Var:
     """Reindex Operator (Jittor's reindex): ``y[i0, i1, ...] = x[indexes...]`` with ``overflow_value`` where an index"""
 
@@ -1344,6 +1373,12 @@ def safe_clip(x: Any, left: Any = ..., right: Any = ...) -> Var:
 
 def safe_log(x: Any) -> Var:
     """log(x) with x clipped to [1e-30, 1e30] first: finite for x <= 0 (Jittor's safe_log)."""
+
+def safepickle(obj: Any, path: Any) -> None:
+    """Pickle ``obj`` to ``path`` atomically; Vars inside (in dicts, lists, tuples) are saved as"""
+
+def safeunpickle(path: Any) -> Any:
+    """The object saved at ``path`` (Vars, and a ``torch.save`` file's tensors, come back as numpy"""
 
 def save(obj: Any, path: Any) -> None:
     """Pickle ``obj`` to ``path`` atomically; Vars inside (in dicts, lists, tuples) are saved as"""
@@ -1454,6 +1489,13 @@ def ternary_out_hint(cond: Any, x: Any, y: Any) -> Any:
 
 def to(x: Any, *args: Any, **kwargs: Any) -> Var:
     'Jittor\'s torch-style ``x.to(...)``: a dtype casts (``x.to(jt.float64)``, ``x.to("int32")``);'
+
+def to_bool(v: Any) -> Any:
+    """A 1-element bool or integer Var as a Python bool, as Jittor's ``bool(v)``."""
+
+def to_float(v: Any) -> Any: ...
+
+def to_int(v: Any) -> Any: ...
 
 def tolist(x: Any) -> Any:
     """``x``'s value as nested Python lists."""

@@ -56,12 +56,13 @@ class _DeclaredRule:
         return self.rule(d)
 
 
-@export("register_hook", function=False)
+@export("register_hook")
 def register_hook(var, hook):
     """Call ``hook(grad)`` with this Var's gradient whenever one is computed through it; a
     returned Var replaces the gradient passed on to the Var's inputs (Jittor's
-    ``Var.register_hook``). The Var becomes a new node equal to its old value (Jittor swaps it
-    too), so Vars built from it earlier do not see the hook.
+    ``Var.register_hook`` and ``jt.register_hook(var, hook)``); returns the Var. The Var becomes
+    a new node equal to its old value (Jittor swaps it too), so Vars built from it earlier do not
+    see the hook.
 
         >>> y = x * 2
         >>> y.register_hook(lambda g: g * 10)
@@ -71,6 +72,7 @@ def register_hook(var, hook):
         raise TypeError(f"register_hook: hook must be callable, got {type(hook).__name__}")
     old = var._rebind(var.clone())
     var._backward = ((old,), lambda d: [d if (g := hook(d)) is None else g])
+    return var
 
 
 def _input_grads(v, d):

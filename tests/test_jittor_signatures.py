@@ -313,3 +313,22 @@ def test_optimizer_defaults_and_backward_retain_graph():
     opt.backward((w * w).sum(), retain_graph=True)      # Jittor's argument, no use here
     opt.step()
     np.testing.assert_allclose(w.numpy(), [0.8, 0.8], rtol=1e-6)
+
+
+def test_jittors_module_level_helpers():
+    assert jt.from_torch(torch.arange(3.0)).numpy().tolist() == [0.0, 1.0, 2.0]
+    assert (jt.to_int(jt.array([3])), jt.to_float(jt.array([2.5])), jt.to_bool(jt.array([1]))) == (3, 2.5, True)
+    with pytest.raises(TypeError, match="to_bool: a bool or integer Var is needed, got float32"):
+        jt.to_bool(jt.array([1.0]))
+    assert jt.get_len(jt.ones(4, 2)) == 4
+    assert jt.attrs(jt.ones(2)) == {"is_stop_fuse": False, "is_stop_grad": False, "shape": (2,), "dtype": "float32"}
+    assert jt.peek_s([jt.ones(2), {"a": jt.zeros(3, dtype="int32")}]) == "[float32[2,], {a:int32[3,], }, ]"
+    np.testing.assert_array_equal(jt.numpy_cumsum(jt.array([1, 2, 3]), 0).numpy(), [1, 3, 6])
+    np.testing.assert_array_equal(jt.numpy_cumprod(jt.array([1, 2, 3]), 0).numpy(), [1, 2, 6])
+    nested = [jt.ones(1), {"b": jt.zeros(1)}]
+    assert jt.dfs_to_numpy(nested) is nested and isinstance(nested[1]["b"], np.ndarray)
+    x = jt.ones(2)
+    y = x * 2
+    assert jt.register_hook(y, lambda g: g * 10) is y
+    np.testing.assert_array_equal(jt.grad(y.sum(), x).numpy(), [20, 20])
+    assert jt.safepickle is jt.save and jt.safeunpickle is jt.load

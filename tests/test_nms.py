@@ -41,3 +41,18 @@ def test_nms_edges():
     assert jt.nms(same, 0.99).numpy().tolist() == [0]          # equal scores: the first one
     with pytest.raises(ValueError, match=r"nms: dets must be \(N, 5\) rows .*got shape \(3, 4\)"):
         jt.nms(jt.zeros(3, 4), 0.5)
+
+
+def test_knn_finds_the_nearest_known_points(rng=np.random.default_rng(3)):
+    unknown, known = rng.standard_normal((2, 7, 3)), rng.standard_normal((2, 11, 3))
+    d2, idx = jt.knn(jt.array(unknown), jt.array(known), 4)
+    assert d2.shape == idx.shape == (2, 7, 4) and idx.dtype == "int32" and d2.dtype == "float32"
+    full = ((unknown[:, :, None] - known[:, None]) ** 2).sum(-1)
+    np.testing.assert_array_equal(idx.numpy(), np.argsort(full, -1)[..., :4])
+    np.testing.assert_allclose(d2.numpy(), np.sort(full, -1)[..., :4], rtol=1e-5)
+    tie = jt.knn(jt.zeros(1, 1, 3), jt.ones(1, 3, 3), 2)[1]
+    assert tie.numpy().tolist() == [[[0, 1]]]                  # equal distances: the first first
+    with pytest.raises(ValueError, match=r"knn: k=5 must be an int in \[1, 3\]"):
+        jt.knn(jt.zeros(1, 1, 3), jt.ones(1, 3, 3), 5)
+    with pytest.raises(ValueError, match="must share b and c"):
+        jt.knn(jt.zeros(1, 1, 3), jt.ones(2, 3, 3), 1)

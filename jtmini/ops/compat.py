@@ -394,3 +394,58 @@ def display_memory_info():
     held_bytes = sum(getattr(v._data, "nbytes", 0) for v in computed)
     print(f"=== display_memory_info: {len(lived.lived)} lived Vars ({len(lived.held)} held), "
           f"{len(computed)} computed, {held_bytes / 2**20:.2f} MB in their buffers ===")
+
+
+# --- Jittor's module-level helpers ---------------------------------------------------------------
+@export("from_torch", method=False)
+def from_torch(x):
+    """A PyTorch tensor's value as a Var (Jittor's ``jt.from_torch``): ``jt.from_torch(t)``."""
+    return creation.array(x.detach().cpu().numpy())
+
+
+export("to_int", method=False)(lambda v: int(v.item()))
+export("to_float", method=False)(lambda v: float(v.item()))
+export("get_len", method=False)(lambda v: v.shape[0])
+export("numpy_cumsum")(lambda x, dim=None: METHODS["cumsum"](x, dim))        # Jittor's numpy-backed forms
+export("numpy_cumprod")(lambda x, dim: METHODS["cumprod"](x, dim))
+
+
+@export("to_bool", method=False)
+def to_bool(v):
+    """A 1-element bool or integer Var as a Python bool, as Jittor's ``bool(v)``."""
+    if not (dtypes.is_integer(v.dtype) or v.dtype == "bool"):
+        raise TypeError(f"to_bool: a bool or integer Var is needed, got {v.dtype}")
+    return bool(v.item())
+
+
+@export("attrs")
+def attrs(var):
+    """Jittor's summary of a Var: ``{"is_stop_fuse", "is_stop_grad", "shape", "dtype"}``."""
+    return {"is_stop_fuse": False, "is_stop_grad": var.is_stop_grad(), "shape": var.shape, "dtype": var.dtype}
+
+
+@export("peek_s", method=False)
+def peek_s(x):
+    """Dtypes and shapes of a Var or of nested lists and dicts of them, as text, computing nothing."""
+    if isinstance(x, Var):
+        return x.peek()
+    if isinstance(x, (list, tuple)):
+        return "[" + "".join(peek_s(a) + ", " for a in x) + "]"
+    if isinstance(x, dict):
+        return "{" + "".join(f"{k}:{peek_s(v)}, " for k, v in x.items()) + "}"
+    return str(x)
+
+
+export("peek", method=False)(lambda x: print(peek_s(x)))
+
+
+@export("dfs_to_numpy", method=False)
+def dfs_to_numpy(x):
+    """Every Var in nested lists and dicts replaced by its numpy value (the containers in place,
+    as Jittor's); a Var alone gives its array."""
+    if isinstance(x, Var):
+        return x.numpy()
+    if isinstance(x, (list, dict)):
+        for k in (range(len(x)) if isinstance(x, list) else list(x)):
+            x[k] = dfs_to_numpy(x[k])
+    return x

@@ -194,3 +194,25 @@ def nms(dets, thresh):
             later = order[a + 1:]
             suppressed[a + 1:] |= _iou_with(boxes, k, later) > float(thresh)
     return creation.array(order[~suppressed].astype(np.int32))
+
+
+@export("knn", method=False)
+def knn(unknown, known, k):
+    """The ``k`` nearest points of ``known`` (b, m, c) to each point of ``unknown`` (b, n, c), as
+    Jittor's ``jt.knn``: ``(dists2, idx)``, each (b, n, k), the squared distances ascending (float32)
+    and the indices into ``known`` (int32); of equally distant points the first comes first.
+    Eager: reads its inputs; no gradient.
+
+    >>> d2, idx = jt.knn(jt.array([[[0.0, 0, 0]]]), jt.array([[[5.0, 0, 0], [1, 0, 0]]]), 1)
+    >>> d2.numpy().ravel(), idx.numpy().ravel()
+    (array([1.], dtype=float32), array([1], dtype=int32))
+    """
+    u, p = _as_var(unknown).numpy(), _as_var(known).numpy()
+    if u.ndim != 3 or p.ndim != 3 or u.shape[0] != p.shape[0] or u.shape[2] != p.shape[2]:
+        raise ValueError(f"knn: unknown (b, n, c) and known (b, m, c) must share b and c, got {u.shape} and {p.shape}")
+    if not dtypes.is_int(k) or not 1 <= k <= p.shape[1]:
+        raise ValueError(f"knn: k={k!r} must be an int in [1, {p.shape[1]}] (the known points)")
+    u, p = u.astype(np.float32), p.astype(np.float32)
+    d2 = ((u[:, :, None, :] - p[:, None, :, :]) ** 2).sum(-1)
+    idx = np.argsort(d2, axis=-1, kind="stable")[..., :k]
+    return creation.array(np.take_along_axis(d2, idx, -1)), creation.array(idx.astype(np.int32))
