@@ -244,7 +244,7 @@ def test_densenet_matches_torchvision_layout(rng):
         if "running" in k:
             v.copy_(torch.rand_like(v) + 0.5 if k.endswith("var") else torch.randn_like(v))
     assert sorted(net.state_dict()) == sorted(state)
-    net.load_state_dict({k: v.numpy() for k, v in state.items()})
+    net.load_state_dict({k: v.numpy() for k, v in state.items()}, strict=True)
     net.eval()
     x = rng.standard_normal((2, 3, 40, 36))
     with torch.no_grad():

@@ -9,7 +9,7 @@ from jtmini import nn
 
 
 def _load(j_module, t_module):
-    j_module.load_state_dict({k: v.detach().numpy() for k, v in t_module.state_dict().items()})
+    j_module.load_state_dict({k: v.detach().numpy() for k, v in t_module.state_dict().items()}, strict=True)
 
 
 @pytest.mark.parametrize("layers,bidirectional,batch_first", [(1, False, False), (2, True, False), (2, False, True)])

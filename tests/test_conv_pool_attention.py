@@ -100,7 +100,7 @@ def test_conv1d_function_defaults_unbatched_and_init(rng):
     assert layer.bias is None and layer.kernel_size == (2,) and layer.stride == (1,)
     assert np.abs(layer.weight.numpy()).max() <= 1 / np.sqrt(3 * 2)
     ref = torch.nn.Conv1d(3, 5, 2, bias=False)
-    layer.load_state_dict({k: v.detach().numpy() for k, v in ref.state_dict().items()})
+    layer.load_state_dict({k: v.detach().numpy() for k, v in ref.state_dict().items()}, strict=True)
     np.testing.assert_allclose(layer(jt.array(x.astype(np.float32))).numpy(),
                                ref(torch.tensor(x, dtype=torch.float32)).detach().numpy(), rtol=1e-5, atol=1e-6)
 
@@ -165,7 +165,7 @@ def test_conv_transpose2d_output_size_init_and_state_dict(rng):
     assert np.abs(layer.weight.numpy()).max() <= bound and np.abs(layer.bias.numpy()).max() <= bound
     assert np.abs(layer.weight.numpy()).max() > bound * 0.8
     ref = torch.nn.ConvTranspose2d(4, 6, 3, stride=2, padding=1, groups=2)
-    layer.load_state_dict({k: v.detach().numpy() for k, v in ref.state_dict().items()})
+    layer.load_state_dict({k: v.detach().numpy() for k, v in ref.state_dict().items()}, strict=True)
     x = rng.standard_normal((2, 4, 4, 3)).astype(np.float32)
     for size in [(7, 5), (8, 6), (2, 6, 8, 5)]:
         out = layer(jt.array(x), output_size=size)
@@ -406,7 +406,7 @@ def test_attention_init_state_dict_need_weights_and_dropout(rng):
     bound = np.sqrt(6 / (8 + 24))            # Xavier-uniform over the packed (24, 8) projection
     assert bound * 0.8 < np.abs(layer.in_proj_weight.numpy()).max() <= bound
     ref = torch.nn.MultiheadAttention(8, 2, dropout=0.5).eval()
-    layer.load_state_dict({k: v.numpy() for k, v in ref.state_dict().items()})
+    layer.load_state_dict({k: v.numpy() for k, v in ref.state_dict().items()}, strict=True)
     layer.eval()                               # no dropout: torch's eval output
     q, kv = (rng.standard_normal((4, 2, 8)).astype(np.float32) for _ in range(2))
     out, weights = layer(jt.array(q), jt.array(kv), jt.array(kv), need_weights=False)

@@ -162,7 +162,7 @@ def test_vgg_arguments_are_checked():
 def copy_weights(jt_model, torch_model):
     state = {k: v.detach().numpy() for k, v in torch_model.state_dict().items()
              if not k.endswith("num_batches_tracked")}
-    jt_model.load_state_dict(state)        # strict: every torchvision name has a jtmini twin
+    jt_model.load_state_dict(state, strict=True)     # every torchvision name has a jtmini twin
 
 
 def torch_resnet34(num_classes):

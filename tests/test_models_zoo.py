@@ -232,7 +232,7 @@ def compare_with_torch(block, twin, x_shape, x_slice=None):
     with respect to the input and every trainable parameter."""
     torch = pytest.importorskip("torch")
     block.load_state_dict({k: v.detach().numpy() for k, v in twin.state_dict().items()
-                           if not k.endswith("num_batches_tracked")})
+                           if not k.endswith("num_batches_tracked")}, strict=True)
     full = randn(*x_shape, seed=2)
     x = full[x_slice] if x_slice is not None else full
     tx = torch.tensor(full, requires_grad=True)

@@ -110,3 +110,19 @@ def test_float_auto_follows_amp_reg():
     assert layer.float_auto().weight.dtype == "float32"
     with jt.flag_scope(amp_reg=jt.flags.amp_reg | 2):
         assert layer.float_auto().weight.dtype == "float16"
+
+
+def test_load_state_dict_is_jittors_lenient_load_unless_strict(recwarn):
+    ref = torch.nn.Sequential(torch.nn.Linear(2, 3), torch.nn.BatchNorm1d(3))
+    ref[1].running_mean.fill_(0.5)
+    model = nn.Sequential(nn.Linear(2, 3), nn.BatchNorm1d(3))
+    model.load_state_dict(ref.state_dict())         # num_batches_tracked: PyTorch's counter, skipped quietly
+    assert not [w for w in recwarn if "not loaded" in str(w.message)]
+    np.testing.assert_array_equal(model[1].running_mean.numpy(), [0.5] * 3)
+    model.load_state_dict(ref.state_dict(), strict=True)        # PyTorch's check passes too
+    head = nn.Sequential(nn.Linear(2, 4), nn.BatchNorm1d(3))
+    with pytest.warns(UserWarning, match=r"0.weight has shape \(3, 2\), the module expects \(4, 2\)"):
+        head.load_state_dict(ref.state_dict())     # fine-tuning: the rest loads
+    np.testing.assert_array_equal(head[1].running_mean.numpy(), [0.5] * 3)
+    with pytest.raises(ValueError, match="nothing was loaded"):
+        head.load_state_dict(ref.state_dict(), strict=True)

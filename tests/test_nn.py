@@ -35,7 +35,7 @@ def copy_weights(jt_module, torch_module):
     """Give the jtmini module the torch module's values, matching parameters by name."""
     state = {k: v.detach().numpy() for k, v in torch_module.state_dict().items()
              if not k.endswith("num_batches_tracked")}
-    jt_module.load_state_dict(state)
+    jt_module.load_state_dict(state, strict=True)
 
 
 def compare_layer(jt_layer, torch_layer, x, train=True):
@@ -298,7 +298,7 @@ def test_state_dict_save_load_round_trip_is_exact(tmp_path):
     for (name, x), (_, y) in zip(a.state_dict().items(), b.state_dict().items()):
         assert x.dtype == y.dtype and np.array_equal(x, y), name
     with pytest.raises(KeyError):
-        b.load_state_dict({"nope": np.zeros(1)})
+        b.load_state_dict({"nope": np.zeros(1)}, strict=True)
 
 
 def test_init_functions():

@@ -68,7 +68,7 @@ def test_module_list_names_values_and_gradients_match_torch(rng):
     names = [n for n, _ in net.named_parameters()]
     assert names == ["blocks.0.weight", "blocks.0.bias", "blocks.2.weight", "blocks.2.bias"]
     assert list(net.state_dict()) == list(ref.state_dict())
-    net.load_state_dict(torch_state(ref))
+    net.load_state_dict(torch_state(ref), strict=True)
     grads_match(net, ref, rng.standard_normal((3, 4)).astype(np.float32), names)
 
 
@@ -123,7 +123,7 @@ def test_module_dict_names_values_and_gradients_match_torch(rng):
     names = [n for n, _ in net.named_parameters()]
     assert names == ["heads.cls.weight", "heads.cls.bias", "heads.box.weight"]
     assert list(net.state_dict()) == list(ref.state_dict())
-    net.load_state_dict(torch_state(ref))
+    net.load_state_dict(torch_state(ref), strict=True)
     grads_match(net, ref, rng.standard_normal((3, 4)).astype(np.float32), names)
 
 
@@ -166,7 +166,7 @@ def test_parameter_list_is_found_saved_and_differentiated(rng):
     ref = TorchScaled(torch.nn.ParameterList([torch.nn.Parameter(torch.randn(4)) for _ in range(2)]))
     assert [n for n, _ in net.named_parameters()] == ["scales.0", "scales.1"]
     assert list(net.state_dict()) == list(ref.state_dict())
-    net.load_state_dict(torch_state(ref))
+    net.load_state_dict(torch_state(ref), strict=True)
     grads_match(net, ref, rng.standard_normal((3, 4)).astype(np.float32), ["scales.0", "scales.1"])
     extra = jt.ones(2)
     net.scales.append(extra).extend([jt.zeros(1)])
@@ -192,7 +192,7 @@ def test_sequential_given_one_list_unpacks_it_as_jittor_does(rng):
     assert [n for n, _ in mixed.named_parameters()] == ["0.weight", "0.bias", "2.weight", "2.bias"]
     assert list(nn.Sequential({"fc": layers[0]}).state_dict()) == ["fc.weight", "fc.bias"]
     ref = torch.nn.Sequential(torch.nn.Linear(4, 5), torch.nn.Linear(5, 2))
-    listed.load_state_dict(torch_state(ref))
+    listed.load_state_dict(torch_state(ref), strict=True)
     grads_match(listed, ref, rng.standard_normal((3, 4)).astype(np.float32), names)
 
 

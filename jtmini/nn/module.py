@@ -400,25 +400,32 @@ class Module:
         """named_parameters without the buffers registered with ``persistent=False``."""
         return [(n, v) for n, v in self.named_parameters(recurse) if getattr(v, "persistent", True)]
 
-    def load_state_dict(self, state, strict=True):
-        """Give each Var the value stored under its name. Shapes must match; a value of another
-        dtype of the same kind is cast to the Var's dtype (float64 -> float32, int64 -> int32;
-        also int -> float), any other dtype (float -> int, strings, objects) is refused. Every
-        entry is checked before any Var changes, so a bad state dict leaves the module as it was.
-        With ``strict``, names missing on either side raise KeyError; otherwise they are skipped.
+    def load_state_dict(self, state, strict=False):
+        """Give each Var the value stored under its name. As Jittor's, this is ``load_parameters``:
+        entries that do not fit are skipped with one warning, Vars without an entry keep their
+        values. ``strict=True`` is PyTorch's check: names missing on either side raise KeyError
+        (PyTorch's BatchNorm counters, ``num_batches_tracked``, aside) and a value that does not
+        fit a ValueError, before any Var changes. Shapes must match; a value of another dtype of
+        the same kind is cast to the Var's dtype (float64 -> float32, int64 -> int32; also int ->
+        float), any other dtype (float -> int, strings, objects) does not fit.
 
             >>> net.load_state_dict({k: v * 0 for k, v in net.state_dict().items()})
         """
+        if not strict:
+            return self.load_parameters(state)
         own = dict(self._persistent())
-        missing, unexpected = sorted(set(own) - set(state)), sorted(set(state) - set(own))
-        if strict and (missing or unexpected):
+        given = {k for k in state if not k.endswith("num_batches_tracked")}
+        missing, unexpected = sorted(set(own) - given), sorted(given - set(own))
+        if missing or unexpected:
             raise KeyError(f"load_state_dict: missing {missing}, unexpected {unexpected}")
+        return self._load_fitting({name: state[name] for name in own}, own)
+
+    def _load_fitting(self, state, own):
+        """Assign ``state``'s values (names of ``own``'s Vars) once every one is checked to fit."""
         values, problems = {}, []
-        for name, var in own.items():
-            if name not in state:
-                continue
-            value = _as_array(state[name])
-            problem = _misfit(name, value, var)
+        for name, value in state.items():
+            value = _as_array(value)
+            problem = _misfit(name, value, own[name])
             if problem:
                 problems.append(problem)
             else:
@@ -442,7 +449,7 @@ class Module:
         """Jittor's lenient load: each entry of ``params`` (arrays, Vars or PyTorch tensors) whose
         name, shape and dtype fit a Var of this module is loaded; the others are skipped with one
         warning naming them (fine-tuning loads a checkpoint whose head has another shape). Vars
-        without an entry keep their values. ``load_state_dict`` is the strict form.
+        without an entry keep their values. ``load_state_dict(strict=True)`` is the strict form.
 
             >>> model.load_parameters(torch_model.state_dict())
         """
@@ -459,7 +466,7 @@ class Module:
         if skipped:
             warnings.warn(f"load_parameters: {len(skipped)} of {len(params)} entries not loaded: "
                           + "; ".join(skipped), UserWarning, stacklevel=2)
-        return self.load_state_dict(fits, strict=False)
+        return self._load_fitting(fits, own)
 
     def mpi_param_broadcast(self, root=0):
         """Under mpirun, give every rank ``root``'s value of every Var of the tree (parameters and
