@@ -126,3 +126,16 @@ def test_load_state_dict_is_jittors_lenient_load_unless_strict(recwarn):
     np.testing.assert_array_equal(head[1].running_mean.numpy(), [0.5] * 3)
     with pytest.raises(ValueError, match="nothing was loaded"):
         head.load_state_dict(ref.state_dict(), strict=True)
+
+
+def test_pre_forward_hook_may_return_jittors_args_and_kwargs_pair():
+    class Scale(nn.Module):
+        def execute(self, x, factor=1.0):
+            return x * factor
+
+    layer, x = Scale(), jt.array([1.0, 2.0])
+    layer.register_pre_forward_hook(lambda m, args, kwargs: ((args[0] + 1,), {"factor": 10.0}))
+    assert layer(x, factor=2.0).numpy().tolist() == [20.0, 30.0]
+    layer.remove_pre_forward_hook()
+    layer.register_pre_forward_hook(lambda m, args: (args[0] * 3,))          # PyTorch's form
+    assert layer(x).numpy().tolist() == [3.0, 6.0]

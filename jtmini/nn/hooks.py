@@ -103,12 +103,18 @@ def _gradient_hooked(module, value, hooks, what):
     return _passthrough(value, rule)
 
 
+def _args_and_kwargs(value):
+    return isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], tuple) and isinstance(value[1], dict)
+
+
 def hooked_call(module, args, kwargs, run):
     """Call ``run(args)`` (the module's forward) with its hooks around it."""
     hooks = module._hooks
     for fn in list(hooks["pre"]):
         changed = fn(module, args, kwargs) if kwargs else fn(module, args)
-        if changed is not None:
+        if _args_and_kwargs(changed):          # Jittor's form: (new_args, new_kwargs)
+            args, kwargs = changed
+        elif changed is not None:              # PyTorch's: the new arguments
             args = changed if isinstance(changed, tuple) else (changed,)
     if hooks["input_backward"]:
         if len(args) != 1 or kwargs:

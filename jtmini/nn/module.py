@@ -269,7 +269,8 @@ class Module:
 
     def register_pre_forward_hook(self, hook):
         """Call ``hook(module, args)`` (``hook(module, args, kwargs)`` when keywords are given)
-        before each forward; a returned tuple (or single value) replaces the arguments."""
+        before each forward; a returned ``(args, kwargs)`` pair (Jittor's form) replaces both, any
+        other returned tuple (or single value) the arguments (PyTorch's)."""
         from .hooks import add_hook
         return add_hook(self, "pre", hook)
 
