@@ -127,7 +127,19 @@ def _guarded_spread(v):
     if not v.shape or v.shape[-1] >= 16 or v.inputs[0].shape[-1:] == v.shape[-1:]:
         return False
     imap = OPS[v.op].index(v.attrs, v.inputs[0].ndim, v.ndim)
-    return bool(imap.checked or imap.conditions)
+    return bool(imap.conditions) or (imap.checked and not _reads_in_bounds(imap, v))
+
+
+def _reads_in_bounds(imap, v):
+    """Whether every index ``imap`` reads ``v``'s input at provably lies inside it, whatever the
+    output index: the kernel then has no check to keep (a table's column spread over a batch of
+    images, ``bbox.reindex(shape, ["i0", "2"])``, is a load and no branch)."""
+    x = v.inputs[0]
+    ranges = {f"i{k}": (0, s - 1) for k, s in enumerate(v.shape)}
+    ranges.update({f"xshape{k}": (s, s) for k, s in enumerate(x.shape)})
+    ranges.update({f"yshape{k}": (s, s) for k, s in enumerate(v.shape)})
+    spans = [e.interval(ranges) for e in imap.exprs]
+    return all(span is not None and 0 <= span[0] and span[1] < size for span, size in zip(spans, x.shape))
 
 
 def plan(targets):

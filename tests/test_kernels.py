@@ -171,3 +171,21 @@ def test_buffer_addresses_are_numpy_data_pointers():
     assert pointers.address is pointers._fast        # the fast path holds on this build
     for array in arrays:
         assert pointers.address(array) == array.ctypes.data
+
+
+def test_a_spread_that_reads_in_bounds_fuses_and_one_with_conditions_is_buffered(rng):
+    """A table's column spread over a batch of images (Jittor's crop-and-resize) reads in bounds
+    whatever the index: no check pins the consumer's loop, so it is inlined into it (it was
+    buffered: four 48 MB copies of a (100, 4) table). A spread that pads keeps its own buffer."""
+    from jtmini import schedule
+    table = rng.standard_normal((10, 4)).astype("float32")
+    shape = [10, 180, 224, 3]
+    spread = [jt.array(table).reindex(shape, ["i0", str(c)]) for c in range(4)]
+    out = spread[0] * 2 + spread[2] * spread[0] - spread[1] * spread[3]
+    steps = schedule.plan([out])
+    assert len(steps) == 1 and sum(v.op == "reindex" for v in steps[0].nodes) == 4
+    expected = (table[:, 0] * 2 + table[:, 2] * table[:, 0] - table[:, 1] * table[:, 3])[:, None, None, None]
+    np.testing.assert_allclose(out.numpy(), np.broadcast_to(expected, shape), rtol=1e-6)
+    padded = jt.array(rng.standard_normal((512, 512, 1, 1)).astype("float32")).pad((1, 1, 1, 1))
+    used = padded * 2 + padded
+    assert [s.root.op for s in schedule.plan([used])] == ["pad", "add"]
