@@ -49,8 +49,9 @@ class MultiheadAttention(_TorchLayout):
 
 class FairseqMultiheadAttention(Module):
     """fairseq's multi-head attention (``jittor.attention.MultiheadAttention`` in earlier Jittor
-    releases): ``execute(query, key, value)`` returns ``(output, weights)``, output (L, N, E), weights (N, L, S) averaged over heads (``need_head_weights``:
-    (heads, N, L, S); ``need_weights=False``: None). ``self_attention`` projects the query for
+    releases): ``execute(query, key, value)`` returns ``(output, weights)``, output (L, N, E),
+    weights (N, L, S) averaged over heads (``need_head_weights``: (heads, N, L, S);
+    ``need_weights=False``: None). ``self_attention`` projects the query for
     all three; ``encoder_decoder_attention`` projects ``key`` for key and value.
     ``key_padding_mask`` (N, S) is True at padding; ``attn_mask`` (L, S) is added to the scores
     (a bool one is -inf where True). ``before_softmax`` returns (scores, projected values).

@@ -96,7 +96,8 @@ def test_a_mark_times_its_block_and_is_left_out_of_the_host_time(tmp_path):
     steps = sum(row[3] for row in report.rows if row[1] != "mark")
     assert set(marks) == {"forward", "inner"} and marks["forward"][3] >= marks["inner"][3]
     assert report.host == pytest.approx(report.wall - steps)
-    assert {e["name"] for e in json.loads(trace.read_text())["traceEvents"] if e["cat"] == "mark"} == {"forward", "inner"}
+    events = json.loads(trace.read_text())["traceEvents"]
+    assert {e["name"] for e in events if e["cat"] == "mark"} == {"forward", "inner"}
     with jt.profile_mark("outside"):          # no scope open: nothing recorded, no error
         (x * 2).sync()
     with pytest.raises(TypeError, match="the mark's name must be a str, got int"):

@@ -36,21 +36,23 @@ MODULES = {"__init__.py": "jtmini", "misc.py": "jtmini", "contrib.py": "jtmini",
 
 
 def jittor_signatures(path):
-    """(name, positional parameter names, is a class) of each public def/class of a source file."""
+    """(name, positional parameter names) of each public def and class (its ``__init__``'s, less
+    ``self``) of a source file."""
     for node in ast.parse(open(path).read()).body:
         if node.name.startswith("_") if hasattr(node, "name") else True:
             continue
         if isinstance(node, ast.FunctionDef):
             args = node.args
-            yield node.name, [a.arg for a in args.posonlyargs + args.args], False
+            yield node.name, [a.arg for a in args.posonlyargs + args.args]
         elif isinstance(node, ast.ClassDef):
             init = next((b for b in node.body if isinstance(b, ast.FunctionDef) and b.name == "__init__"), None)
             if init is not None:
-                yield node.name, [a.arg for a in init.args.posonlyargs + init.args.args][1:], True
+                yield node.name, [a.arg for a in init.args.posonlyargs + init.args.args][1:]
 
 
-def compare(theirs, obj, is_class):
-    """Lines of findings for one callable (empty when it agrees)."""
+def compare(theirs, obj, skip_first=False):
+    """Lines of findings for one callable (empty when it agrees); ``skip_first``: the first
+    parameter may be named otherwise (``input`` against ``x``)."""
     try:
         sig = inspect.signature(obj)
     except (TypeError, ValueError):
@@ -61,24 +63,16 @@ def compare(theirs, obj, is_class):
     takes_any_keyword = any(p.kind == p.VAR_KEYWORD for p in params)
     aliases = getattr(obj, "keyword_aliases", {})          # ops/registry.keyword_aliases: alias -> name
     theirs_as_ours = [aliases.get(t, t) for t in theirs]
-    found = []
+    found, first = [], int(skip_first)
     n = min(len(theirs), len(positional))
     too_few = len(positional) < len(theirs) and not (takes_more or takes_any_keyword)
-    if theirs_as_ours[:n] != positional[:n] or too_few:
+    if theirs_as_ours[first:n] != positional[first:n] or too_few:
         found.append(f"ORDER   jittor({', '.join(theirs)}) jtmini({', '.join(positional)})")
     names = {p.name for p in params} | set(aliases)
-    lacking = [t for t in theirs if t not in names]
+    lacking = [t for t in theirs[first:] if t not in names]
     if lacking and not takes_any_keyword:
         found.append(f"KEYWORD jtmini lacks {', '.join(lacking)}")
     return found
-
-
-def _renamed_first_only(line, theirs):
-    """Whether a finding is only about the first parameter's name (``input`` against ``x``)."""
-    if line.startswith("KEYWORD"):
-        return line.split(" lacks ")[1] == theirs[0]
-    ours = line.split("jtmini(")[1].rstrip(")").split(", ")
-    return theirs[1:len(ours)] == ours[1:len(theirs)] and len(ours) >= len(theirs)
 
 
 def main():
@@ -92,14 +86,12 @@ def main():
         if not os.path.exists(path):
             continue
         module = importlib.import_module(module_name)
-        for name, theirs, is_class in jittor_signatures(path):
+        for name, theirs in jittor_signatures(path):
             obj = getattr(module, name, None)
             if obj is None:
                 print(f"{module_name}.{name}: MISSING")
                 continue
-            for line in compare(theirs, obj, is_class):
-                if args.ignore_renamed_first and _renamed_first_only(line, theirs):
-                    continue
+            for line in compare(theirs, obj, args.ignore_renamed_first):
                 print(f"{module_name}.{name}: {line}")
 
 

@@ -29,8 +29,8 @@ from .fold import fold, unfold
 from .functional import (bce_loss, binary_cross_entropy_with_logits, cross_entropy_loss, dropout, flatten,
                          kl_div, l1_loss, leaky_relu, linear, log_softmax, mse_loss, nll_loss, one_hot, relu,
                          sigmoid, smooth_l1_loss, softmax, tanh)
-from .layers import (Bilinear, bilinear, BatchNorm, BatchNorm1d, BatchNorm2d, BatchNorm3d, Dropout, Flatten, Identity, LeakyReLU,
-                     Leaky_relu, Linear, Parameter, ReLU, Relu, Sigmoid, Tanh, identity, skip_init)
+from .layers import (Bilinear, bilinear, BatchNorm, BatchNorm1d, BatchNorm2d, BatchNorm3d, Dropout, Flatten, Identity,
+                     LeakyReLU, Leaky_relu, Linear, Parameter, ReLU, Relu, Sigmoid, Tanh, identity, skip_init)
 from .losses import (BCELoss, BCEWithLogitsLoss, CrossEntropyLoss, KLDivLoss, L1Loss, MSELoss, NLLLoss,
                      SmoothL1Loss)
 from .module import Module, Sequential

@@ -68,14 +68,21 @@ def _only_var(value, who, what):
                                   f"returning one Var; its {what} is {type(value).__name__}")
 
 
+def _one_var_argument(module, args, kwargs, kind):
+    """``args[0]``, the one Var a module with ``kind`` hooks must be called with."""
+    who = type(module).__name__
+    if len(args) != 1 or kwargs:
+        raise NotImplementedError(f"{who}: {kind} hooks need a module called with one Var "
+                                  f"argument, got {len(args)} positional and {len(kwargs)} keyword")
+    _only_var(args[0], who, "argument")
+    return args[0]
+
+
 def _hook_gradients(module, args, kwargs, hooks, run):
     """``run(args)`` with the module's one Var input and output passed through nodes that hand
     (grad_input, grad_output) to each backward hook, a hook's returned tuple replacing grad_input."""
     who = type(module).__name__
-    if len(args) != 1 or kwargs:
-        raise NotImplementedError(f"{who}: backward hooks need a module called with one Var "
-                                  f"argument, got {len(args)} positional and {len(kwargs)} keyword")
-    _only_var(args[0], who, "argument")
+    _one_var_argument(module, args, kwargs, "backward")
     seen = {}
 
     def on_input(d):
@@ -117,10 +124,8 @@ def hooked_call(module, args, kwargs, run):
         elif changed is not None:              # PyTorch's: the new arguments
             args = changed if isinstance(changed, tuple) else (changed,)
     if hooks["input_backward"]:
-        if len(args) != 1 or kwargs:
-            raise NotImplementedError(f"{type(module).__name__}: input backward hooks need a module called "
-                                      f"with one Var argument, got {len(args)} positional and {len(kwargs)} keyword")
-        args = (_gradient_hooked(module, args[0], list(hooks["input_backward"]), "argument"),)
+        x = _one_var_argument(module, args, kwargs, "input backward")
+        args = (_gradient_hooked(module, x, list(hooks["input_backward"]), "argument"),)
     scope = contextlib.nullcontext() if hooks["grad"] else no_grad()
     with scope:
         if hooks["backward"]:
