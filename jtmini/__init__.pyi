@@ -794,6 +794,9 @@ def broadcast_to(x: Any, shape: Any) -> Var:
 def broadcast_var(x: Any, y: Any, dims: Any = ...) -> Var:
     """Jittor's ``broadcast_var``: ``x`` broadcast against the shape of Var ``y`` (see ``broadcast``)."""
 
+def candidate(x: Any, fail_cond: Any, dtype: Any = ...) -> Any:
+    """The rows of ``x`` a greedy pass keeps, as Jittor's ``jt.candidate``: row i is kept unless"""
+
 def cast(x: Any, dtype: Any) -> Var:
     """``x`` converted to ``dtype`` (float to int truncates toward zero, nonzero to bool is True)."""
 

@@ -1,5 +1,5 @@
 """Jittor-compatible layers, initialisers and models added for Jittor's own tests (area nn2):
-3-d pooling, MaxPool2d indices and MaxUnpool2d, Var's in-place initialisers, trunc_normal_,
+3-d pooling, MaxPool2d/3d indices and MaxUnpool2d/3d, Var's in-place initialisers, trunc_normal_,
 Var.sync's arguments, Jittor's norm-layer arguments, padding of any rank, DenseNet. Values and
 gradients against PyTorch (CPU), on contiguous and non-contiguous inputs, and the error cases.
 """
@@ -93,6 +93,36 @@ def test_unpool_adds_shared_winners_as_jittor():
     assert back.shape == (1, 1, 5, 5)
     assert back.numpy()[0, 0, 3, 2] == 32 and back.numpy().sum() == 11 + 12 + 32
     assert nn.MaxUnpool2d(3, 2)(out[0], where[0], output_size=(5, 5)).shape == (1, 5, 5)
+
+
+@pytest.mark.parametrize("layout", ["contig", "transposed"])
+@pytest.mark.parametrize("kernel, stride, padding", [(2, 2, 0), ((2, 3, 2), (2, 3, 2), (1, 0, 1))])
+def test_max_pool3d_indices_and_unpool_match_torch(rng, layout, kernel, stride, padding):
+    x = rng.standard_normal((2, 3, 6, 6, 5))
+    out, where = nn.MaxPool3d(kernel, stride, padding, return_indices=True)(jt.array(x))
+    t_out, t_where = F.max_pool3d(torch.tensor(x), kernel, stride, padding, return_indices=True)
+    np.testing.assert_array_equal(where.numpy(), t_where.numpy())
+    size = x.shape[2:]
+    check_grad(lambda a: nn.MaxUnpool3d(kernel, stride, padding)(a, where, output_size=size),
+               lambda t: F.max_unpool3d(t, t_where, kernel, stride, padding, output_size=size),
+               [t_out.numpy()], [layout])
+
+
+def test_unpool3d_adds_shared_winners_and_takes_one_volume(rng):
+    x = rng.standard_normal((1, 2, 5, 5, 5))
+    out, where = nn.MaxPool3d(3, 1, return_indices=True)(jt.array(x))     # overlapping windows
+    want = np.zeros((1, 2, 125))
+    for c in range(2):
+        np.add.at(want[0, c], where.numpy()[0, c].ravel(), out.numpy()[0, c].ravel())
+    back = nn.MaxUnpool3d(3, 1)(out, where)
+    np.testing.assert_allclose(back.numpy(), want.reshape(1, 2, 5, 5, 5))
+    np.testing.assert_allclose(nn.MaxUnpool3d(3, 1)(out[0], where[0]).numpy(), back.numpy()[0])
+    with pytest.raises(ValueError, match=r"indices must lie in \[0, 8\) for an output volume of 2x2x2"):
+        nn.MaxUnpool3d(3, 1)(out, where, output_size=(2, 2, 2))
+    with pytest.raises(ValueError, match=r"input must be \(N, C, D, H, W\) or \(C, D, H, W\)"):
+        nn.MaxUnpool3d(2)(out[0, 0], where[0, 0])
+    with pytest.raises(ValueError, match="MaxUnpool3d: stride must be >= 1"):
+        nn.MaxUnpool3d(2, stride=(1, 0, 1))
 
 
 def test_unpool_errors():

@@ -32,7 +32,7 @@ import tempfile
 from pathlib import Path
 
 USER_FACING = """
-arg_reduce_op argsort_op array auto_diff binary_op bmm broadcast_to_op clone concat_op core cumprod_op
+arg_reduce_op argsort_op array auto_diff binary_op bmm broadcast_to_op candidate clone concat_op core cumprod_op
 default_var digamma distributions dtype_info einsum fold function grad histc index_op linalg matmul
 misc_op node random_op reduce_op reindex_op reindex_reduce_op repeat reshape search_sorted searchsorted_op
 setitem slice sparse ternary_op transpose_op unary_op unique var where_op

@@ -343,17 +343,51 @@ class AdaptiveMaxPool2d(Module):
 
 # --- max unpooling, 3-d pooling (Jittor's MaxUnpool2d, Pool3d, MaxPool3d, AvgPool3d) -------------
 def _unpool_size(who, pooled, kernel, stride, padding, output_size):
-    """(H, W) of the unpooled plane: the last two of ``output_size``, else the inverse of the
-    pooling's size formula, (pooled - 1) * stride - 2 * padding + kernel, as in PyTorch."""
+    """The unpooled spatial size: the last ``len(pooled)`` of ``output_size``, else the inverse of
+    the pooling's size formula, (pooled - 1) * stride - 2 * padding + kernel, as in PyTorch."""
+    k = len(pooled)
     if output_size is not None:
-        size = items(output_size)[-2:]
-        if len(size) != 2 or not all(is_count(s) and s >= 1 for s in size):
-            raise ValueError(f"{who}: output_size must end in two ints >= 1 (H, W), got {output_size!r}")
-        return int(size[0]), int(size[1])
+        size = items(output_size)[-k:]
+        if len(size) != k or not all(is_count(s) and s >= 1 for s in size):
+            raise ValueError(f"{who}: output_size must end in {k} ints >= 1 ({_SPATIAL[k]}), got {output_size!r}")
+        return tuple(int(s) for s in size)
     return tuple((p - 1) * s - 2 * q + k for p, k, s, q in zip(pooled, kernel, stride, padding))
 
 
-class MaxUnpool2d(Module):
+_SPATIAL = {2: "H, W", 3: "D, H, W"}
+
+
+class _MaxUnpool(Module):
+    """Max unpooling over the last ``dims`` dims (set by the subclasses): each pooled value is put
+    back at its flat position in a zero plane (or volume); values of overlapping windows that share
+    a winner are added, as in Jittor."""
+    dims = 2
+
+    def execute(self, x, indices, output_size=None):
+        who, k = type(self).__name__, self.dims
+        x = _pool_input(who, x)
+        if not isinstance(indices, Var) or "int" not in indices.dtype or indices.shape != x.shape:
+            got = f"{indices.dtype} {indices.shape}" if isinstance(indices, Var) else type(indices).__name__
+            raise ValueError(f"{who}: indices must be an int Var of the input's shape {x.shape}, got {got}")
+        if x.ndim not in (k + 1, k + 2):
+            raise ValueError(f"{who}: input must be (N, C, {_SPATIAL[k]}) or (C, {_SPATIAL[k]}), got shape {x.shape}")
+        size = _unpool_size(who, x.shape[-k:], self.kernel_size, self.stride, self.padding, output_size)
+        plane = functools.reduce(operator.mul, size, 1)
+        if indices.numel() and not 0 <= int(indices.min().item()) <= int(indices.max().item()) < plane:
+            raise ValueError(f"{who}: indices must lie in [0, {plane}) for an output {('plane', 'volume')[k - 2]} of {'x'.join(map(str, size))}, "
+                             f"got values in [{int(indices.min().item())}, {int(indices.max().item())}]")
+
+        def unpool(b, where):
+            n, c = b.shape[:2]
+            at = ",".join(f"i{d}" for d in range(k + 2))
+            flat = b.reindex_reduce("add", [n, c, plane], ["i0", "i1", f"@e0({at})"], extras=[where])
+            return flat.reshape((n, c) + size)
+        if x.ndim == k + 1:
+            return unpool(x.reshape((1,) + x.shape), indices.reshape((1,) + x.shape))[0]
+        return unpool(x, indices)
+
+
+class MaxUnpool2d(_MaxUnpool):
     """Jittor's inverse of ``MaxPool2d(..., return_indices=True)``: each pooled value is put back
     at its flat position ``h * W + w`` in a zero (N, C, H, W) plane (or (C, H, W)). Values of
     overlapping windows that share a winner are added, as in Jittor. H, W come from
@@ -369,25 +403,20 @@ class MaxUnpool2d(Module):
         self.kernel_size, self.padding = pair(kernel_size), pair(padding)
         self.stride = self.kernel_size if stride is None else pair(stride)
 
-    def execute(self, x, indices, output_size=None):
-        who = "MaxUnpool2d"
-        if not isinstance(indices, Var) or "int" not in indices.dtype or indices.shape != _pool_input(who, x).shape:
-            got = f"{indices.dtype} {indices.shape}" if isinstance(indices, Var) else type(indices).__name__
-            raise ValueError(f"{who}: indices must be an int Var of the input's shape {x.shape}, got {got}")
-        h, w = _unpool_size(who, x.shape[-2:], self.kernel_size, self.stride, self.padding, output_size)
-        if indices.numel() and not 0 <= int(indices.min().item()) <= int(indices.max().item()) < h * w:
-            raise ValueError(f"{who}: indices must lie in [0, {h * w}) for an output plane of {h}x{w}, got "
-                             f"values in [{int(indices.min().item())}, {int(indices.max().item())}]")
 
-        def unpool(b, where):
-            n, c = b.shape[:2]
-            flat = b.reindex_reduce("add", [n, c, h * w], ["i0", "i1", "@e0(i0,i1,i2,i3)"], extras=[where])
-            return flat.reshape(n, c, h, w)
-        if x.ndim == 3:
-            return unpool(x.reshape((1,) + x.shape), indices.reshape((1,) + x.shape))[0]
-        if x.ndim != 4:
-            raise ValueError(f"{who}: input must be (N, C, H, W) or (C, H, W), got shape {x.shape}")
-        return unpool(x, indices)
+class MaxUnpool3d(_MaxUnpool):
+    """Jittor's inverse of ``MaxPool3d(..., return_indices=True)``: each pooled value is put back
+    at its flat position ``(d * H + h) * W + w`` in a zero (N, C, D, H, W) volume (or (C, D, H, W));
+    see ``MaxUnpool2d``.
+
+    >>> pool, unpool = nn.MaxPool3d(2, return_indices=True), nn.MaxUnpool3d(2)
+    >>> out, where = pool(jt.randn(1, 1, 4, 4, 4)); unpool(out, where).shape
+    (1, 1, 4, 4, 4)
+    """
+    dims = 3
+
+    def __init__(self, kernel_size, stride=None, padding=0):
+        self.kernel_size, self.stride, self.padding, _ = _geometry3d("MaxUnpool3d", kernel_size, stride, padding, 1)
 
 
 def _triple(who, name, value):
