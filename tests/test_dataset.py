@@ -314,3 +314,59 @@ def test_default_root(monkeypatch):
     assert mnist.default_root().endswith(os.path.join("dataset", "mnist"))
     monkeypatch.setenv("JTMINI_MNIST_DIR", "/data/mnist")
     assert mnist.default_root() == "/data/mnist"
+
+
+# --- EMNIST ------------------------------------------------------------------------------------------
+def _idx_gz(path, array):
+    with gzip.open(path, "wb") as f:
+        f.write(bytes([0, 0, 8, array.ndim]) + b"".join(int(d).to_bytes(4, "big") for d in array.shape)
+                + array.astype(np.uint8).tobytes())
+
+
+def _emnist_zip(tmp_path, split, n, test_kind="test"):
+    """A zip laid out as NIST's gzip.zip (gzip/emnist-<split>-<kind>-...), and its images."""
+    import hashlib
+    import zipfile
+    rng = np.random.default_rng(0)
+    images = rng.integers(0, 256, (n, 28, 28)).astype(np.uint8)
+    folder = tmp_path / "src" / "gzip"
+    folder.mkdir(parents=True)
+    for kind in ("train", test_kind):
+        _idx_gz(folder / f"emnist-{split}-{kind}-images-idx3-ubyte.gz", images)
+        _idx_gz(folder / f"emnist-{split}-{kind}-labels-idx1-ubyte.gz", np.arange(n) % 27)
+    archive = tmp_path / "gzip.zip"
+    with zipfile.ZipFile(archive, "w") as z:
+        for f in folder.iterdir():
+            z.write(f, f"gzip/{f.name}")
+    return archive, hashlib.md5(archive.read_bytes()).hexdigest(), images
+
+
+def test_emnist_downloads_nist_archive_and_serves_upright_images(tmp_path, monkeypatch):
+    from jtmini.dataset import EMNIST
+    archive, md5, images = _emnist_zip(tmp_path, "letters", 40)
+    root = tmp_path / "root"
+    with pytest.raises(RuntimeError, match="emnist-letters-train-images-idx3-ubyte.gz is not in .*download=False"):
+        EMNIST(data_root=str(root), split="letters", download=False)
+    monkeypatch.setattr(mnist, "EMNIST_ZIP", (archive.as_uri(), "0" * 32))
+    with pytest.raises(RuntimeError, match="arrived damaged"):
+        EMNIST(data_root=str(root), split="letters")
+    monkeypatch.setattr(mnist, "EMNIST_ZIP", (archive.as_uri(), md5))
+    data = EMNIST(data_root=str(root), split="letters", train=False, batch_size=16, transform=ToNormalizedTensor())
+    assert data.total_len == 40 and data.classes[:3] == ["N/A", "a", "b"] and len(data.classes) == 27
+    np.testing.assert_array_equal(data.images, images.transpose(0, 2, 1))
+    batch, labels = next(iter(data))
+    assert batch.shape == (16, 1, 28, 28) and labels.numpy().tolist() == list(range(16))
+    image, label = EMNIST(data_root=str(root), split="letters", download=False)[3]
+    assert image.shape == (3, 28, 28) and label == 3
+    np.testing.assert_allclose(image[0], images[3].T / 255.0, rtol=1e-6)
+    with pytest.raises(ValueError, match="split must be one of 'byclass'"):
+        EMNIST(data_root=str(root), split="greek")
+
+
+def test_emnist_reads_jittor_t10k_names(tmp_path):
+    from jtmini.dataset import EMNIST
+    archive, _, _ = _emnist_zip(tmp_path, "digits", 8, test_kind="t10k")
+    import zipfile
+    with zipfile.ZipFile(archive) as z:
+        z.extractall(tmp_path / "root")
+    assert EMNIST(data_root=str(tmp_path / "root"), split="digits", train=False, download=False).total_len == 8

@@ -12,44 +12,17 @@ md5; with ``download=True`` a missing or damaged set is fetched from the Toronto
 """
 import os
 import pickle
-import sys
-import tarfile
-import tempfile
 
 import numpy as np
 
 from jtmini.dataset.dataset import Dataset
-from jtmini.dataset.mnist import md5_ok
+from jtmini.dataset.download import download_and_extract, md5_ok
 from jtmini.flags import flags
-
-DOWNLOAD_TIMEOUT_S = 60
 
 
 def default_root():
     """``<flags.cache_dir>/dataset/cifar_data``."""
     return os.path.join(flags.cache_dir, "dataset", "cifar_data")
-
-
-def download_and_extract(url, root, md5):
-    """Fetch the archive at ``url`` into a temporary file, check ``md5``, unpack it into ``root``;
-    RuntimeError naming the URL if it cannot be fetched or is damaged."""
-    # imported here: http/ssl cost time at import and only downloads need them
-    from urllib.request import urlopen
-    os.makedirs(root, exist_ok=True)
-    print(f"jtmini: downloading {url}", file=sys.stderr)
-    with tempfile.TemporaryDirectory(dir=root) as tmp:
-        path = os.path.join(tmp, os.path.basename(url))
-        try:
-            with open(path, "wb") as out, urlopen(url, timeout=DOWNLOAD_TIMEOUT_S) as response:
-                while chunk := response.read(1 << 20):
-                    out.write(chunk)
-        except OSError as err:
-            raise RuntimeError(f"could not download {url} ({err}); put the unpacked archive "
-                               f"into {root} and use download=False") from None
-        if not md5_ok(path, md5):
-            raise RuntimeError(f"{url} arrived damaged (md5 is not {md5})")
-        with tarfile.open(path, "r:gz") as archive:
-            archive.extractall(root, filter="data")
 
 
 def load_pickle(path):

@@ -1,4 +1,5 @@
-"""MNIST from the four standard IDX files, with batches gathered in one vectorised step.
+"""MNIST from the four standard IDX files, with batches gathered in one vectorised step; EMNIST
+(its letters and digits) from NIST's archive of the same format.
 
 Where the files come from, in order (each file must match its md5; a mismatching one is never
 used):
@@ -14,16 +15,17 @@ used):
     ((100, 3, 28, 28), (100,))
 """
 import gzip
-import hashlib
 import importlib.util
 import os
 import shutil
+import string
 import sys
 import tempfile
 
 import numpy as np
 
 from jtmini.dataset.dataset import Dataset
+from jtmini.dataset.download import download_and_extract, md5_ok
 from jtmini.flags import flags
 
 MD5 = {
@@ -49,17 +51,6 @@ OFFLINE_PIP = "pip install --no-deps jittor-offline==0.0.7"
 def default_root():
     """``$JTMINI_MNIST_DIR`` if set, else ``<flags.cache_dir>/dataset/mnist``."""
     return os.environ.get("JTMINI_MNIST_DIR") or os.path.join(flags.cache_dir, "dataset", "mnist")
-
-
-def md5_ok(path, md5):
-    """True if ``path`` is a file whose md5 is ``md5`` (read in 1 MB chunks)."""
-    if not os.path.isfile(path):
-        return False
-    digest = hashlib.md5()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest() == md5
 
 
 def _md5_ok(path, name):
@@ -239,3 +230,62 @@ class MNIST(Dataset):
         if batched is None:
             return super().get_batch(indices)
         return batched(self.images[indices]), self.labels[indices]
+
+
+_EMNIST_MERGED = set("cijklmopsuvwxyz")          # letters whose upper and lower case are one class
+_EMNIST_ALL = sorted(set(string.digits + string.ascii_letters))
+EMNIST_CLASSES = {
+    "byclass": _EMNIST_ALL,
+    "bymerge": sorted(set(_EMNIST_ALL) - _EMNIST_MERGED),
+    "balanced": sorted(set(_EMNIST_ALL) - _EMNIST_MERGED),
+    "letters": ["N/A"] + list(string.ascii_lowercase),
+    "digits": list(string.digits),
+    "mnist": list(string.digits),
+}
+EMNIST_ZIP = ("https://biometrics.nist.gov/cs_links/EMNIST/gzip.zip", "58c8d27c78d21e728a6bc7b3cc06412e")
+
+
+def _emnist_file(root, split, train, part, download):
+    """Path of ``emnist-<split>-<train|test>-<part>-idx?-ubyte.gz`` under ``root/gzip`` (Jittor
+    names the test files ``t10k``; NIST's archive says ``test``), fetching NIST's archive first
+    with ``download=True`` when it is not there."""
+    kinds = ("train",) if train else ("test", "t10k")
+    names = [f"emnist-{split}-{kind}-{part}-idx{3 if part == 'images' else 1}-ubyte.gz" for kind in kinds]
+    for attempt in range(2):
+        for name in names:
+            if os.path.isfile(os.path.join(root, "gzip", name)):
+                return os.path.join(root, "gzip", name)
+        if attempt or not download:
+            break
+        download_and_extract(EMNIST_ZIP[0], root, EMNIST_ZIP[1])
+    raise RuntimeError(f"EMNIST: {names[0]} is not in {os.path.join(root, 'gzip')} "
+                       f"({'the downloaded archive lacks it' if download else 'download=False'}); unpack "
+                       f"NIST's {EMNIST_ZIP[0]} (md5 {EMNIST_ZIP[1]}) into {root}, or pass download=True")
+
+
+class EMNIST(MNIST):
+    """Jittor's EMNIST: the handwritten letters and digits of one ``split`` ('byclass', 'bymerge',
+    'balanced', 'letters', 'digits', 'mnist'), train or test, from NIST's gzip archive unpacked
+    in ``data_root`` (``<flags.cache_dir>/dataset/emnist_data`` by default; ``download=True``
+    fetches it, 536 MB). Images are turned upright (NIST stores them transposed) and then
+    served as MNIST's; ``classes`` names each label.
+
+    >>> letters = EMNIST(split="letters", train=False, batch_size=32)      # doctest: +SKIP
+    >>> letters.classes[:3]                                                 # doctest: +SKIP
+    ['N/A', 'a', 'b']
+    """
+
+    def __init__(self, data_root=None, split="byclass", train=True, download=True, batch_size=16, shuffle=False,
+                 transform=None, **attrs):
+        if split not in EMNIST_CLASSES:
+            raise ValueError(f"EMNIST: split must be one of {', '.join(map(repr, EMNIST_CLASSES))}, got {split!r}")
+        Dataset.__init__(self, batch_size=batch_size, shuffle=shuffle, **attrs)
+        self.data_root = data_root or os.path.join(flags.cache_dir, "dataset", "emnist_data")
+        self.split, self.train, self.transform = split, train, transform
+        self.classes = EMNIST_CLASSES[split]
+        images = read_idx(_emnist_file(self.data_root, split, train, "images", download), ndim=3)
+        self.images = np.ascontiguousarray(images.transpose(0, 2, 1))
+        self.labels = read_idx(_emnist_file(self.data_root, split, train, "labels", download), ndim=1).astype(np.int32)
+        if len(self.images) != len(self.labels):
+            raise ValueError(f"EMNIST: {len(self.images)} images but {len(self.labels)} labels")
+        self.set_attrs(total_len=len(self.labels))
