@@ -139,3 +139,15 @@ def test_pre_forward_hook_may_return_jittors_args_and_kwargs_pair():
     layer.remove_pre_forward_hook()
     layer.register_pre_forward_hook(lambda m, args: (args[0] * 3,))          # PyTorch's form
     assert layer(x).numpy().tolist() == [3.0, 6.0]
+
+
+def test_forward_hook_gets_the_keywords_fourth_as_jittor():
+    class Scale(nn.Module):
+        def execute(self, x, factor=1.0):
+            return x * factor
+
+    layer, x, seen = Scale(), jt.array([1.0, 2.0]), []
+    layer.register_forward_hook(lambda m, args, out, *kwargs: seen.append(kwargs) or out + 1)
+    assert layer(x, factor=2.0).numpy().tolist() == [3.0, 5.0]
+    assert layer(x).numpy().tolist() == [2.0, 3.0]
+    assert seen == [({"factor": 2.0},), ()]

@@ -135,7 +135,7 @@ def hooked_call(module, args, kwargs, run):
     if hooks["output_backward"]:
         out = _gradient_hooked(module, out, list(hooks["output_backward"]), "result")
     for fn in list(hooks["forward"]):
-        changed = fn(module, args, out)
+        changed = fn(module, args, out, kwargs) if kwargs else fn(module, args, out)   # Jittor's order
         if changed is not None:
             out = changed
     return out

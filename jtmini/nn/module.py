@@ -259,8 +259,9 @@ class Module:
 
     # --- hooks ---------------------------------------------------------------------------------
     def register_forward_hook(self, hook):
-        """Call ``hook(module, args, output)`` after each forward; a returned value replaces the
-        output. Returns a handle whose ``remove()`` takes the hook off.
+        """Call ``hook(module, args, output)`` after each forward (``hook(module, args, output,
+        kwargs)`` when keywords were given, as Jittor); a returned value replaces the output.
+        Returns a handle whose ``remove()`` takes the hook off.
 
             >>> handle = model.register_forward_hook(lambda m, args, out: print(out.shape))
         """
