@@ -9,6 +9,7 @@ Environment variables (read once, when the flag is first looked at) use the uppe
 ``JTMINI_`` prefix, e.g. ``JTMINI_NUM_THREADS=2``.
 """
 import contextlib
+import json
 import numbers
 import os
 import warnings
@@ -162,6 +163,14 @@ def _check_memory_profiling(name, value):
     return value
 
 
+def _check_compile_options(name, value):
+    if not isinstance(value, dict):
+        raise TypeError(f"flag {name} must be a dict of str -> int (Jittor's form), got {value!r}")
+    if not all(isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) for k, v in value.items()):
+        raise ValueError(f"flag {name} maps option names (str) to ints, got {value!r}")
+    return dict(value)
+
+
 # name: (default or zero-argument callable, parser of the env text, checker of a value, doc)
 _SPECS = {
     "num_threads": (_default_threads, int, _check_count,
@@ -218,6 +227,9 @@ _SPECS = {
     "enable_tuner": (True, _parse_bool, _check_bool,
                      "Jittor's switch for its op tuners (rewrites onto mkl/cuDNN kernels); jtmini has no tuners "
                      "(products always go to BLAS), so either value changes nothing: kept for Jittor scripts"),
+    "compile_options": (dict, json.loads, _check_compile_options,
+                        "Jittor's options for its op compiler ({'compile_shapes': 1}, 'FLAGS: ...'); jtmini builds "
+                        "every kernel with its own fixed flags, so it changes nothing: kept for Jittor scripts"),
     "amp_reg": (0, int, _check_amp_reg,
                 "Jittor's mixed precision bits: 1/2 float results in float32/float16 (not with a Python scalar), "
                 "4 reductions too, 8 exp and pow too (else float32), 16 jt.array and jt.random too"),

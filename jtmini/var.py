@@ -124,9 +124,24 @@ class _ScalarData(np.ndarray):
         return self.view(np.ndarray).__reduce__()     # pickles as a plain array
 
 
+class _ScalarNumpy(_ScalarData):
+    """``.numpy()`` of a 0-d Var: a 0-d array, as numpy's and PyTorch's, that also takes Jittor's
+    ``[0]`` (Jittor has no 0-d Vars, so its code reads a scalar's value as ``x.numpy()[0]``)."""
+
+    def __getitem__(self, index):
+        if self.ndim == 0 and isinstance(index, (int, np.integer)) and not isinstance(index, bool) and index in (0, -1):
+            return self.view(np.ndarray)[()]
+        return self.view(np.ndarray)[index]
+
+
 def _plain(x):
-    """``x`` as a plain ndarray view where it is a ``_ScalarData``."""
-    return x.view(np.ndarray) if isinstance(x, _ScalarData) else x
+    """``x`` as a plain ndarray view where it is a ``_ScalarData``, inside lists and tuples too
+    (``np.stack([a.data, b.data])``: left as they were, numpy called back here without end)."""
+    if isinstance(x, _ScalarData):
+        return x.view(np.ndarray)
+    if type(x) in (list, tuple):
+        return type(x)(_plain(v) for v in x)
+    return x
 
 
 class Shape(tuple):
@@ -281,8 +296,15 @@ class Var:
         return self
 
     def numpy(self):
-        """A fresh, writable numpy copy of the value."""
-        return np.array(_host(self.sync()._data), copy=True)
+        """A fresh, writable numpy copy of the value; of a 0-d Var a 0-d array that also takes
+        Jittor's ``[0]`` (``loss.numpy()[0]``, ``x[i].numpy()[0]``: Jittor's scalars are shaped [1]).
+
+            >>> v = jt.array([4, 5])[1].numpy()
+            >>> v, v[0]
+            (array(5, dtype=int32), np.int32(5))
+        """
+        out = np.array(_host(self.sync()._data), copy=True)
+        return out.view(_ScalarNumpy) if out.ndim == 0 else out
 
     @property
     def data(self):

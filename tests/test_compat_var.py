@@ -51,6 +51,19 @@ def test_data_of_0d_var():
     assert s.item() == 4.0 and s.shape == () and float(s.data) == 4.0
 
 
+def test_scalar_numpy_is_0d_and_takes_jittors_index_0():
+    x = jt.array([4.0, 5.0])
+    v = x[1].numpy()
+    assert v.shape == () and v[0] == 5.0 and v[-1] == 5.0 and float(v) == 5.0 and v.item() == 5.0
+    assert int(jt.array([3, 9]).sum().numpy()[0]) == 12
+    with pytest.raises(IndexError):
+        v[1]
+    np.testing.assert_array_equal(np.stack([v, v]), [5.0, 5.0])
+    s = x.sum()
+    np.testing.assert_array_equal(np.stack([s.data, s.data]), [[9.0], [9.0]])     # lists of them
+    np.testing.assert_array_equal(np.concatenate([s.data, x.data]), [9.0, 4.0, 5.0])
+
+
 def test_data_write_leaves_sharing_vars_alone():
     x = rand(2, 3)
     a = jt.array(x)

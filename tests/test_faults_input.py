@@ -12,7 +12,8 @@ import pytest
 import jtmini as jt
 from jtmini import nn
 from jtmini.dataset import Dataset
-from jtmini.flags import (_SPECS, Flags, _check_amp_reg, _check_backend, _check_bool, _check_count, _check_level,
+from jtmini.flags import (_SPECS, Flags, _check_amp_reg, _check_backend, _check_bool, _check_compile_options,
+                          _check_count, _check_level,
                           _check_memory_profiling, _check_use_cuda, _check_microseconds, _check_path, _check_seconds,
                           _check_vprefix)
 from jtmini.nn import functional as F
@@ -201,7 +202,8 @@ def test_optimizer_takes_one_element_losses_and_refuses_non_vars():
 BAD_FLAG_VALUES = {_check_bool: ("yes", 2), _check_memory_profiling: ("yes", 2), _check_use_cuda: ("yes", 2), _check_count: ("x", 0), _check_seconds: ("10", -1.0),
                    _check_microseconds: ("10", -1.0),
                    _check_path: (3, ""), _check_backend: (3, "../cpu"), _check_amp_reg: ("x", 32),
-                   _check_level: ("1", -1), _check_vprefix: (3, "var.py")}
+                   _check_level: ("1", -1), _check_vprefix: (3, "var.py"),
+                   _check_compile_options: ("x", {"compile_shapes": "1"})}
 
 
 def test_every_flag_is_checked_by_a_checker_of_a_known_kind():
@@ -226,6 +228,8 @@ def test_flags_accept_what_jittor_scripts_set():
     with jt.flag_scope(num_threads=np.int64(1), specialize_shapes=0, mpi_timeout=60):
         assert jt.flags.num_threads == 1 and jt.flags.specialize_shapes is False
         assert jt.flags.mpi_timeout == 60.0
+    with jt.flag_scope(compile_options={"compile_shapes": 1}):
+        assert jt.flags.compile_options == {"compile_shapes": 1}
         np.testing.assert_array_equal((jt.ones(3) * 2).numpy(), [2, 2, 2])
 
 

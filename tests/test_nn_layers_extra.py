@@ -339,6 +339,7 @@ def test_embedding_index_forms(rng):
     assert_var(E.embedding(np.array([[1], [2]], np.int64), w), weight[[[1], [2]]])
     assert_var(E.embedding(jt.array(np.array(3, np.int32)), w), weight[3])      # 0-d: one row
     assert_var(E.embedding(jt.array([1, 2]) + 2, w), weight[[3, 4]])            # a lazy index Var
+    assert_var(E.embedding(jt.array([3.0, 0.0]), w), weight[[3, 0]])            # whole floats, as Jittor
     assert E.Embedding(5, 3, dtype="float64").weight.dtype == "float64"
 
 
@@ -349,8 +350,12 @@ def test_embedding_errors_name_the_problem():
          lambda: E.embedding(jt.array([0, 4]), w)),
         (IndexError, "index -1 is out of range", lambda: E.embedding(jt.array([-1, 2]), w)),
         (IndexError, "index 9 is out of range", lambda: E.Embedding(4, 2)(jt.array([[1, 9]]))),
-        (TypeError, "indices must be an integer Var, got float32", lambda: E.embedding(jt.array([1.0]), w)),
-        (TypeError, "indices must be an integer Var, got bool", lambda: E.embedding([True], w)),
+        (TypeError, "indices must be an integer Var (or whole numbers), got float32",
+         lambda: E.embedding(jt.array([1.5]), w)),
+        (TypeError, "indices must be an integer Var (or whole numbers), got float32",
+         lambda: E.embedding(jt.array([np.nan]), w)),
+        (IndexError, "index 7 is out of range", lambda: E.embedding(jt.array([7.0]), w)),
+        (TypeError, "indices must be an integer Var (or whole numbers), got bool", lambda: E.embedding([True], w)),
         (TypeError, "weight must be a 2-d float Var (num_embeddings, embedding_dim), got float32 of shape (4,)",
          lambda: E.embedding(jt.array([0]), jt.zeros(4))),
         (TypeError, "got ndarray", lambda: E.embedding(jt.array([0]), np.zeros((4, 2)))),

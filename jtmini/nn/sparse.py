@@ -23,11 +23,15 @@ from .module import Module
 
 def _indices(x, num_embeddings, who):
     """``x`` (a Var, numpy array or list of ints) as an integer Var whose entries are all in
-    ``0..num_embeddings-1``; TypeError for other dtypes, IndexError naming a bad entry."""
+    ``0..num_embeddings-1``; IndexError naming a bad entry. Float indices holding whole numbers
+    are taken as ints, as Jittor's indexing takes them (its conditional GAN tutorial embeds
+    float32 labels); any other float or dtype is a TypeError."""
     x = x if isinstance(x, Var) else creation.as_var(np.asarray(x))
-    if not dtypes.is_integer(x.dtype):
-        raise TypeError(f"{who}: indices must be an integer Var, got {x.dtype}")
     values = x._value()
+    if dtypes.is_float(x.dtype) and np.all(np.isfinite(values)) and np.array_equal(values, np.trunc(values)):
+        x, values = x.cast("int32" if np.all(np.abs(values) < 2 ** 31) else "int64"), values.astype(np.int64)
+    if not dtypes.is_integer(x.dtype):
+        raise TypeError(f"{who}: indices must be an integer Var (or whole numbers), got {x.dtype}")
     if values.size and (values.min() < 0 or values.max() >= num_embeddings):
         bad = values[(values < 0) | (values >= num_embeddings)].flat[0]
         raise IndexError(f"{who}: index {bad} is out of range for a table of {num_embeddings} rows "
