@@ -256,6 +256,11 @@ def test_leaky_relu_refuses_a_slope_that_is_not_a_number_at_construction():
     with pytest.raises(ValueError, match=r"LeakyReLU: negative_slope .*got '0.2'"):
         nn.LeakyReLU(0.1, negative_slope="0.2")
     np.testing.assert_allclose(nn.LeakyReLU(negative_slope=0.5)(jt.array([-2.0, 1.0])).numpy(), [-1.0, 1.0])
+    # Jittor's modules from functions take the function's arguments at the call too
+    np.testing.assert_allclose(nn.Leaky_relu()(jt.array([-2.0, 1.0]), 0.2).numpy(), [-0.4, 1.0])
+    with pytest.raises(ValueError, match=r"LeakyReLU: scale must be a real number, got 'x'"):
+        nn.LeakyReLU()(jt.array([-2.0]), "x")
+    np.testing.assert_allclose(nn.Softmax()(jt.zeros(2, 4), 1).numpy(), np.full((2, 4), 0.25))
 
 
 @pytest.mark.parametrize("layer,t_layer,shape,want", [

@@ -277,7 +277,8 @@ def _check_dim(who, dim):
 
 
 class Softmax(Module):
-    """exp(x) / sum(exp(x)) along ``dim``; with ``dim=None`` over all elements, as Jittor.
+    """exp(x) / sum(exp(x)) along ``dim``; with ``dim=None`` over all elements, as Jittor. As
+    Jittor's, a call may give the dim itself (``nn.Softmax()(x, 1)``).
 
     >>> nn.Softmax(dim=1)(jt.zeros(2, 4)).numpy()[0]
     array([0.25, 0.25, 0.25, 0.25], dtype=float32)
@@ -286,8 +287,9 @@ class Softmax(Module):
     def __init__(self, dim=None):
         self.dim = _check_dim("Softmax", dim)
 
-    def execute(self, x):
-        return F.softmax(_float_input(x, "Softmax"), dim=self.dim)
+    def execute(self, x, dim=None):
+        dim = self.dim if dim is None else _check_dim("Softmax", dim)
+        return F.softmax(_float_input(x, "Softmax"), dim=dim)
 
 
 class LogSoftmax(Module):

@@ -209,15 +209,20 @@ class ReLU(Module):
 
 
 class LeakyReLU(Module):
-    """x where x > 0 else ``scale * x``; PyTorch's ``negative_slope`` is accepted too."""
+    """x where x > 0 else ``scale * x``; PyTorch's ``negative_slope`` is accepted too. As Jittor's,
+    a call may give the scale itself (``nn.Leaky_relu()(x, 0.2)``, its LSGAN tutorial's form).
+
+    >>> nn.LeakyReLU(0.1)(jt.array([-1.0, 2.0])).numpy(), nn.LeakyReLU()(jt.array([-1.0]), 0.5).numpy()
+    (array([-0.1,  2. ], dtype=float32), array([-0.5], dtype=float32))
+    """
 
     def __init__(self, scale=0.01, negative_slope=None):
         # checked here: a string slope would otherwise fail at the first forward, far from its cause
         self.scale = real("LeakyReLU", "scale" if negative_slope is None else "negative_slope",
                           scale if negative_slope is None else negative_slope)
 
-    def execute(self, x):
-        return F.leaky_relu(x, self.scale)
+    def execute(self, x, scale=None):
+        return F.leaky_relu(x, self.scale if scale is None else real("LeakyReLU", "scale", scale))
 
 
 class Sigmoid(Module):
