@@ -361,8 +361,15 @@ def _binary_grad(rule):
 def operands(*values):
     """Vars of one dtype and one broadcast shape from Vars and Python scalars (weak scalars)."""
     first = values[0]
+    if len(values) == 2:
+        # the common case in a model: two Vars of one shape and dtype, nothing to convert; shapes
+        # are shared objects (var._shape_of), so identity decides it without Shape.__eq__
+        second = values[1]
+        if isinstance(first, Var) and isinstance(second, Var) and first.shape is second.shape \
+                and first.dtype == second.dtype:
+            return [first, second]
     if all(isinstance(v, Var) and v.shape == first.shape and v.dtype == first.dtype for v in values):
-        return list(values)            # the common case in a model: nothing to convert
+        return list(values)
     if len(values) == 2:               # next most common: ``x * 0.9``, the weak scalar keeps x's dtype
         var, scalar = values if isinstance(first, Var) else values[::-1]
         if isinstance(var, Var) and type(scalar) in (float, int) and dtypes.scalar_dtype(scalar, var.dtype) == var.dtype:
