@@ -7,6 +7,6 @@ setup(
     packages=find_packages(include=["jtmini", "jtmini.*"]),
     package_data={"jtmini": ["templates/*/*.j2", "__init__.pyi", "py.typed"]},
     python_requires=">=3.9",
-    install_requires=["numpy", "jinja2", "mpi4py", "tqdm", "threadpoolctl"],
+    install_requires=["numpy", "jinja2", "mpi4py", "tqdm", "threadpoolctl", "einops"],
     extras_require={"cuda": ["cupy-cuda12x"], "mkl": ["mkl"], "image": ["Pillow"], "test": ["pytest", "pytest-timeout", "Pillow", "scipy", "autograd", "nvidia-cuda-nvrtc>=12"]},
 )

@@ -54,11 +54,11 @@ def __getattr__(name):
         return getattr(world, name)
     # the training stack is imported on first use, so `import jtmini` stays cheap
     if name in ("nn", "optim", "init", "models", "lr_scheduler", "misc", "transform", "dataset",
-                "compile_extern", "distributions", "loss3d"):
+                "compile_extern", "distributions", "loss3d", "contrib"):
         return _importlib.import_module(f"{__name__}.{name}")
     if name in ("linalg", "sparse"):      # LAPACK-backed matrix functions, sparse COO Vars
         return _importlib.import_module(f"{__name__}.{name}")
-    if name == "core":                  # Jittor's C++ core module; jtmini has no separate core
+    if name in ("core", "jittor_core"):     # Jittor's C++ core module; jtmini has no separate core
         return _sys.modules[__name__]
     if name == "Module":
         from .nn import Module

@@ -5,6 +5,7 @@ import builtins as _builtins
 from typing import Any
 
 from . import compile_extern as compile_extern
+from . import contrib as contrib
 from . import creation as creation
 from . import dataset as dataset
 from . import distributions as distributions

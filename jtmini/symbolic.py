@@ -452,7 +452,8 @@ def _render(e, c):
 
 
 # --- Jittor's string expressions ---------------------------------------------------------------
-_TOKEN = re.compile(r"\s*(?:(\d+)|(@e\d+)|([A-Za-z_]\w*)|(&&|\|\||==|!=|<=|>=|[-+*/%()<>!?:,]))")
+_TOKEN = re.compile(r"\s*(?:(\d+\.\d*(?:[eE][+-]?\d+)?|\d+[eE][+-]?\d+|\d+)|(@e\d+)|([A-Za-z_]\w*)|"
+                    r"(&&|\|\||==|!=|<=|>=|[-+*/%()<>!?:,]))")
 _NAME = re.compile(r"(i|xshape|yshape)(\d+)")
 _LEVELS = [("||",), ("&&",), ("==", "!="), ("<", "<=", ">", ">="), ("+", "-"), ("*", "/", "%")]
 INT64_MAX = 2 ** 63 - 1
@@ -462,8 +463,10 @@ INT64_MAX = 2 ** 63 - 1
 def parse(text):
     """The Expr of a Jittor index expression: integer literals, ``i0 i1 ...`` (output indices),
     ``xshape0 ...`` / ``yshape0 ...`` (dims), ``@e0(...)`` (extra input reads), ``+ - * / %``,
-    comparisons, ``&& || !``, ``?:`` and parentheses. Anything else is an IndexExprError (a
-    ValueError) that quotes the expression.
+    comparisons, ``&& || !``, ``?:`` and parentheses. A whole-number float literal (``2.0``, what
+    ``(k - 1) / 2`` gives in Python) is taken as that integer where C's double arithmetic would
+    give the same index (``+ - *`` and comparisons), refused under ``/`` and ``%``. Anything else
+    is an IndexExprError (a ValueError) that quotes the expression.
 
     >>> parse("i1 < 0 || i1 >= xshape1 ? 0 : @e0(i0) % 3").source()
     '(((i1 < 0) || (i1 >= xshape1)) ? 0 : (@e0(i0) % 3))'
@@ -471,14 +474,15 @@ def parse(text):
     if not isinstance(text, str):
         raise IndexExprError(f"an index expression must be a string or an Expr, got {type(text).__name__}")
     parser = _Parser(text)
-    expr = parser.ternary()
+    expr, _ = parser.ternary()
     if parser.peek() is not None:
         parser.fail(f"unexpected {parser.peek()!r}")
     return expr
 
 
 class _Parser:
-    """Recursive descent over the tokens of one expression, with C's precedence."""
+    """Recursive descent over the tokens of one expression, with C's precedence. Each rule gives
+    ``(expr, floating)``: floating where C would compute in double (a float literal inside)."""
 
     def __init__(self, text):
         self.text, self.tokens, pos = text, [], 0
@@ -507,32 +511,36 @@ class _Parser:
         return token
 
     def ternary(self):
-        cond = self.level(0)
+        cond, _ = self.level(0)
         if self.peek() != "?":
-            return cond
+            return cond, _
         self.take("?")
-        a = self.ternary()
+        a, a_float = self.ternary()
         self.take(":")
-        return where(cond, a, self.ternary())
+        b, b_float = self.ternary()
+        return where(cond, a, b), a_float or b_float
 
     def level(self, k):
         if k == len(_LEVELS):
             return self.unary()
-        left = self.level(k + 1)
+        left, floating = self.level(k + 1)
         while self.peek() in _LEVELS[k]:
             op = self.take()
-            right = self.level(k + 1)
+            right, right_float = self.level(k + 1)
+            if op in ("/", "%") and (floating or right_float):
+                self.fail(f"a float literal under {op!r}: C would compute it in floating point; write integers")
             if op in ("/", "%") and right.value == 0:
                 self.fail("division by zero")
-            left = binary(op, left, right)
-        return left
+            left, floating = binary(op, left, right), (floating or right_float) and op in ("+", "-", "*")
+        return left, floating
 
     def unary(self):
         token = self.peek()
         if token in ("-", "+", "!"):
             self.take()
-            inner = self.unary()
-            return {"-": lambda: -inner, "+": lambda: inner, "!": lambda: logical_not(inner)}[token]()
+            inner, floating = self.unary()
+            return {"-": lambda: -inner, "+": lambda: inner, "!": lambda: logical_not(inner)}[token](), \
+                floating and token != "!"
         return self.primary()
 
     def primary(self):
@@ -541,22 +549,25 @@ class _Parser:
             inner = self.ternary()
             self.take(")")
             return inner
-        if token.isdigit():
-            if int(token) > INT64_MAX:
+        if token[0].isdigit():
+            value = float(token) if not token.isdigit() else int(token)
+            if value != int(value) or abs(value) > 2 ** 53:
+                self.fail(f"literal {token} is not a whole number an index can be")
+            if int(value) > INT64_MAX:
                 self.fail(f"literal {token} does not fit int64")
-            return num(int(token))
+            return num(int(value)), not token.isdigit()
         if token.startswith("@e"):
-            return self.extra(int(token[2:]))
+            return self.extra(int(token[2:])), False
         if _NAME.fullmatch(token):
-            return sym(token)
+            return sym(token), False
         self.fail(f"unknown name {token!r}" if token[0].isalpha() or token[0] == "_" else f"unexpected {token!r}")
 
     def extra(self, k):
         self.take("(")
-        args = [] if self.peek() == ")" else [self.ternary()]      # a 0-d extra takes no index
+        args = [] if self.peek() == ")" else [self.ternary()[0]]      # a 0-d extra takes no index
         while self.peek() == ",":
             self.take(",")
-            args.append(self.ternary())
+            args.append(self.ternary()[0])
         self.take(")")
         return read(k, *args)
 

@@ -92,17 +92,27 @@ def test_nll_loss_ignores_minus_100_by_default_as_torch(rng):
 
 
 @pytest.mark.parametrize("loss", [F.cross_entropy_loss, F.nll_loss, CrossEntropyLoss(), NLLLoss()])
-@pytest.mark.parametrize("dtype", ["float32", "bool"])
-def test_class_losses_refuse_labels_that_are_not_integers(loss, dtype):
-    labels = jt.array(np.array([0, 1, 1, 0]).astype(dtype))
+@pytest.mark.parametrize("values", [[0, 1, 1, 0], [0, 1.5, 1, 0]])
+def test_class_losses_refuse_labels_that_are_not_integers(loss, values):
+    dtype = "bool" if values == [0, 1, 1, 0] else "float32"
+    labels = jt.array(np.array(values).astype(dtype))
     with pytest.raises(ValueError, match=f"integer class indices .*got dtype {dtype}"):
         loss(jt.randn(4, 3), labels)
+
+
+@pytest.mark.parametrize("loss", [F.cross_entropy_loss, F.nll_loss, CrossEntropyLoss(), NLLLoss()])
+def test_class_losses_take_whole_float_labels_as_jittor_and_check_their_range(loss):
+    x = jt.randn(4, 3)
+    want = loss(x, jt.array([0, 2, 1, 0])).item()
+    assert loss(x, jt.array([0.0, 2.0, 1.0, 0.0])).item() == want           # Jittor's float32 labels
+    with pytest.raises(ValueError, match="target label 3 is out of range for 3 classes"):
+        loss(x, jt.array([0.0, 3.0, 1.0, 0.0]))
 
 
 def test_class_loss_argument_errors_name_the_argument():
     x, labels = jt.randn(4, 3), jt.array([0, 1, 2, 1])
     with pytest.raises(ValueError, match=r"class probabilities only when it has the input's shape \(4, 3\)"):
-        F.cross_entropy_loss(x, jt.array(np.zeros(4, np.float32)))
+        F.cross_entropy_loss(x, jt.array(np.full(4, 0.5, np.float32)))
     with pytest.raises(ValueError, match=r"label_smoothing must be a number in \[0, 1\], got 1.5"):
         F.cross_entropy_loss(x, labels, label_smoothing=1.5)
     with pytest.raises(ValueError, match=r"label_smoothing .*got -0.1"):

@@ -62,6 +62,9 @@ def __getattr__(name):
     if name in _OPTIMIZERS:
         from .. import optim
         return getattr(optim, name)
+    if name == "init":                  # Jittor's nn.py imports init: models call nn.init.xavier_uniform_
+        from .. import init
+        return init
     raise AttributeError(f"module 'jtmini.nn' has no attribute {name!r}")
 
 

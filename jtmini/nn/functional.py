@@ -18,6 +18,7 @@ from ..ops.elementwise import bce_logits, broadcast_shapes, where
 from ..ops.elementwise import leaky_relu as _leaky_relu
 from ..ops import random_op
 from ..ops.reindex import _permute_checked
+from ..ops.indexing import whole_numbers
 from ..ops.mathfns import softmax as _softmax
 from ..ops.registry import runs_fused
 from ..flags import flags
@@ -240,11 +241,15 @@ class LabelRangeError(IndexError, ValueError):
 
 
 def _class_target(target, who, hint=""):
-    """``target`` as a Var of integer class indices; a float or bool one is refused: compared
-    against class numbers it would silently match nothing."""
+    """``target`` as a Var of integer class indices; float labels holding whole numbers are taken
+    as ints (Jittor's losses compare them with the class numbers); any other float, or bool,
+    target is refused: compared against class numbers it would silently match nothing."""
     target = creation.as_var(target)
+    if dtypes.is_float(target.dtype):         # Jittor's float32 labels holding whole numbers
+        whole = whole_numbers(target)
+        target = target if whole is None else whole
     if not dtypes.is_integer(target.dtype):
-        raise LabelDtypeError(f"{who}: target must hold integer class indices (an integer dtype), "
+        raise LabelDtypeError(f"{who}: target must hold integer class indices (an integer dtype, or whole floats), "
                               f"got dtype {target.dtype}{hint}")
     return target
 

@@ -16,6 +16,7 @@ import numpy as np
 from .. import creation, dtypes
 from ..ops import random_op
 from ..ops.elementwise import where
+from ..ops.indexing import whole_numbers
 from ..var import Var
 from .arguments import count, is_count
 from .module import Module
@@ -27,11 +28,12 @@ def _indices(x, num_embeddings, who):
     are taken as ints, as Jittor's indexing takes them (its conditional GAN tutorial embeds
     float32 labels); any other float or dtype is a TypeError."""
     x = x if isinstance(x, Var) else creation.as_var(np.asarray(x))
-    values = x._value()
-    if dtypes.is_float(x.dtype) and np.all(np.isfinite(values)) and np.array_equal(values, np.trunc(values)):
-        x, values = x.cast("int32" if np.all(np.abs(values) < 2 ** 31) else "int64"), values.astype(np.int64)
+    if dtypes.is_float(x.dtype):
+        whole = whole_numbers(x)
+        x = x if whole is None else whole
     if not dtypes.is_integer(x.dtype):
         raise TypeError(f"{who}: indices must be an integer Var (or whole numbers), got {x.dtype}")
+    values = x._value()
     if values.size and (values.min() < 0 or values.max() >= num_embeddings):
         bad = values[(values < 0) | (values >= num_embeddings)].flat[0]
         raise IndexError(f"{who}: index {bad} is out of range for a table of {num_embeddings} rows "

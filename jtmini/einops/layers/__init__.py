@@ -1,0 +1,1 @@
+"""einops' layers for jtmini: ``jt.einops.layers.jittor`` (Jittor's module name)."""
