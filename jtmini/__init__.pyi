@@ -184,7 +184,7 @@ class Var:
     def asinh(self) -> Var:
         """Elementwise asinh."""
     def assign(self, value: Any) -> Var:
-        """Make this Var hold ``value``'s value, cast to this Var's dtype, with no gradient history:"""
+        """Make this Var hold ``value``'s value, cast to this Var's dtype, as Jittor's ``assign``:"""
     def astype(self, dtype: Any) -> Var:
         """``x`` converted to ``dtype`` (float to int truncates toward zero, nonzero to bool is True)."""
     def atan(self) -> Var:
@@ -285,7 +285,7 @@ class Var:
     def exp(self) -> Var:
         """Elementwise exp."""
     def expand(self, *shape: Any) -> Var:
-        """``x`` broadcast to ``shape`` (dims or one tuple); -1 keeps that dim of ``x``, and new dims"""
+        """``x`` broadcast with ``shape`` (dims or one tuple), as Jittor's ``expand``: -1 keeps that"""
     def expand_as(self, other: Any) -> Var:
         """``x`` broadcast to ``other``'s shape."""
     def expm1(self) -> Var:
@@ -358,7 +358,8 @@ class Var:
     def is_realized(self) -> Any: ...
     def is_stop_fuse(self) -> Any:
         """Whether ``x.stop_fuse()`` was called (Jittor's ``Var.is_stop_fuse``)."""
-    def is_stop_grad(self) -> Any: ...
+    def is_stop_grad(self) -> Any:
+        """True when no gradient flows through this Var: ``stop_grad`` was called, or its dtype is"""
     def isfinite(self) -> Var:
         """True where ``x`` is neither NaN nor infinite (always for integer and bool Vars); bool."""
     def isinf(self) -> Var:
@@ -922,7 +923,7 @@ def exp(x: Any) -> Var:
     """Elementwise exp."""
 
 def expand(x: Any, *shape: Any) -> Var:
-    """``x`` broadcast to ``shape`` (dims or one tuple); -1 keeps that dim of ``x``, and new dims"""
+    """``x`` broadcast with ``shape`` (dims or one tuple), as Jittor's ``expand``: -1 keeps that"""
 
 def expm1(x: Any) -> Var:
     """exp(x) - 1, elementwise, accurate near 0 where exp(x) rounds to 1 (ELU's negative side)."""

@@ -118,6 +118,22 @@ def _check_amp_reg(name, value):
     return int(value)
 
 
+# Jittor's auto_mixed_precision_level -> its amp_reg bits (setter_auto_mixed_precision_level in its var.cc)
+_AMP_LEVELS = {0: 0, 1: 0, 2: 0, 3: 4 | 8, 4: 2, 5: 2 | 16, 6: 2 | 16 | 4 | 8}
+
+
+def _check_amp_level(name, value):
+    """Jittor's mixed precision level, 0 to 6; setting it sets ``amp_reg`` as Jittor's setter does."""
+    if not _is_int(value):
+        raise TypeError(f"flag {name} must be an int, got {value!r} ({type(value).__name__})")
+    if value not in _AMP_LEVELS:
+        raise ValueError(f"flag {name} must be in 0..6 (0-2: float32; 3: reductions and exp keep their dtype; "
+                         f"4: float16 preferred; 5: jt.array too; 6: all), got {value}")
+    if "amp_reg" in flags.__dict__ or name in flags.__dict__:     # a set, not the first read of the default
+        flags.amp_reg = _AMP_LEVELS[int(value)]
+    return int(value)
+
+
 def _check_vprefix(name, value):
     """Jittor's "prefix=level,prefix=level" text (a prefix of "file:line", "$" ending it exactly)."""
     if not isinstance(value, str):
@@ -230,7 +246,10 @@ _SPECS = {
     "compile_options": (dict, json.loads, _check_compile_options,
                         "Jittor's options for its op compiler ({'compile_shapes': 1}, 'FLAGS: ...'); jtmini builds "
                         "every kernel with its own fixed flags, so it changes nothing: kept for Jittor scripts"),
-    "amp_reg": (0, int, _check_amp_reg,
+    "auto_mixed_precision_level": (0, int, _check_amp_level,
+                                   "Jittor's mixed precision level 0-6; setting it sets amp_reg (4: float16 results, "
+                                   "5: jt.array and jt.random too, 6: reductions and exp as well)"),
+    "amp_reg": (lambda: _AMP_LEVELS[flags.auto_mixed_precision_level], int, _check_amp_reg,
                 "Jittor's mixed precision bits: 1/2 float results in float32/float16 (not with a Python scalar), "
                 "4 reductions too, 8 exp and pow too (else float32), 16 jt.array and jt.random too"),
 }

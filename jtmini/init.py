@@ -187,7 +187,7 @@ def kaiming_normal(shape, dtype="float32", a=0, mode="fan_in", nonlinearity="lea
 # --- in-place forms ------------------------------------------------------------------------------
 def constant_(var, value=0.0):
     """Fill ``var`` with ``value`` in place; returns ``var``: ``init.constant_(linear.bias, 0.0)``."""
-    return var.assign(constant(var.shape, var.dtype, value))
+    return var.update(constant(var.shape, var.dtype, value))
 
 
 def zero_(var):
@@ -202,38 +202,38 @@ def one_(var):
 
 def eye_(var):
     """The identity in place (``var`` must be 2-d); returns ``var``: ``init.eye_(nn.Linear(4, 4).weight)``."""
-    return var.assign(eye(var.shape, var.dtype))
+    return var.update(eye(var.shape, var.dtype))
 
 
 def uniform_(var, low=0, high=1):
     """U(low, high) in place; returns ``var``: ``init.uniform_(linear.weight, -0.1, 0.1)``."""
-    return var.assign(uniform(var.shape, var.dtype, low, high))
+    return var.update(uniform(var.shape, var.dtype, low, high))
 
 
 def gauss_(var, mean=0.0, std=1.0):
     """N(mean, std^2) in place; returns ``var``: ``init.gauss_(linear.weight, 0.0, 0.01)``."""
-    return var.assign(gauss(var.shape, var.dtype, mean, std))
+    return var.update(gauss(var.shape, var.dtype, mean, std))
 
 
 def invariant_uniform_(var, mode="fan_in"):
     """``invariant_uniform`` in place; returns ``var``: ``init.invariant_uniform_(conv.weight)``."""
-    return var.assign(invariant_uniform(var.shape, var.dtype, mode))
+    return var.update(invariant_uniform(var.shape, var.dtype, mode))
 
 
 def relu_invariant_gauss_(var, mode="fan_in"):
     """``relu_invariant_gauss`` in place (Jittor's ResNet convs use ``mode="fan_out"``); returns
     ``var``: ``init.relu_invariant_gauss_(conv.weight, mode="fan_out")``."""
-    return var.assign(relu_invariant_gauss(var.shape, var.dtype, mode))
+    return var.update(relu_invariant_gauss(var.shape, var.dtype, mode))
 
 
 def xavier_uniform_(var, gain=1.0):
     """``xavier_uniform`` in place; returns ``var``: ``init.xavier_uniform_(linear.weight)``."""
-    return var.assign(xavier_uniform(var.shape, var.dtype, gain))
+    return var.update(xavier_uniform(var.shape, var.dtype, gain))
 
 
 def xavier_gauss_(var, gain=1.0):
     """``xavier_gauss`` in place; returns ``var``: ``init.xavier_gauss_(linear.weight, 2.0)``."""
-    return var.assign(xavier_gauss(var.shape, var.dtype, gain))
+    return var.update(xavier_gauss(var.shape, var.dtype, gain))
 
 
 def kaiming_uniform_(var, a=0, mode="fan_in", nonlinearity="leaky_relu"):
@@ -241,7 +241,7 @@ def kaiming_uniform_(var, a=0, mode="fan_in", nonlinearity="leaky_relu"):
 
         >>> init.kaiming_uniform_(conv.weight, nonlinearity="relu")
     """
-    return var.assign(kaiming_uniform(var.shape, var.dtype, a, mode, nonlinearity))
+    return var.update(kaiming_uniform(var.shape, var.dtype, a, mode, nonlinearity))
 
 
 def kaiming_normal_(var, a=0, mode="fan_in", nonlinearity="leaky_relu"):
@@ -249,7 +249,7 @@ def kaiming_normal_(var, a=0, mode="fan_in", nonlinearity="leaky_relu"):
 
         >>> init.kaiming_normal_(conv.weight, mode="fan_out", nonlinearity="relu")
     """
-    return var.assign(kaiming_normal(var.shape, var.dtype, a, mode, nonlinearity))
+    return var.update(kaiming_normal(var.shape, var.dtype, a, mode, nonlinearity))
 
 
 normal_ = gauss_
@@ -257,7 +257,7 @@ normal_ = gauss_
 
 def random_(var):
     """U(0, 1) in place, Jittor's ``jt.rand`` (``var.random_()``); returns ``var``: ``init.random_(linear.bias)``."""
-    return var.assign(random_op.rand(var.shape, dtype=var.dtype))
+    return var.update(random_op.rand(var.shape, dtype=var.dtype))
 
 
 def trunc_normal_(var, mean=0.0, std=1.0, a=-2.0, b=2.0):
@@ -274,7 +274,7 @@ def trunc_normal_(var, mean=0.0, std=1.0, a=-2.0, b=2.0):
                          f"N({mean}, {std}^2) to sample (it holds < 1e-6 of the mass)")
     u = uniform(var.shape, "float64", cdf_low, cdf_high)
     values = (u.erfinv() * (std * math.sqrt(2.0)) + mean).clamp(a, b)
-    return var.assign(values.cast(var.dtype))
+    return var.update(values.cast(var.dtype))
 
 
 # Jittor also offers each in-place initialiser as a Var method: ``linear.weight.uniform_(-1, 1)``

@@ -208,7 +208,7 @@ class Optimizer:
                 for var, _ in pairs:
                     replacing.pop(id(var), None)
             for var, new in pairs:
-                var.assign(new)
+                var.update(new)
         self._count_step()
 
     def _count_step(self):

@@ -343,7 +343,7 @@ class Var:
         if shape and shape != tuple(self.shape):
             raise ValueError(f"Var.data = value: the value has shape {shape}, the Var {tuple(self.shape)}; "
                              f"use assign() to give the Var a new shape")
-        self.assign(value)
+        self.update(value)
 
     def _own_buffer(self):
         """This Var's value as a writable host array that is its own (what ``.data`` hands out)."""
@@ -459,11 +459,14 @@ class Var:
         return self
 
     def is_stop_grad(self):
-        return self._stop_grad
+        """True when no gradient flows through this Var: ``stop_grad`` was called, or its dtype is
+        not a float one (as in Jittor, where integer and bool Vars are always stop_grad, so an
+        optimizer given a module's integer buffer leaves it alone)."""
+        return self._stop_grad or not self.dtype.startswith("float")
 
     @property
     def requires_grad(self):
-        return not self._stop_grad
+        return not self.is_stop_grad()
 
     @requires_grad.setter
     def requires_grad(self, value):
@@ -492,21 +495,31 @@ class Var:
 
     # --- rebinding -----------------------------------------------------------------------------
     def assign(self, value):
-        """Make this Var hold ``value``'s value, cast to this Var's dtype, with no gradient history:
-        the parameter update of optimizers. A Var (or array) of another shape gives this Var its
-        shape, as Jittor's assign; a number fills this Var's shape. Returns self.
+        """Make this Var hold ``value``'s value, cast to this Var's dtype, as Jittor's ``assign``:
+        gradients still flow through it to what ``value`` was computed from (``w.assign(b * 2)``,
+        then a loss of ``w`` has a gradient for ``b``). A Var (or array) of another shape gives this
+        Var its shape; a number fills this Var's shape. Returns self. ``update`` is the form with
+        no gradient history, which optimizers use.
 
-        >>> w.assign(w - lr * g)         # nodes built from the old w still see the old value
+        >>> w.assign(lora_b.unsqueeze(-1))   # nodes built from the old w still see the old value
         """
-        given = value
-        value = services.as_var(value, like=self)
-        # a Var or array of another shape replaces the value outright, as Jittor's assign (so
-        # x.assign(x.transpose()) transposes x); a number fills the Var's shape
-        shape = value.shape if isinstance(given, (Var, np.ndarray)) else self.shape
-        if value.shape != shape:
-            value = value.broadcast_to(shape)
-        if value.dtype != self.dtype:
-            value = value.cast(self.dtype)
+        value = self._assigned(value)
+        if value.op is None or value._stop_grad:     # no history to keep: a value, as update
+            return self.update(value)
+        # this handle becomes a node like value's (as ``x -= v`` does), so once computed it forgets
+        # its history when no gradient can be asked through it (history.py); a window of value
+        # kept every step's graph alive through the value it read
+        self._rebind(value)
+        self.shape = value.shape
+        return self
+
+    def update(self, value):
+        """Make this Var hold ``value``'s value, cast to this Var's dtype, with no gradient history:
+        the parameter update of optimizers (Jittor's ``update``); otherwise as ``assign``.
+
+        >>> w.update(w - lr * g)         # nodes built from the old w still see the old value
+        """
+        value = self._assigned(value)
         if value._data is not None:       # an optimizer's new value: computed already
             self._rebind(None, value._shareable_data())
         else:
@@ -514,7 +527,16 @@ class Var:
         self.shape = value.shape
         return self
 
-    update = assign
+    def _assigned(self, value):
+        """``value`` as a Var of the shape this Var takes (another shape for a Var or array, as
+        Jittor's assign, so ``x.assign(x.transpose())`` transposes x; a number fills this Var's
+        shape) and of this Var's dtype."""
+        given = value
+        value = services.as_var(value, like=self)
+        shape = value.shape if isinstance(given, (Var, np.ndarray)) else self.shape
+        if value.shape != shape:
+            value = value.broadcast_to(shape)
+        return value if value.dtype == self.dtype else value.cast(self.dtype)
 
     def opt_grad(self, optimizer):
         """This parameter's gradient in ``optimizer``'s step, between ``optimizer.backward(loss)``

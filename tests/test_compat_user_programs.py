@@ -51,3 +51,59 @@ def test_reindex_takes_whole_float_literals_where_c_computes_the_same_index():
                      ("i0+2.5", "literal 2.5 is not a whole number")]:
         with pytest.raises(IndexExprError, match=why):
             x.reindex([4], [bad])
+
+
+def test_assign_keeps_the_gradient_update_does_not():
+    b = jt.array([1.0, 2.0, 3.0])
+    w = jt.zeros(3)
+    w.assign(b * 2)                      # LoRA-Jittor merges its weights this way inside forward
+    np.testing.assert_array_equal(jt.grad((w * w).sum(), b).numpy(), [8, 16, 24])
+    u = jt.zeros(3)
+    u.update(b * 2)                      # the optimizers' form: a value, no history
+    np.testing.assert_array_equal(jt.grad((u * u).sum(), b).numpy(), [0, 0, 0])
+    np.testing.assert_array_equal(u.numpy(), [2, 4, 6])
+    lone = jt.zeros(2)
+    lone.assign(jt.array([5.0, 6.0]))    # a plain value: no node kept
+    assert lone.numpy().tolist() == [5, 6] and lone.op is None
+
+
+def test_assign_in_a_loop_keeps_a_bounded_graph_once_nothing_needs_it():
+    x = jt.zeros(4)
+    for k in range(200):
+        x.assign(x * 0.5 + k)
+        x.sync()
+    assert x.op is None or len(x.inputs) <= 2
+    np.testing.assert_allclose(x.numpy(), np.full(4, 2 * 199 - 2 + 2 ** -199 * 0), rtol=1e-6)
+
+
+def test_integer_vars_are_stop_grad_and_optimizers_leave_them_alone():
+    class WithPositions(nn.Module):
+        def __init__(self):
+            self.layer, self.positions, self.mask = nn.Linear(2, 2), jt.arange(4), jt.ones(3) > 0
+
+    model = WithPositions()
+    assert model.positions.is_stop_grad() and not model.mask.requires_grad and jt.ones(2).requires_grad
+    for make in (lambda ps: nn.SGD(ps, 0.1), lambda ps: nn.Adam(ps, 0.1), lambda ps: jt.optim.AdamW(ps, 0.1)):
+        make(model.parameters()).step(model.layer(jt.ones(1, 2)).sum())
+    assert model.positions.numpy().tolist() == [0, 1, 2, 3]
+
+
+def test_expand_broadcasts_both_ways_as_jittor():
+    assert jt.arange(5).expand((1, 1)).shape == (1, 5)
+    assert jt.zeros(3, 1).expand(-1, 4).shape == (3, 4) and jt.zeros(3, 1).expand(2, -1, 4).shape == (2, 3, 4)
+    with pytest.raises(ValueError, match="-1 only keeps an existing dim"):
+        jt.zeros(3, 1).expand(-1, 3, 4)
+    with pytest.raises(ValueError, match=r"shapes \(3, 2\) and \(4, 4\) are not compatible"):
+        jt.zeros(3, 2).expand(4, 4)
+
+
+def test_nn_deepcopy_and_the_mixed_precision_level():
+    block = nn.Linear(3, 3)
+    copy = nn.deepcopy(block)
+    assert copy is not block and np.array_equal(copy.weight.numpy(), block.weight.numpy())
+    with jt.flag_scope(auto_mixed_precision_level=5):
+        assert jt.flags.amp_reg == 2 | 16
+        with jt.flag_scope(auto_mixed_precision_level=6):
+            assert jt.flags.amp_reg == 2 | 16 | 4 | 8
+        assert jt.flags.amp_reg == 2 | 16
+    assert jt.flags.amp_reg == 0

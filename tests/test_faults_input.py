@@ -12,10 +12,9 @@ import pytest
 import jtmini as jt
 from jtmini import nn
 from jtmini.dataset import Dataset
-from jtmini.flags import (_SPECS, Flags, _check_amp_reg, _check_backend, _check_bool, _check_compile_options,
-                          _check_count, _check_level,
-                          _check_memory_profiling, _check_use_cuda, _check_microseconds, _check_path, _check_seconds,
-                          _check_vprefix)
+from jtmini.flags import (_SPECS, Flags, _check_amp_level, _check_amp_reg, _check_backend, _check_bool,
+                          _check_compile_options, _check_count, _check_level, _check_memory_profiling,
+                          _check_microseconds, _check_path, _check_seconds, _check_use_cuda, _check_vprefix)
 from jtmini.nn import functional as F
 from jtmini.persist import CheckpointError
 
@@ -28,9 +27,10 @@ WEIGHT = np.array([0.5, 2.0, 1.0], np.float32)
 @pytest.mark.parametrize("loss", [F.cross_entropy_loss, nn.CrossEntropyLoss(), F.nll_loss])
 def test_float_labels_of_the_index_shape_are_a_type_error_naming_the_dtype(loss):
     with pytest.raises(TypeError, match="got dtype float32"):
-        loss(jt.randn(4, 3), jt.array([0.0, 1.0, 2.0, 1.0]))
+        loss(jt.randn(4, 3), jt.array([0.0, 1.5, 2.0, 1.0]))
     with pytest.raises(TypeError, match="got dtype float64"):
-        loss(jt.randn(4, 3), np.array([0.0, 1.0, 2.0, 1.0]))
+        loss(jt.randn(4, 3), np.array([0.0, 1.0, 2.0, np.nan]))
+    loss(jt.randn(4, 3), jt.array([0.0, 1.0, 2.0, 1.0]))          # whole numbers: Jittor's float labels
 
 
 @pytest.mark.parametrize("kwargs", [{}, {"weight": WEIGHT}, {"label_smoothing": 0.2},
@@ -203,7 +203,7 @@ BAD_FLAG_VALUES = {_check_bool: ("yes", 2), _check_memory_profiling: ("yes", 2),
                    _check_microseconds: ("10", -1.0),
                    _check_path: (3, ""), _check_backend: (3, "../cpu"), _check_amp_reg: ("x", 32),
                    _check_level: ("1", -1), _check_vprefix: (3, "var.py"),
-                   _check_compile_options: ("x", {"compile_shapes": "1"})}
+                   _check_compile_options: ("x", {"compile_shapes": "1"}), _check_amp_level: ("x", 7)}
 
 
 def test_every_flag_is_checked_by_a_checker_of_a_known_kind():

@@ -79,7 +79,7 @@ def test_computed_no_grad_chain_keeps_two_vars():
 def _step(w, x, hook=None):
     loss = ((x @ w) ** 2).mean()
     g = jt.grad(loss, w)
-    w.assign(w - 0.1 * g)             # assign detaches: the step's graph is dropped
+    w.assign(w - 0.1 * g)             # once computed, the step's graph is dropped (history.py)
     w.sync()
     if hook is not None:
         hook(loss)

@@ -65,6 +65,9 @@ def __getattr__(name):
     if name == "init":                  # Jittor's nn.py imports init: models call nn.init.xavier_uniform_
         from .. import init
         return init
+    if name == "deepcopy":              # Jittor's nn.py star-imports its optim, which imports deepcopy
+        import copy
+        return copy.deepcopy
     raise AttributeError(f"module 'jtmini.nn' has no attribute {name!r}")
 
 

@@ -115,8 +115,10 @@ class BatchNorm(Module):
 
     def execute(self, x):
         self._check_rank(x)
+        if getattr(x, "dtype", None) == "float16":    # statistics in float32, the result rounded once
+            return self.execute(x.float32()).float16()
         if x.ndim < 2 or x.shape[1] != self.num_features or x.dtype not in ("float32", "float64"):
-            raise ValueError(f"BatchNorm({self.num_features}) needs float32 or float64 input of shape "
+            raise ValueError(f"BatchNorm({self.num_features}) needs float input of shape "
                              f"(N, {self.num_features}, ...), got {x.shape} {x.dtype}")
         if not self.is_train:
             return self._normalize_by_running_statistics(x)
@@ -127,8 +129,8 @@ class BatchNorm(Module):
             moments = mpi_all_reduce(moments, "add")
         table = bn.batch_norm_table(moments, self.weight, self.bias, self.running_mean, self.running_var,
                                     self.eps, self.momentum, x.dtype, pooled)
-        self.running_mean.assign(bn.row(table, 5))
-        self.running_var.assign(bn.row(table, 6))
+        self.running_mean.update(bn.row(table, 5))
+        self.running_var.update(bn.row(table, 6))
         y = x * bn.per_channel(table, 3, x.shape) + bn.per_channel(table, 4, x.shape)
         inputs = [x, self.weight, self.bias] if self.affine else [x]
         # declared (what else the rule reads), so a model with BatchNorm keeps a gradient recipe

@@ -435,7 +435,7 @@ class Module:
         if problems:
             raise ValueError("load_state_dict: nothing was loaded: " + "; ".join(problems))
         for name, value in values.items():
-            own[name].assign(value.astype(own[name].dtype, copy=False))
+            own[name].update(value.astype(own[name].dtype, copy=False))
         return self
 
     def save(self, path):

@@ -13,6 +13,7 @@ the deviations (not E[x^2] - E[x]^2, which cancels badly far from zero), then on
     >>> norm.GroupNorm(2, 6)(jt.randn(3, 6, 5, 5)).shape
     (3, 6, 5, 5)
 """
+import functools
 import math
 import numbers
 
@@ -74,6 +75,20 @@ def _scale_shift(y, weight, bias, shape):
     return y
 
 
+def _float16_in_float32(norm):
+    """Let ``norm`` take float16 input (Jittor's norms are composed ops of any float dtype): the
+    statistics kernels are float32/64, so a float16 ``x`` is normalised in float32, with its float16
+    Var arguments widened too, and the result rounded to float16 once."""
+    @functools.wraps(norm)
+    def wrapper(x, *args, **kwargs):
+        if not (isinstance(x, Var) and x.dtype == "float16"):
+            return norm(x, *args, **kwargs)
+        wide = lambda v: v.float32() if isinstance(v, Var) and v.dtype == "float16" else v  # noqa: E731
+        return norm(x.float32(), *map(wide, args), **{k: wide(v) for k, v in kwargs.items()}).float16()
+    return wrapper
+
+
+@_float16_in_float32
 def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5, elementwise_affine=True):
     """Normalise ``x`` over its last dims, which must equal ``normalized_shape``, then scale by
     ``weight`` and shift by ``bias`` (both of that shape, optional). ``elementwise_affine`` is
@@ -107,6 +122,7 @@ def _channels_input(x, who, channels=None):
     return x
 
 
+@_float16_in_float32
 def group_norm(x, num_groups, weight=None, bias=None, eps=1e-5):
     """Split the C channels of ``x`` (N, C, ...) into ``num_groups`` groups and normalise each
     sample's group over its channels and positions; then ``weight`` and ``bias`` (C,) per channel.
@@ -198,6 +214,8 @@ class InstanceNorm(Module):
     def execute(self, x):
         who, c = type(self).__name__, self.num_features
         x = _float_input(x, who)
+        if x.dtype == "float16":        # statistics in float32, the result rounded once
+            return self.execute(x.float32()).float16()
         k = x.ndim - 2 if self.spatial is None else self.spatial
         batched = x.ndim == k + 2
         if k < 1 or not (batched or x.ndim == k + 1) or x.shape[-k - 1] != c:
@@ -220,6 +238,7 @@ class InstanceNorm3d(InstanceNorm):
     spatial = 3
 
 
+@_float16_in_float32
 def instance_norm(x, running_mean=None, running_var=None, weight=1, bias=0, momentum=0.1, eps=1e-5):
     """Jittor's functional instance norm of (N, C, ...) ``x``: each channel of each sample
     standardised over its positions, then ``* weight + bias`` (numbers or (C,) Vars); the running
@@ -263,9 +282,9 @@ def batch_norm(x, running_mean, running_var, weight=None, bias=None, training=Fa
         var = ((x - mean.reshape(shape)) ** 2).mean(dims)
         n = x.numel() // x.shape[1]
         if running_mean is not None:
-            running_mean.assign(running_mean * (1 - momentum) + mean.detach() * momentum)
+            running_mean.update(running_mean * (1 - momentum) + mean.detach() * momentum)
         if running_var is not None:
-            running_var.assign(running_var * (1 - momentum) + var.detach() * (momentum * n / max(n - 1, 1)))
+            running_var.update(running_var * (1 - momentum) + var.detach() * (momentum * n / max(n - 1, 1)))
     elif running_mean is None or running_var is None:
         raise ValueError("batch_norm: running_mean and running_var are needed when training=False")
     else:

@@ -443,5 +443,5 @@ def broadcast_in_place(vars_, root=0):
         return
     vars_ = list(vars_)
     for var, value in zip(vars_, mpi_broadcast_many(vars_, root)):
-        var.assign(value)
+        var.update(value)
     services.realize(vars_)      # now: after the call every rank holds root's values, as documented

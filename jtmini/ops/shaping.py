@@ -25,7 +25,7 @@ from ..var import Var
 from .elementwise import broadcast_shapes, cast, where
 from .matmul import matmul
 from .registry import export, keyword_aliases
-from .reindex import broadcast_to, concat, normalize_dim, permute, reindex, reindex_reduce, reshape, slice_var
+from .reindex import broadcast, broadcast_to, concat, normalize_dim, permute, reindex, reindex_reduce, reshape, slice_var
 
 
 def _ints(args, what):
@@ -112,20 +112,18 @@ def flatten(x, start_dim=0, end_dim=-1):
 # --- repeating ---------------------------------------------------------------------------------
 @export("expand")
 def expand(x, *shape):
-    """``x`` broadcast to ``shape`` (dims or one tuple); -1 keeps that dim of ``x``, and new dims
-    may lead. No data is copied: a broadcast view.
+    """``x`` broadcast with ``shape`` (dims or one tuple), as Jittor's ``expand``: -1 keeps that
+    dim of ``x``, new dims may lead, and as in Jittor's broadcast a 1 in ``shape`` takes ``x``'s
+    size (``arange(5).expand(1, 1)`` is (1, 5)). No data is copied: a broadcast view.
 
     >>> jt.zeros(3, 1).expand(2, -1, 4).shape
     (2, 3, 4)
     """
     shape = _ints(shape, f"expand of {x.shape}")
     lead = len(shape) - x.ndim
-    if lead < 0:
-        raise ValueError(f"expand: shape {tuple(shape)} has fewer dims than the Var's {x.shape}")
-    if -1 in shape[:lead] or any(s < -1 for s in shape):
+    if any(s < -1 or (s == -1 and k < lead) for k, s in enumerate(shape)):
         raise ValueError(f"expand: bad size in {tuple(shape)} (-1 only keeps an existing dim of {x.shape})")
-    shape = [x.shape[k - lead] if s == -1 else s for k, s in enumerate(shape)]
-    return broadcast_to(x, shape)
+    return broadcast(x, [x.shape[k - lead] if s == -1 else s for k, s in enumerate(shape)])
 
 
 @export("repeat")
