@@ -550,12 +550,13 @@ class _Parser:
             self.take(")")
             return inner
         if token[0].isdigit():
-            value = float(token) if not token.isdigit() else int(token)
-            if value != int(value) or abs(value) > 2 ** 53:
+            floating = not token.isdigit()
+            value = float(token) if floating else int(token)
+            if floating and (value != int(value) or abs(value) > 2 ** 53):
                 self.fail(f"literal {token} is not a whole number an index can be")
             if int(value) > INT64_MAX:
                 self.fail(f"literal {token} does not fit int64")
-            return num(int(value)), not token.isdigit()
+            return num(int(value)), floating
         if token.startswith("@e"):
             return self.extra(int(token[2:])), False
         if _NAME.fullmatch(token):
