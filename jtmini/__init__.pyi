@@ -1138,8 +1138,8 @@ def mean(x: Any, dims: Any = ..., keepdims: Any = ..., **kw: Any) -> Var:
 def median(x: Any, dim: Any = ..., keepdim: Any = ..., keepdims: Any = ...) -> Any:
     """The lower median over ``dim`` (all elements when None), values only as Jittor returns."""
 
-def meshgrid(*vars_: Any) -> Any:
-    """Grids from 1-D Vars with ``indexing='ij'``: output k varies along dim k. A list."""
+def meshgrid(*vars_: Any, indexing: Any = ...) -> Any:
+    """Grids from 1-D Vars, Jittor's (``indexing='ij'``: output k varies along dim k); PyTorch's"""
 
 def min(x: Any, dims: Any = ..., keepdims: Any = ..., *, dim: Any = ..., axis: Any = ..., keepdim: Any = ...) -> Var: ...
 

@@ -107,3 +107,14 @@ def test_nn_deepcopy_and_the_mixed_precision_level():
             assert jt.flags.amp_reg == 2 | 16 | 4 | 8
         assert jt.flags.amp_reg == 2 | 16
     assert jt.flags.amp_reg == 0
+
+
+@pytest.mark.parametrize("indexing", ["ij", "xy"])
+@pytest.mark.parametrize("sizes", [(2,), (2, 3), (2, 3, 4)])
+def test_meshgrid_indexing_as_numpy(indexing, sizes):
+    arrays = [np.arange(float(n)) for n in sizes]
+    got = jt.meshgrid(*[jt.array(a) for a in arrays], indexing=indexing)
+    for g, w in zip(got, np.meshgrid(*arrays, indexing=indexing)):
+        np.testing.assert_array_equal(g.numpy(), w)
+    with pytest.raises(ValueError, match="indexing must be 'ij' or 'xy'"):
+        jt.meshgrid(jt.zeros(2), indexing="yx")

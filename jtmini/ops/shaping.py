@@ -564,12 +564,17 @@ def index_var(x, dim=None, dtype="int32"):
 
 
 @export("meshgrid", method=False)
-def meshgrid(*vars_):
-    """Grids from 1-D Vars with ``indexing='ij'``: output k varies along dim k. A list.
+def meshgrid(*vars_, indexing="ij"):
+    """Grids from 1-D Vars, Jittor's (``indexing='ij'``: output k varies along dim k); PyTorch's
+    and numpy's ``indexing='xy'`` swaps the first two dims. A list.
 
     >>> [g.shape for g in jt.meshgrid(jt.zeros(2), jt.zeros(3))]
     [(2, 3), (2, 3)]
+    >>> [g.shape for g in jt.meshgrid(jt.zeros(2), jt.zeros(3), indexing="xy")]
+    [(3, 2), (3, 2)]
     """
+    if indexing not in ("ij", "xy"):
+        raise ValueError(f"meshgrid: indexing must be 'ij' or 'xy', got {indexing!r}")
     if len(vars_) == 1 and isinstance(vars_[0], (tuple, list)):
         vars_ = vars_[0]
     vars_ = [creation.as_var(v) for v in vars_]
@@ -577,8 +582,12 @@ def meshgrid(*vars_):
         if v.ndim != 1:
             raise ValueError(f"meshgrid: input {k} must be 1-D, got shape {v.shape}")
     shape = tuple(v.shape[0] for v in vars_)
-    return [broadcast_to(reshape(v, [-1 if j == k else 1 for j in range(len(shape))]), shape)
-            for k, v in enumerate(vars_)]
+    grids = [broadcast_to(reshape(v, [-1 if j == k else 1 for j in range(len(shape))]), shape)
+             for k, v in enumerate(vars_)]
+    if indexing == "xy" and len(grids) > 1:         # numpy's Cartesian layout: the first two dims swapped
+        order = [1, 0] + list(range(2, len(shape)))
+        grids = [permute(g, order) for g in grids]
+    return grids
 
 
 @export("eye", method=False)
