@@ -118,3 +118,27 @@ def test_meshgrid_indexing_as_numpy(indexing, sizes):
         np.testing.assert_array_equal(g.numpy(), w)
     with pytest.raises(ValueError, match="indexing must be 'ij' or 'xy'"):
         jt.meshgrid(jt.zeros(2), indexing="yx")
+
+
+@pytest.mark.parametrize("kernel, dilation", [(3, 1), (4, 1), (2, 2), ((4, 5), (1, 2))])
+@pytest.mark.parametrize("padding", ["same", "valid"])
+def test_conv2d_string_padding_as_pytorch(rng, kernel, dilation, padding):
+    import torch
+    x = rng.standard_normal((2, 3, 9, 10)).astype(np.float32)
+    layer = nn.Conv2d(3, 4, kernel, padding=padding, dilation=dilation)
+    ref = torch.nn.Conv2d(3, 4, kernel, padding=padding, dilation=dilation)
+    ref.weight.data, ref.bias.data = torch.tensor(layer.weight.numpy()), torch.tensor(layer.bias.numpy())
+    a, t = jt.array(x), torch.tensor(x, requires_grad=True)
+    y = layer(a)
+    (ref(t) ** 2).sum().backward()
+    np.testing.assert_allclose(y.numpy(), ref(t).detach().numpy(), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(jt.grad((y * y).sum(), a).numpy(), t.grad.numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_conv2d_string_padding_errors():
+    with pytest.raises(ValueError, match="padding must be an int, an \\(h, w\\) pair, 'valid' or 'same', got 'full'"):
+        nn.Conv2d(3, 4, 3, padding="full")
+    with pytest.raises(ValueError, match="padding='same' needs stride 1, got stride 2"):
+        nn.Conv2d(3, 4, 3, padding="same", stride=2)
+    with pytest.raises(ValueError, match="conv2d: padding='same' needs stride 1"):
+        nn.conv2d(jt.zeros(1, 3, 5, 5), jt.zeros(4, 3, 3, 3), stride=2, padding="same")

@@ -113,12 +113,37 @@ def _axis(size, kernel, stride, padding, dilation):
     return Axis(out, stride, padding, dilation, first, stop - first)
 
 
+def _check_string_padding(who, padding, stride):
+    """PyTorch's ``padding='valid'`` (none) or ``'same'`` (output as large as the input; stride 1)."""
+    if padding not in ("valid", "same"):
+        raise ValueError(f"{who}: padding must be an int, an (h, w) pair, 'valid' or 'same', got {padding!r}")
+    if padding == "same" and pair(stride) != (1, 1):
+        raise ValueError(f"{who}: padding='same' needs stride 1, got stride {stride!r}")
+
+
+def _string_padding(x, weight, padding, stride, dilation):
+    """``x`` and the symmetric padding of PyTorch's 'valid' or 'same': 'same' pads d * (k - 1) in
+    all, the odd one out on the bottom and right (padded here, so the kernels see symmetric padding)."""
+    _check_string_padding("conv2d", padding, stride)
+    if padding == "valid":
+        return x, 0
+    total = [d * (k - 1) for d, k in zip(pair(dilation), weight.shape[2:])]
+    low = [t // 2 for t in total]
+    extra = [t - 2 * lo for t, lo in zip(total, low)]
+    if any(extra):
+        x = x.pad((0, extra[1], 0, extra[0]))
+    return x, tuple(low)
+
+
 def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
-    """Convolve NCHW ``x`` with ``weight`` (out_channels, in_channels/groups, kh, kw).
+    """Convolve NCHW ``x`` with ``weight`` (out_channels, in_channels/groups, kh, kw); ``padding``
+    may also be PyTorch's ``'valid'`` or ``'same'`` (stride 1).
 
     >>> nn.conv2d(jt.randn(2, 4, 9, 9), jt.randn(6, 2, 3, 3), stride=2, padding=1, groups=2).shape
     (2, 6, 5, 5)
     """
+    if isinstance(padding, str):
+        x, padding = _string_padding(x, weight, padding, stride, dilation)
     (s_h, s_w), (p_h, p_w), (d_h, d_w) = pair(stride), pair(padding), pair(dilation)
     if x.ndim != 4 or weight.ndim != 4:
         raise ValueError(f"conv2d: input must be (N, C, H, W) and weight (O, C/groups, kh, kw), "
@@ -222,8 +247,10 @@ class Conv2d(Module):
 
     def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1,
                  groups=1, bias=True):
-        check_geometry("Conv2d", kernel_size=kernel_size, stride=stride, padding=padding,
-                       dilation=dilation)
+        if isinstance(padding, str):
+            _check_string_padding("Conv2d", padding, stride)
+        check_geometry("Conv2d", kernel_size=kernel_size, stride=stride,
+                       padding=None if isinstance(padding, str) else padding, dilation=dilation)
         in_channels = count("Conv2d", "in_channels", in_channels)
         out_channels = count("Conv2d", "out_channels", out_channels)
         groups = count("Conv2d", "groups", groups)
@@ -231,7 +258,8 @@ class Conv2d(Module):
             raise ValueError(f"Conv2d: channels {in_channels} -> {out_channels} not divisible by groups={groups}")
         self.in_channels, self.out_channels, self.groups = in_channels, out_channels, groups
         self.kernel_size, self.stride = pair(kernel_size), pair(stride)
-        self.padding, self.dilation = pair(padding), pair(dilation)
+        self.padding = padding if isinstance(padding, str) else pair(padding)
+        self.dilation = pair(dilation)
         self.weight = init.invariant_uniform((out_channels, in_channels // groups) + self.kernel_size)
         bound = 1.0 / math.sqrt(in_channels // groups * math.prod(self.kernel_size))
         self.bias = init.uniform((out_channels,), "float32", -bound, bound) if bias else None
