@@ -480,28 +480,27 @@ def parse(text):
     return expr
 
 
-class _Parser:
-    """Recursive descent over the tokens of one expression, with C's precedence. Each rule gives
-    ``(expr, floating)``: floating where C would compute in double (a float literal inside)."""
+class TokenParser:
+    """What the expression parsers share (this one and ``ops/candidate.py``'s): the tokens of
+    ``text`` by the regex ``token`` (one group per kind of token), ``peek``, ``take``, a
+    parenthesised argument list, and ``fail``, which each words for its own language."""
 
-    def __init__(self, text):
-        self.text, self.tokens, pos = text, [], 0
-        text = text.rstrip()
+    def __init__(self, text, token):
+        self.text, self.tokens, self.pos = text, [], 0
+        pos, text = 0, text.rstrip()
         while pos < len(text):
-            match = _TOKEN.match(text, pos)
+            match = token.match(text, pos)
             if match is None or match.end() == pos:
                 self.fail(f"unexpected character {text[pos:].lstrip()[:1]!r}")
             self.tokens.append(next(g for g in match.groups() if g is not None))
             pos = match.end()
-        self.pos = 0
 
     def fail(self, why):
-        raise IndexExprError(f"index expression {self.text!r}: {why}; only index arithmetic is allowed "
-                             "(integers, i0.., xshape0.., yshape0.., @e0(..), + - * / %, comparisons, "
-                             "&& || !, ?:)")
+        raise NotImplementedError
 
-    def peek(self):
-        return self.tokens[self.pos] if self.pos < len(self.tokens) else None
+    def peek(self, ahead=0):
+        k = self.pos + ahead
+        return self.tokens[k] if k < len(self.tokens) else None
 
     def take(self, expected=None):
         token = self.peek()
@@ -509,6 +508,28 @@ class _Parser:
             self.fail(f"expected {expected or 'more'}, got {token or 'the end'}")
         self.pos += 1
         return token
+
+    def arguments(self, item):
+        """``item()`` and one more after each comma, up to the closing ')' (taken)."""
+        args = [item()]
+        while self.peek() == ",":
+            self.take(",")
+            args.append(item())
+        self.take(")")
+        return args
+
+
+class _Parser(TokenParser):
+    """Recursive descent over the tokens of one expression, with C's precedence. Each rule gives
+    ``(expr, floating)``: floating where C would compute in double (a float literal inside)."""
+
+    def __init__(self, text):
+        super().__init__(text, _TOKEN)
+
+    def fail(self, why):
+        raise IndexExprError(f"index expression {self.text!r}: {why}; only index arithmetic is allowed "
+                             "(integers, i0.., xshape0.., yshape0.., @e0(..), + - * / %, comparisons, "
+                             "&& || !, ?:)")
 
     def ternary(self):
         cond, _ = self.level(0)
@@ -565,12 +586,10 @@ class _Parser:
 
     def extra(self, k):
         self.take("(")
-        args = [] if self.peek() == ")" else [self.ternary()[0]]      # a 0-d extra takes no index
-        while self.peek() == ",":
-            self.take(",")
-            args.append(self.ternary()[0])
-        self.take(")")
-        return read(k, *args)
+        if self.peek() == ")":                  # a 0-d extra takes no index
+            self.take(")")
+            return read(k)
+        return read(k, *self.arguments(lambda: self.ternary()[0]))
 
 
 register_cache("parsed index expressions", parse.cache_clear, "the 4096 expression strings used last")

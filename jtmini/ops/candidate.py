@@ -11,6 +11,7 @@ import re
 
 from .. import dtypes
 from .code_op import code
+from ..symbolic import TokenParser
 from .mathfns import _as_var
 from .registry import export
 
@@ -33,34 +34,17 @@ _ALLOWED = ("numbers, i, j, @x(i or j, column), + - * / %, comparisons, and or n
             "(with or without std::)")
 
 
-class _Condition:
+class _Condition(TokenParser):
     """Recursive descent over the tokens of a fail condition (C's expression grammar, precedence
     left to the compiler): anything outside it is a ValueError quoting the condition, so what
     reaches the compiler is one expression."""
 
     def __init__(self, text, shape):
-        self.text, self.shape, self.tokens, self.pos = text, shape, [], 0
-        pos, text = 0, text.rstrip()
-        while pos < len(text):
-            match = _TOKEN.match(text, pos)
-            if match is None or match.end() == pos:
-                self.fail(f"unexpected character {text[pos:].lstrip()[:1]!r}")
-            self.tokens.append(next(g for g in match.groups() if g is not None))
-            pos = match.end()
+        self.shape = shape
+        super().__init__(text, _TOKEN)
 
     def fail(self, why):
         raise ValueError(f"candidate: fail_cond {self.text!r}: {why}; allowed: {_ALLOWED}")
-
-    def peek(self, ahead=0):
-        k = self.pos + ahead
-        return self.tokens[k] if k < len(self.tokens) else None
-
-    def take(self, expected=None):
-        token = self.peek()
-        if token is None or expected is not None and token != expected:
-            self.fail(f"expected {expected or 'more'}, got {token or 'the end'}")
-        self.pos += 1
-        return token
 
     def render(self):
         c = self.ternary()
@@ -111,21 +95,12 @@ class _Condition:
         if token not in _FUNCTIONS:
             self.fail(f"unknown name {token!r}" if token[0].isalpha() or token[0] == "_" else f"unexpected {token!r}")
         self.take("(")
-        args = [self.ternary()]
-        while self.peek() == ",":
-            self.take(",")
-            args.append(self.ternary())
-        self.take(")")
-        return f"{_MIXED.get(token, token)}({', '.join(args)})"
+        return f"{_MIXED.get(token, token)}({', '.join(self.arguments(self.ternary))})"
 
     def read(self):
         """``@x(row, col, ...)``: the row i or j, every other index an integer literal inside x."""
         self.take("(")
-        args = [self.take()]
-        while self.peek() == ",":
-            self.take(",")
-            args.append(self.take())
-        self.take(")")
+        args = self.arguments(self.take)
         if len(args) != len(self.shape):
             self.fail(f"@x takes {len(self.shape)} indices (x has shape {tuple(self.shape)}), got {len(args)}")
         if args[0] not in ("i", "j"):
