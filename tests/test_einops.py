@@ -35,7 +35,8 @@ def test_reduce_matches_einops_with_gradient(rng, reduction):
 def test_repeat_einsum_pack_and_parse_shape(rng):
     x = rng.standard_normal((2, 3, 4)).astype(np.float32)
     a = jt.array(x)
-    for pattern, lengths in [("b c h -> b c h r", dict(r=3)), ("b c h -> b (c r) h", dict(r=2)), ("b c h -> r b c h", dict(r=2))]:
+    for pattern, lengths in [("b c h -> b c h r", dict(r=3)), ("b c h -> b (c r) h", dict(r=2)),
+                             ("b c h -> r b c h", dict(r=2))]:
         np.testing.assert_array_equal(repeat(a, pattern, **lengths).numpy(), einops.repeat(x, pattern, **lengths))
     np.testing.assert_allclose(einsum(a, a, "b c h, b c h -> b c").numpy(), einops.einsum(x, x, "b c h, b c h -> b c"),
                                rtol=1e-5)

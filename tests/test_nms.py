@@ -82,7 +82,8 @@ def _iou(s, c):
     ("(@x(j,0)>@x(i,0))or(@x(j,1)>@x(i,1))or(@x(j,2)>@x(i,2))", lambda s, c: any(s[:3] > c[:3]), 3),
     ("(@x(j,0)>@x(i,0)) && (@x(j,1)>@x(i,1)) and not (@x(j,2)<=@x(i,2))", lambda s, c: all(s[:3] > c[:3]), 3),
     (f"{IOU}/(@x(j,2)*@x(j,3)+@x(i,2)*@x(i,3)-{IOU})<0.01", lambda s, c: _iou(s, c) < 0.01, 4),
-    ("abs(@x(j,0) - @x(i,0)) < 0.05 ? true : std::sqrt(@x(i,1)) < 0.1f", lambda s, c: abs(s[0] - c[0]) < 0.05 or np.sqrt(c[1]) < 0.1, 2),
+    ("abs(@x(j,0) - @x(i,0)) < 0.05 ? true : std::sqrt(@x(i,1)) < 0.1f",
+     lambda s, c: abs(s[0] - c[0]) < 0.05 or np.sqrt(c[1]) < 0.1, 2),
 ])
 def test_candidate_keeps_what_a_greedy_loop_keeps(rng, cond, fails, cols):
     x = rng.random((1500, cols)).astype(np.float32)

@@ -38,9 +38,10 @@ from .norm import (GroupNorm, InstanceNorm, InstanceNorm1d, InstanceNorm2d, Inst
                    LayerNorm2d, LayerNorm3d, batch_norm, group_norm, instance_norm, layer_norm)
 from .products import baddbmm, bmm_transpose, kron, matmul_transpose, scaled_dot_product_attention
 from ..persist import load, save
-from .pool import (AdaptiveAvgPool2d, AdaptiveAvgPool3d, AdaptiveMaxPool2d, AdaptiveMaxPool3d, AvgPool2d, AvgPool3d, MaxPool2d, MaxPool3d,
-                   MaxUnpool2d, MaxUnpool3d, Pool, Pool3d, adaptive_avg_pool2d, adaptive_avg_pool3d, adaptive_max_pool2d, adaptive_max_pool3d, avg_pool2d, avg_pool3d, max_pool2d,
-                   max_pool3d, pool, pool2d, pool3d)
+from .pool import (AdaptiveAvgPool2d, AdaptiveAvgPool3d, AdaptiveMaxPool2d, AdaptiveMaxPool3d, AvgPool2d, AvgPool3d,
+                   MaxPool2d, MaxPool3d, MaxUnpool2d, MaxUnpool3d, Pool, Pool3d, adaptive_avg_pool2d, adaptive_avg_pool3d,
+                   adaptive_max_pool2d, adaptive_max_pool3d, avg_pool2d, avg_pool3d, max_pool2d, max_pool3d, pool, pool2d,
+                   pool3d)
 from .rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNBase, RNNCell
 from .resample import (ConstantPad2d, DropPath, Dropout2d, PixelShuffle, ReflectionPad2d, ReplicationPad2d, Resize,
                        Upsample, UpsamplingBilinear2d, UpsamplingNearest2d, ZeroPad2d, droppath, dropout2d,

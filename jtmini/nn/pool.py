@@ -374,8 +374,9 @@ class _MaxUnpool(Module):
         size = _unpool_size(who, x.shape[-k:], self.kernel_size, self.stride, self.padding, output_size)
         plane = functools.reduce(operator.mul, size, 1)
         if indices.numel() and not 0 <= int(indices.min().item()) <= int(indices.max().item()) < plane:
-            raise ValueError(f"{who}: indices must lie in [0, {plane}) for an output {('plane', 'volume')[k - 2]} of {'x'.join(map(str, size))}, "
-                             f"got values in [{int(indices.min().item())}, {int(indices.max().item())}]")
+            where = f"an output {('plane', 'volume')[k - 2]} of {'x'.join(map(str, size))}"
+            raise ValueError(f"{who}: indices must lie in [0, {plane}) for {where}, got values in "
+                             f"[{int(indices.min().item())}, {int(indices.max().item())}]")
 
         def unpool(b, where):
             n, c = b.shape[:2]
