@@ -142,3 +142,16 @@ def test_conv2d_string_padding_errors():
         nn.Conv2d(3, 4, 3, padding="same", stride=2)
     with pytest.raises(ValueError, match="conv2d: padding='same' needs stride 1"):
         nn.conv2d(jt.zeros(1, 3, 5, 5), jt.zeros(4, 3, 3, 3), stride=2, padding="same")
+
+
+@pytest.mark.parametrize("kernel", [3, 4])
+@pytest.mark.parametrize("padding", ["same", "valid"])
+def test_conv1d_string_padding_as_pytorch(rng, kernel, padding):
+    import torch
+    x = rng.standard_normal((2, 3, 11)).astype(np.float32)
+    layer, ref = nn.Conv1d(3, 4, kernel, padding=padding), torch.nn.Conv1d(3, 4, kernel, padding=padding)
+    ref.weight.data, ref.bias.data = torch.tensor(layer.weight.numpy()), torch.tensor(layer.bias.numpy())
+    np.testing.assert_allclose(layer(jt.array(x)).numpy(), ref(torch.tensor(x)).detach().numpy(), rtol=1e-4,
+                               atol=1e-5)
+    with pytest.raises(ValueError, match="Conv1d: padding='same' needs stride 1"):
+        nn.Conv1d(3, 4, kernel, padding="same", stride=2)

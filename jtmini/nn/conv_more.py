@@ -24,7 +24,7 @@ from .. import dtypes, init
 from ..ops.window import col2im
 from ..var import Var
 from .arguments import count, is_count, items
-from .conv import check_geometry, conv2d, pair
+from .conv import _check_string_padding, check_geometry, conv2d, pair
 from .module import Module
 
 
@@ -63,14 +63,19 @@ def _check_bias(who, bias, channels):
 
 
 def conv1d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
-    """Convolve (N, C, L) (or unbatched (C, L)) ``x`` with ``weight`` (O, C/groups, k).
+    """Convolve (N, C, L) (or unbatched (C, L)) ``x`` with ``weight`` (O, C/groups, k); ``padding``
+    may also be PyTorch's ``'valid'`` or ``'same'`` (stride 1).
 
     >>> conv1d(jt.randn(2, 4, 10), jt.randn(6, 2, 3), stride=2, padding=1, groups=2).shape
     (2, 6, 5)
     """
     who = "conv1d"
     x, weight = _float_var(who, "input", x, (2, 3)), _float_var(who, "weight", weight, (3,))
-    stride, padding = _single(who, "stride", stride, 1), _single(who, "padding", padding, 0)
+    stride = _single(who, "stride", stride, 1)
+    if isinstance(padding, str):                # PyTorch's 'same' and 'valid'
+        _check_string_padding(who, padding, stride)
+    else:
+        padding = _single(who, "padding", padding, 0)
     dilation, groups = _single(who, "dilation", dilation, 1), count(who, "groups", groups)
     if x.ndim == 2:
         return conv1d(x.reshape((1,) + x.shape), weight, bias, stride, padding, dilation, groups).reshape(
@@ -80,8 +85,8 @@ def conv1d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
         raise ValueError(f"{who}: input {x.shape} does not fit weight {weight.shape} with groups={groups} "
                          f"(input channels must be weight.shape[1] * groups, out channels divisible by groups)")
     _check_bias(who, bias, o)
-    out = conv2d(x.reshape(n, c, 1, length), weight.reshape(o, cg, 1, k), bias, (1, stride), (0, padding),
-                 (1, dilation), groups)
+    out = conv2d(x.reshape(n, c, 1, length), weight.reshape(o, cg, 1, k), bias, (1, stride),
+                 padding if isinstance(padding, str) else (0, padding), (1, dilation), groups)
     return out.reshape(n, o, out.shape[3])
 
 
@@ -172,7 +177,10 @@ class Conv1d(Module):
         who = "Conv1d"
         self.in_channels, self.out_channels, self.groups = _channels(who, in_channels, out_channels, groups)
         self.kernel_size = (_single(who, "kernel_size", kernel_size, 1),)
-        self.stride, self.padding = (_single(who, "stride", stride, 1),), (_single(who, "padding", padding, 0),)
+        self.stride = (_single(who, "stride", stride, 1),)
+        if isinstance(padding, str):
+            _check_string_padding(who, padding, stride)
+        self.padding = padding if isinstance(padding, str) else (_single(who, "padding", padding, 0),)
         self.dilation = (_single(who, "dilation", dilation, 1),)
         self.weight = init.invariant_uniform((self.out_channels, self.in_channels // self.groups) + self.kernel_size)
         bound = 1.0 / math.sqrt(self.in_channels // self.groups * self.kernel_size[0])
