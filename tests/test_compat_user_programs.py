@@ -155,3 +155,10 @@ def test_conv1d_string_padding_as_pytorch(rng, kernel, padding):
                                atol=1e-5)
     with pytest.raises(ValueError, match="Conv1d: padding='same' needs stride 1"):
         nn.Conv1d(3, 4, kernel, padding="same", stride=2)
+
+
+def test_topk_past_the_dim_gives_all_of_it_as_jittor():
+    x = jt.array([[1.0, 5.0, 3.0], [2.0, 0.0, 4.0]])
+    values, index = jt.topk(x, 5, dim=1)              # a top-5 accuracy over 3 classes
+    np.testing.assert_array_equal(values.numpy(), [[5, 3, 1], [4, 2, 0]])
+    np.testing.assert_array_equal(index.numpy(), [[1, 2, 0], [2, 0, 1]])

@@ -499,6 +499,8 @@ def topk(x, k, dim=None, largest=True, sorted=True):
     """``(values, indices)`` of the ``k`` largest (``largest=False``: smallest) entries along
     ``dim`` (the last when None, as in Jittor), int32 indices. They always come sorted (``sorted``
     is accepted for the signature); ties keep their original order. Differentiable in the values.
+    A ``k`` past the dim's size gives all of its entries, as Jittor's (a top-5 accuracy over 3
+    classes counts every sample); PyTorch raises.
 
     >>> values, index = jt.array([1.0, 5.0, 3.0]).topk(2)
     >>> values.numpy(), index.numpy()
@@ -507,10 +509,9 @@ def topk(x, k, dim=None, largest=True, sorted=True):
     x = _as_var(x)
     dim = -1 if dim is None else dim
     size = x.shape[_one_dim(x, dim, "topk")] if x.ndim else 1
-    if isinstance(k, (bool, np.bool_)) or not dtypes.is_int(k) or not 0 <= k <= size:
-        raise ValueError(f"topk: k must be an int in [0, {size}] (the size of dim {dim} of shape "
-                         f"{x.shape}), got {k!r}")
-    return _ordered(x, dim, largest, int(k), "topk")
+    if isinstance(k, (bool, np.bool_)) or not dtypes.is_int(k) or k < 0:
+        raise ValueError(f"topk: k must be an int >= 0 (dim {dim} of shape {x.shape} has {size}), got {k!r}")
+    return _ordered(x, dim, largest, min(int(k), size), "topk")
 
 
 @export("fetch_sync")
