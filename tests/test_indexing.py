@@ -208,6 +208,8 @@ def test_assign_still_rebinds():
     w.assign(jt.array(np.zeros(3)) + w)
     np.testing.assert_array_equal(w.numpy(), [0.5] * 3)
     np.testing.assert_array_equal(before.numpy(), [1.0] * 3)
+    w.update(w * 2)                       # update: a value with no history (assign keeps it, as Jittor's)
+    np.testing.assert_array_equal(w.numpy(), [1.0] * 3)
     assert w.op in (None, "detach")
 
 
