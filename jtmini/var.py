@@ -129,7 +129,8 @@ class _ScalarNumpy(_ScalarData):
     ``[0]`` (Jittor has no 0-d Vars, so its code reads a scalar's value as ``x.numpy()[0]``)."""
 
     def __getitem__(self, index):
-        if self.ndim == 0 and isinstance(index, (int, np.integer)) and not isinstance(index, bool) and index in (0, -1):
+        if self.ndim == 0 and isinstance(index, (int, np.integer)) and not isinstance(index, bool) \
+                and index in (0, -1):
             return self.view(np.ndarray)[()]
         return self.view(np.ndarray)[index]
 
@@ -506,9 +507,9 @@ class Var:
         value = self._assigned(value)
         if value.op is None or value._stop_grad:     # no history to keep: a value, as update
             return self.update(value)
-        # this handle becomes a node like value's (as ``x -= v`` does), so once computed it forgets
-        # its history when no gradient can be asked through it (history.py); a window of value
-        # kept every step's graph alive through the value it read
+        # this handle becomes a node like value's, as ``x -= v`` makes it, so once computed it forgets
+        # its history when no gradient can be asked through it (history.py); a window of value would
+        # keep value, and every step's graph behind it, alive
         self._rebind(value)
         self.shape = value.shape
         return self
