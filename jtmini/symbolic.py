@@ -473,10 +473,7 @@ def parse(text):
     """
     if not isinstance(text, str):
         raise IndexExprError(f"an index expression must be a string or an Expr, got {type(text).__name__}")
-    parser = _Parser(text)
-    expr, _ = parser.ternary()
-    if parser.peek() is not None:
-        parser.fail(f"unexpected {parser.peek()!r}")
+    expr, _ = _Parser(text).entire(lambda parser: parser.ternary())
     return expr
 
 
@@ -497,6 +494,13 @@ class TokenParser:
 
     def fail(self, why):
         raise NotImplementedError
+
+    def entire(self, rule):
+        """``rule(self)``, which must take every token."""
+        result = rule(self)
+        if self.peek() is not None:
+            self.fail(f"unexpected {self.peek()!r}")
+        return result
 
     def peek(self, ahead=0):
         k = self.pos + ahead

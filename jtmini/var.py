@@ -506,7 +506,7 @@ class Var:
         """
         value = self._assigned(value)
         if value.op is None or value._stop_grad:     # no history to keep: a value, as update
-            return self.update(value)
+            return self._take_value(value)
         # this handle becomes a node like value's, as ``x -= v`` makes it, so once computed it forgets
         # its history when no gradient can be asked through it (history.py); a window of value would
         # keep value, and every step's graph behind it, alive
@@ -520,7 +520,10 @@ class Var:
 
         >>> w.update(w - lr * g)         # nodes built from the old w still see the old value
         """
-        value = self._assigned(value)
+        return self._take_value(self._assigned(value))
+
+    def _take_value(self, value):
+        """Hold ``value`` (a Var of this Var's dtype, ``_assigned``) with no history."""
         if value._data is not None:       # an optimizer's new value: computed already
             self._rebind(None, value._shareable_data())
         else:

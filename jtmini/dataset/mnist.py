@@ -251,13 +251,13 @@ def _emnist_file(root, split, train, part, download):
     with ``download=True`` when it is not there."""
     kinds = ("train",) if train else ("test", "t10k")
     names = [f"emnist-{split}-{kind}-{part}-idx{3 if part == 'images' else 1}-ubyte.gz" for kind in kinds]
-    for attempt in range(2):
-        for name in names:
-            if os.path.isfile(os.path.join(root, "gzip", name)):
-                return os.path.join(root, "gzip", name)
-        if attempt or not download:
-            break
+    paths = [os.path.join(root, "gzip", name) for name in names]
+    found = next((p for p in paths if os.path.isfile(p)), None)
+    if found is None and download:
         download_and_extract(EMNIST_ZIP[0], root, EMNIST_ZIP[1])
+        found = next((p for p in paths if os.path.isfile(p)), None)
+    if found is not None:
+        return found
     raise RuntimeError(f"EMNIST: {names[0]} is not in {os.path.join(root, 'gzip')} "
                        f"({'the downloaded archive lacks it' if download else 'download=False'}); unpack "
                        f"NIST's {EMNIST_ZIP[0]} (md5 {EMNIST_ZIP[1]}) into {root}, or pass download=True")

@@ -244,10 +244,7 @@ def _class_target(target, who, hint=""):
     """``target`` as a Var of integer class indices; float labels holding whole numbers are taken
     as ints (Jittor's losses compare them with the class numbers); any other float, or bool,
     target is refused: compared against class numbers it would silently match nothing."""
-    target = creation.as_var(target)
-    if dtypes.is_float(target.dtype):         # Jittor's float32 labels holding whole numbers
-        whole = whole_numbers(target)
-        target = target if whole is None else whole
+    target = whole_numbers(creation.as_var(target))      # Jittor's float32 labels of whole numbers
     if not dtypes.is_integer(target.dtype):
         raise LabelDtypeError(f"{who}: target must hold integer class indices (an integer dtype, or whole floats), "
                               f"got dtype {target.dtype}{hint}")

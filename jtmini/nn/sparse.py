@@ -28,9 +28,7 @@ def _indices(x, num_embeddings, who):
     are taken as ints, as Jittor's indexing takes them (its conditional GAN tutorial embeds
     float32 labels); any other float or dtype is a TypeError."""
     x = x if isinstance(x, Var) else creation.as_var(np.asarray(x))
-    if dtypes.is_float(x.dtype):
-        whole = whole_numbers(x)
-        x = x if whole is None else whole
+    x = whole_numbers(x)
     if not dtypes.is_integer(x.dtype):
         raise TypeError(f"{who}: indices must be an integer Var (or whole numbers), got {x.dtype}")
     values = x._value()

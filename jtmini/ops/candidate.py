@@ -46,12 +46,6 @@ class _Condition(TokenParser):
     def fail(self, why):
         raise ValueError(f"candidate: fail_cond {self.text!r}: {why}; allowed: {_ALLOWED}")
 
-    def render(self):
-        c = self.ternary()
-        if self.peek() is not None:
-            self.fail(f"unexpected {self.peek()!r}")
-        return c
-
     def ternary(self):
         c = self.binary()
         if self.peek() != "?":
@@ -131,7 +125,7 @@ def candidate(x, fail_cond, dtype="int32"):
         raise TypeError(f"candidate: dtype must be int32 or int64, got {dtype!r}")
     if not isinstance(fail_cond, str) or not fail_cond.strip():
         raise ValueError(f"candidate: fail_cond must be a non-empty string, got {fail_cond!r}")
-    cond = _Condition(fail_cond, x.shape).render()
+    cond = _Condition(fail_cond, x.shape).entire(_Condition.ternary)
     body = f"""
     using namespace std;
     int64_t kept = 0;

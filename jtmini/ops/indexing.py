@@ -57,17 +57,20 @@ class _Axis:
 
 # --- parsing -----------------------------------------------------------------------------------
 def whole_numbers(x):
-    """The float Var ``x`` as int32 (int64 past int32's range) when every element is a whole
-    number, else None (callers refuse it rather than truncate). Jittor reads float indices and
-    labels as C converts them, and its tutorials pass float32 labels. Computes ``x``; the result
-    holds its value, so label and range checks see it.
+    """A float Var ``x`` whose every element is a whole number as int32 (int64 past int32's
+    range); any other Var as it is, so callers' dtype checks refuse other floats rather than
+    truncate them. Jittor reads float indices and labels as C converts them, and its tutorials
+    pass float32 labels. Computes a float ``x``; the result holds its value, so label and range
+    checks see it.
 
-    >>> whole_numbers(jt.array([2.0, 0.0])).numpy(), whole_numbers(jt.array([0.5]))
-    (array([2, 0], dtype=int32), None)
+    >>> whole_numbers(jt.array([2.0, 0.0])).numpy(), whole_numbers(jt.array([0.5])).dtype
+    (array([2, 0], dtype=int32), 'float32')
     """
+    if not x.dtype.startswith("float"):
+        return x
     values = x.numpy()
     if not (np.all(np.isfinite(values)) and np.array_equal(values, np.trunc(values))):
-        return None
+        return x
     return creation.array(values.astype(np.int32 if values.size == 0 or np.abs(values).max() < 2 ** 31 else np.int64))
 
 
@@ -83,9 +86,8 @@ def _item(it):
         it = np.asarray(it)
         if it.size == 0 and it.dtype.kind == "f":        # numpy reads x[[]] as an empty int index
             it = it.astype(np.int64)
-    elif it.dtype.startswith("float"):
-        whole = whole_numbers(it)                         # Jittor's float index Vars: see whole_numbers
-        it = it if whole is None else whole
+    else:
+        it = whole_numbers(it)                            # Jittor's float index Vars
     kind = np.dtype(it.dtype).kind
     if kind not in "iub" or (kind == "b" and it.ndim == 0):
         raise IndexError(f"invalid index {it!r} (dtype {it.dtype}): use ints, slices, None, ..., "
