@@ -1,7 +1,8 @@
 """Jittor's ``jittor.attention``. In Jittor 1.3.11 its ``MultiheadAttention`` is PyTorch's (one
 ``in_proj_weight``, ``execute(query, key, value, key_padding_mask, need_weights, attn_mask,
-...)``): here the same class as ``nn.MultiheadAttention``, with ``scaled_dot_product_attention``
-and ``baddbmm`` beside it. Earlier Jittor releases had fairseq's multi-head attention under that
+...)``): here the same class as ``nn.MultiheadAttention``, with ``scaled_dot_product_attention``,
+``baddbmm`` and ``multi_head_attention_forward`` (the layer's computation with its weights
+passed in) beside it. Earlier Jittor releases had fairseq's multi-head attention under that
 name, with separate ``q_proj``, ``k_proj``, ``v_proj`` and ``out_proj`` Linear layers (a fairseq
 state_dict loads by name): that is ``FairseqMultiheadAttention``, and ``MultiheadAttention``
 given one of fairseq's own keywords (``self_attention``, ...) makes one. Sequences are (length,
@@ -23,7 +24,7 @@ from .ops.reindex import concat
 from .nn import functional as F
 from .nn.arguments import count
 from .nn.attention import MultiheadAttention as _TorchLayout
-from .nn.attention import _additive_mask, _float_var
+from .nn.attention import _additive_mask, _float_var, multi_head_attention_forward  # noqa: F401
 from .nn.layers import Linear
 from .nn.module import Module
 from .nn.products import baddbmm, scaled_dot_product_attention  # noqa: F401   (Jittor keeps them here)
@@ -153,4 +154,5 @@ class FairseqMultiheadAttention(Module):
         return out, (weights if need_head_weights else weights.mean(dims=0))
 
 
-__all__ = ["FairseqMultiheadAttention", "MultiheadAttention", "baddbmm", "scaled_dot_product_attention"]
+__all__ = ["FairseqMultiheadAttention", "MultiheadAttention", "baddbmm", "multi_head_attention_forward",
+           "scaled_dot_product_attention"]

@@ -446,3 +446,95 @@ def test_attention_errors_name_the_problem():
         (ValueError, "is_causal is a hint that attn_mask is causal", lambda: layer(x, x, x, is_causal=True)),
     ]
     expect_errors(cases)
+
+
+# --- multi_head_attention_forward (PyTorch's and Jittor's functional form) ---------------------
+def _mha_function_twins(e, heads, separate=False, kv=False, zero=False, static=False, **kwargs):
+    """jtmini's and torch's multi_head_attention_forward over the same argument list: inputs
+    first (query, key, value, the weights in ``names`` order), then the fixed options."""
+    names = ["q_proj_weight", "k_proj_weight", "v_proj_weight"] if separate else ["in_proj_weight"]
+    names += ["in_proj_bias", "out_proj_weight", "out_proj_bias"] + (["bias_k", "bias_v"] if kv else [])
+    names += ["static_k", "static_v"] if static else []
+
+    def call(fn, *vals, **more):
+        q, k, v, *weights = vals
+        w = dict(zip(names, weights))
+        return fn(q, k, v, e, heads, w.get("in_proj_weight"), w["in_proj_bias"], w.get("bias_k"), w.get("bias_v"),
+                  zero, 0.0, w["out_proj_weight"], w["out_proj_bias"], use_separate_proj_weight=separate,
+                  q_proj_weight=w.get("q_proj_weight"), k_proj_weight=w.get("k_proj_weight"),
+                  v_proj_weight=w.get("v_proj_weight"), static_k=w.get("static_k"), static_v=w.get("static_v"),
+                  **kwargs, **more)
+    return names, (lambda *vals, **more: call(jt.attention.multi_head_attention_forward, *vals, **more),
+                   lambda *vals, **more: call(TF.multi_head_attention_forward, *vals, **more))
+
+
+def _mha_weights(rng, names, e, kdim, vdim, static_shape):
+    shapes = {"in_proj_weight": (3 * e, e), "q_proj_weight": (e, e), "k_proj_weight": (e, kdim),
+              "v_proj_weight": (e, vdim), "in_proj_bias": (3 * e,), "out_proj_weight": (e, e),
+              "out_proj_bias": (e,), "bias_k": (1, 1, e), "bias_v": (1, 1, e), "static_k": static_shape,
+              "static_v": static_shape}
+    return [rng.standard_normal(shapes[n]) * 0.4 for n in names]
+
+
+def test_mha_function_packed_with_masks_matches_torch(rng):
+    names, (fn, t_fn) = _mha_function_twins(8, 2, kv=True, zero=True, average_attn_weights=False)
+    x = rng.standard_normal((4, 3, 8))
+    mask = np.where(np.triu(np.ones((4, 4), bool), 1), -1e9, 0.0).astype(np.float32)
+    padding = rng.standard_normal((3, 4)).astype(np.float32)
+    check_twins(lambda *v: fn(*v, attn_mask=jt.array(mask), key_padding_mask=jt.array(padding)),
+                lambda *v: t_fn(*v, attn_mask=torch.tensor(mask, dtype=torch.float64),
+                                key_padding_mask=torch.tensor(padding, dtype=torch.float64)),
+                [x, x, x] + _mha_weights(rng, names, 8, 8, 8, None), layouts=["transposed", "contig", "contig"] +
+                ["contig"] * len(names))
+
+
+def test_mha_function_separate_weights_and_static_keys_match_torch(rng):
+    names, (fn, t_fn) = _mha_function_twins(8, 2, separate=True, zero=True, static=True)
+    q, k, v = rng.standard_normal((4, 3, 8)), rng.standard_normal((5, 3, 6)), rng.standard_normal((5, 3, 7))
+    check_twins(fn, t_fn, [q, k, v] + _mha_weights(rng, names, 8, 6, 7, (6, 5, 4)))
+    names, (fn, t_fn) = _mha_function_twins(8, 2, separate=True)      # no static keys: k and v projected
+    check_twins(fn, t_fn, [q, k, v] + _mha_weights(rng, names, 8, 6, 7, None))
+
+
+def test_mha_function_unbatched_training_dropout_and_the_layer_agree(rng):
+    layer = A.MultiheadAttention(8, 2).eval()
+    x = jt.array(rng.standard_normal((4, 8)).astype(np.float32))
+    args = (8, 2, layer.in_proj_weight, layer.in_proj_bias, None, None, False, 0.5, layer.out_proj.weight,
+            layer.out_proj.bias)
+    out, weights = jt.attention.multi_head_attention_forward(x, x, x, *args, training=False)
+    expected = layer(x, x, x)
+    assert out.shape == (4, 8) and weights.shape == (4, 4)
+    np.testing.assert_allclose(out.numpy(), expected[0].numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(weights.numpy(), expected[1].numpy(), rtol=1e-5, atol=1e-6)
+    dropped = jt.attention.multi_head_attention_forward(x, x, x, *args, average_attn_weights=False)[1].numpy()
+    assert (dropped == 0).any() and not (dropped == 0).all()
+    none = jt.attention.multi_head_attention_forward(x, x, x, *args, training=False, need_weights=False)
+    assert none[1] is None
+    np.testing.assert_allclose(none[0].numpy(), out.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_mha_function_errors_name_the_problem():
+    f, x, w, b = jt.attention.multi_head_attention_forward, jt.zeros(3, 2, 8), jt.zeros(24, 8), jt.zeros(24)
+    out_w, out_b = jt.zeros(8, 8), jt.zeros(8)
+    static = jt.zeros(4, 5, 4)
+    cases = [
+        (ValueError, "multi_head_attention_forward: query's last dim (8) must be embed_dim_to_check (6)",
+         lambda: f(x, x, x, 6, 2, w, b, None, None, False, 0.0, out_w, out_b)),
+        (ValueError, "embed_dim (8) must be divisible by num_heads (3)",
+         lambda: f(x, x, x, 8, 3, w, b, None, None, False, 0.0, out_w, out_b)),
+        (TypeError, "multi_head_attention_forward: in_proj_weight must be a jtmini Var, got NoneType",
+         lambda: f(x, x, x, 8, 2, None, b, None, None, False, 0.0, out_w, out_b)),
+        (TypeError, "q_proj_weight must be a jtmini Var, got NoneType",
+         lambda: f(x, x, x, 8, 2, None, b, None, None, False, 0.0, out_w, out_b, use_separate_proj_weight=True)),
+        (ValueError, "static_k must have shape (4, 3, 4) (batch * num_heads, source length, head_dim), got (4, 3, 2)",
+         lambda: f(x, x, x, 8, 2, w, b, None, None, False, 0.0, out_w, out_b, static_k=jt.zeros(4, 3, 2))),
+        (ValueError, "the keys and values must be as long: static_k's 5, value's 3",
+         lambda: f(x, x, x, 8, 2, w, b, None, None, False, 0.0, out_w, out_b, static_k=static)),
+        (ValueError, "bias_k and bias_v cannot be added to a static_k or static_v",
+         lambda: f(x, x, x, 8, 2, w, b, jt.zeros(1, 1, 8), jt.zeros(1, 1, 8), False, 0.0, out_w, out_b,
+                   static_k=static, static_v=static)),
+        (ValueError, "multi_head_attention_forward: key_padding_mask must have shape (2, 5), got (2, 3)",
+         lambda: f(x, x, x, 8, 2, w, b, None, None, False, 0.0, out_w, out_b, static_k=static, static_v=static,
+                   key_padding_mask=jt.zeros(2, 3))),
+    ]
+    expect_errors(cases)
