@@ -204,8 +204,8 @@ SCATTER_ERRORS = [
     (ValueError, ["(4,)", "(3, 4)"], lambda x: x.scatter(1, jt.zeros(4, dtype="int32"), 0.0)),
     (ValueError, ["(2, 3)", "src", "(2, 2)"], lambda x: x.scatter(1, jt.zeros(2, 3, dtype="int32"), jt.zeros(2, 2))),
     (ValueError, ["src", "(4,)"], lambda x: x.scatter(1, jt.zeros(2, 3, dtype="int32"), jt.zeros(4))),
-    (TypeError, ["an integer Var", "float32"], lambda x: x.scatter(0, jt.zeros(1, 1), 1.0)),
-    (ValueError, ["reduce", "'max'"], lambda x: x.scatter(0, jt.zeros(1, 1, dtype="int32"), 1.0, "max")),
+    (TypeError, ["an integer Var", "bool"], lambda x: x.scatter(0, jt.zeros(1, 1, dtype="bool"), 1.0)),
+    (ValueError, ["reduce", "'mean'"], lambda x: x.scatter(0, jt.zeros(1, 1, dtype="int32"), 1.0, "mean")),
     (IndexError, ["dim 2"], lambda x: x.scatter(2, jt.zeros(1, 1, dtype="int32"), 1.0)),
 ]
 

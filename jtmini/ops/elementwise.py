@@ -735,21 +735,26 @@ register(OpSpec("where", "elementwise", infer=lambda inputs, a: (inputs[1].shape
 
 
 @export("where")
-def where(condition, x=None, y=None):
+def where(condition, x=None, y=None, dtype="int32"):
     """Where Operator, as Jittor's: ``x`` where ``condition`` is true, else ``y``, with broadcasting
-    over all three. With the condition alone, numpy's ``nonzero``: a tuple of int64 index Vars,
-    one per dim (eager, since their length is the count of true entries).
+    over all three. With the condition alone, numpy's ``nonzero``: a tuple of index Vars of the
+    integer ``dtype`` (int32, as Jittor's), one per dim (eager, since their length is the count of
+    true entries); ``where(cond, "int64")`` names the dtype by position, as Jittor's may.
 
     >>> jt.where(jt.array([True, False]), 1.0, 2.0).numpy()
     array([1., 2.], dtype=float32)
     >>> jt.where(jt.array([[0, 3], [5, 0]]))[1].numpy()
-    array([1, 0])
+    array([1, 0], dtype=int32)
     """
     from ..creation import array, as_var
+    if isinstance(x, str) and y is None:
+        x, dtype = None, x
     if x is None and y is None:
-        import numpy as np
+        dtype = dtypes.canonical(dtype)
+        if not dtypes.is_integer(dtype):
+            raise TypeError(f"where: the index dtype must be an integer one, got {dtype}")
         values = np.atleast_1d(as_var(condition).numpy())      # numpy refuses nonzero of a 0-d array
-        return tuple(array(positions.astype(np.int64), "int64") for positions in np.nonzero(values))
+        return tuple(array(positions.astype(dtype), dtype) for positions in np.nonzero(values))
     if x is None or y is None:
         raise TypeError("where takes the condition alone, or the condition, x and y; got only one of x and y")
     condition = cast(as_var(condition), "bool")

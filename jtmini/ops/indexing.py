@@ -29,9 +29,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import creation
+from .. import creation, dtypes
 from ..var import Var
-from .elementwise import broadcast_shapes, cast, where
+from .elementwise import binary, broadcast_shapes, cast, where
 from .registry import export
 from .reindex import reindex, reindex_reduce, slice_var, unslice_var
 
@@ -177,7 +177,9 @@ def _affine(i, start, step):
 def _layout(axes):
     """numpy's placement of the broadcast index-array dims: (their shape, first result position).
     Ints count as 0-d arrays. Standing together they replace the arrays in place; separated by a
-    slice, None or ``...``, they go first."""
+    slice, None or ``...``, they go first. A basic index has none: ``((), 0)``."""
+    if not any(a.kind == "array" for a in axes):
+        return (), 0
     try:
         bshape = broadcast_shapes(*(a.array.shape for a in axes if a.kind == "array"))
     except ValueError:
@@ -190,10 +192,11 @@ def _layout(axes):
 
 
 def _gather_map(axes):
-    """(shape of ``x[index]``, one C index expression per dim of x, extra inputs) for an index
-    holding arrays. ``i<k>`` is result position k; array j is read as ``@e<j>(...)`` at the result
-    positions of its (broadcast) dims, and a negative entry counts from the end of x's dim,
-    ``xshape<d>`` (x's dims in a gather and in the scatter back into x alike, as Jittor names them)."""
+    """(shape of ``x[index]``, one C index expression per dim of x, extra inputs) for any index
+    (a basic one too, for setitem with an op). ``i<k>`` is result position k; array j is read as
+    ``@e<j>(...)`` at the result positions of its (broadcast) dims, and a negative entry counts
+    from the end of x's dim, ``xshape<d>`` (x's dims in a gather and in the scatter back into x
+    alike, as Jittor names them)."""
     bshape, at = _layout(axes)
     shape = [a.size for a in axes if a.kind in _PLAIN]
     shape[at:at] = bshape
@@ -295,23 +298,42 @@ _FULL = slice(None)
 
 
 @export("setitem", function=False)
-def setitem(x, index, value):
+def setitem(x, index, value, op="void"):
     """``x[index] = value``: ``value`` is cast to x's dtype and broadcast to the shape of
     ``x[index]``; the handle ``x`` is rebound to the new value, nodes built from it earlier keep
     the old one. Gradients flow to the old ``x`` (where not overwritten) and to ``value``.
-    ``x.setitem(index, value)`` is Jittor's functional form: it returns the new value and leaves
-    ``x`` as it was.
+    ``x.setitem(index, value, op)`` is Jittor's functional form: it returns the new value and
+    leaves ``x`` as it was; ``op`` other than "void" folds the values into x's entries (see
+    ``fold``), every value at a repeated position included.
 
     >>> a = jt.zeros(3, 4)
     >>> b = a + 1
     >>> a[1:, [0, 3]] = jt.array([7.0, 8.0])
     >>> a.numpy()[:, 0], b.numpy()[:, 0]
     (array([0., 7., 7.], dtype=float32), array([1., 1., 1.], dtype=float32))
+    >>> jt.zeros(4, 3).setitem((jt.array([0, 0, 1]),), jt.ones(3, 3), "add").numpy()[:, 0]
+    array([2., 1., 0., 0.], dtype=float32)
     """
+    op = reduction(op, "setitem")
     axes = _normalize(x, index)
+    if op != "void":
+        return _fold_at(x, axes, value, op)
     place = _place_advanced if any(a.kind == "array" for a in axes) else _place_basic
     placed, mask = place(x, axes, value)
     return where(mask, placed, x)
+
+
+def _fold_at(x, axes, value, op):
+    """``x.setitem(index, value, op)`` for an op other than "void": the gather's index map (a
+    basic index's too) run backwards by reindex_reduce, so repeated positions fold every value."""
+    shape, exprs, extras = _gather_map(axes)
+
+    def put(v, how):
+        return reindex_reduce(v, how, x.shape, exprs, extras=extras)
+
+    def gather(v):
+        return reindex(v, shape, exprs, extras=extras)
+    return fold(x, op, _fit(value, x, shape), put, gather)
 
 
 def _fit(value, x, shape):
@@ -345,3 +367,96 @@ def _place_advanced(x, axes, value):
     def put(v):
         return reindex_reduce(v, "replace", x.shape, exprs, extras=extras)
     return put(_fit(value, x, shape)), put(creation.full(shape, True, "bool"))
+
+
+# --- folding values into x (setitem's and scatter's op) ----------------------------------------
+# Jittor's names of the binary ops its setitem folds with, its aliases (nano_string) included
+_REDUCTIONS = {None: "void", "void": "void", "add": "add", "sum": "add", "subtract": "subtract",
+               "multiply": "multiply", "divide": "divide", "maximum": "maximum", "max": "maximum",
+               "minimum": "minimum", "min": "minimum"}
+
+
+def reduction(op, who):
+    """Jittor's canonical name of the setitem/scatter op ``op`` ("sum" is "add", "max" and "min"
+    are "maximum" and "minimum"); ValueError naming ``who`` and the accepted names otherwise."""
+    name = _REDUCTIONS.get(op) if isinstance(op, str) or op is None else None
+    if name is None:
+        raise ValueError(f"{who}: reduce op must be one of 'void', 'add' ('sum'), 'subtract', 'multiply', "
+                         f"'divide', 'maximum' ('max') or 'minimum' ('min'), got {op!r}")
+    return name
+
+
+def fold(x, op, value, put, gather):
+    """``x`` with ``value`` folded in as Jittor's setitem kernel does: ``x[p] = x[p] op v`` for
+    every value ``v`` sent to position ``p``, repeats included (a replacing "void" keeps one of
+    them). ``put(v, how)`` sends a Var of value's shape into x's shape, combining repeats by
+    reindex_reduce's ``how``; ``gather(v)`` reads a Var of x's shape back at value's positions.
+
+    >>> fold(x, "maximum", v, put, gather)      # x[p] = max(x[p], every v sent to p)
+    """
+    if op == "void":
+        return where(put(creation.full(value.shape, True, "bool"), "replace"), put(value, "replace"), x)
+    if op in ("add", "subtract"):
+        placed = put(value, "add")
+        return x + placed if op == "add" else x - placed
+    if op == "multiply":
+        return _fold_product(x, value, put, gather)
+    if op == "divide":
+        return _fold_quotient(x, value, put, gather)
+    return _fold_extreme(x, op, value, put, gather)
+
+
+def _own(v):
+    """A new node holding ``v``'s value, so a gradient rule reading it cannot see the caller's
+    handle rebound (``x += 1`` after the scatter)."""
+    return slice_var(v, [0] * v.ndim, [1] * v.ndim, v.shape)
+
+
+def _fold_product(x, value, put, gather):
+    """``x`` times the product of the values sent to each position, with the product rule as its
+    gradient (reindex_reduce's mul has none with index inputs). A value's factor is the product of
+    the others at its position: their nonzero product divided by it where none is 0, that product
+    where it is the only 0, and 0 where another value is 0."""
+    from ..autograd import custom_grad    # here: autograd imports creation, still loading as ops register
+    x, value = _own(x), _own(value)
+    factor = put(value, "mul")
+
+    def rule(d):
+        zero = value == 0
+        nonzero_product = gather(put(where(zero, 1, value), "mul"))
+        zeros = gather(put(cast(zero, value.dtype), "add"))
+        others = where(zero, where(zeros == 1, nonzero_product, 0),
+                       where(zeros == 0, nonzero_product / where(zero, 1, value), 0))
+        return [d * factor, gather(d * x) * others]
+    out = x * factor
+    return custom_grad(out, [x, value], rule) if dtypes.is_float(x.dtype) else out
+
+
+def _fold_quotient(x, value, put, gather):
+    """``x`` over the product of the values sent to each position; gradients ``d / product`` to x
+    and ``-d * out / v`` to each value, Jittor's divide rule folded over repeats. Integers divide
+    as C does (toward zero), computed in float64: exact for int32."""
+    from ..autograd import custom_grad
+    x, value = _own(x), _own(value)
+    product = put(value, "mul")
+    if not dtypes.is_float(x.dtype):
+        return cast(cast(x, "float64") / cast(product, "float64"), x.dtype)
+    out = x / product
+    return custom_grad(out, [x, value], lambda d: [d / product, gather(-d * out) / value])
+
+
+def _fold_extreme(x, op, value, put, gather):
+    """``maximum``/``minimum`` of ``x`` and the values sent to each position. Gradient as
+    PyTorch's scatter_reduce amax/amin with include_self: the entries equal to the result (x's
+    and the values') share it evenly. Positions no value reaches keep x, even where x is -inf
+    (reindex_reduce starts them at the dtype's lowest value)."""
+    from ..autograd import custom_grad
+    x, value = _own(x), _own(value)
+    written = put(creation.full(value.shape, True, "bool"), "replace")
+    out = where(written, binary(x, put(value, op), op), x)
+
+    def rule(d):
+        x_wins, value_wins = out == x, gather(out) == value
+        share = d / (cast(x_wins, d.dtype) + put(cast(value_wins, d.dtype), "add"))
+        return [where(x_wins, share, 0), where(value_wins, gather(share), 0)]
+    return custom_grad(out, [x, value], rule) if dtypes.is_float(x.dtype) else out

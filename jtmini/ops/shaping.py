@@ -23,6 +23,7 @@ import numpy as np
 from .. import creation, dtypes
 from ..var import Var
 from .elementwise import broadcast_shapes, cast, where
+from .indexing import fold, reduction
 from .matmul import matmul
 from .registry import export, keyword_aliases
 from .reindex import broadcast, broadcast_to, concat, normalize_dim, permute, reindex, reindex_reduce, reshape, slice_var
@@ -291,6 +292,32 @@ def _index_var(index, what):
     return index
 
 
+def _int_index(index, what):
+    """``_index_var``, but a float index is truncated toward zero, as Jittor's scatter and gather
+    kernels cast it (APF-GAN scatters a ``float_auto()`` label map). Known values are truncated
+    here, so the range check sees them; a lazy index is cast by its own kernel."""
+    if not isinstance(index, Var):
+        index = creation.array(np.asarray(index))
+    if not dtypes.is_float(index.dtype):
+        return _index_var(index, what)
+    if not isinstance(index._data, np.ndarray):
+        return cast(index, "int32")
+    values = np.trunc(index._data)
+    if not np.all(np.isfinite(values)):
+        raise ValueError(f"{what}: float index of shape {index.shape} holds NaN or infinite entries")
+    wide = values.size and np.abs(values).max() >= 2 ** 31
+    return creation.array(values.astype(np.int64 if wide else np.int32))
+
+
+def _check_fits(x, dim, index, what):
+    """ValueError naming the shapes unless ``index`` fits x as Jittor's scatter and gather read it:
+    more dims than ``dim``, at most x's, and sizes no larger than x's off ``dim``."""
+    if not dim < index.ndim <= x.ndim or any(n > s for k, (n, s) in enumerate(zip(index.shape, x.shape))
+                                              if k != dim):
+        raise ValueError(f"{what} along dim {dim}: index of shape {index.shape} does not fit a Var of shape "
+                         f"{x.shape} (needs more than {dim} dims, at most {x.ndim}, no larger off dim {dim})")
+
+
 def _check_range(index, dim, size, what):
     """IndexError naming the first out-of-range entry; reads the index's values (eager)."""
     _check_values(index._value(), dim, size, what)
@@ -328,117 +355,94 @@ def index_select(x, dim, index):
 
 @export("gather")
 def gather(x, dim, index):
-    """PyTorch's gather: ``out[i][j][k] = x[index[i][j][k]][j][k]`` for ``dim=0``; ``index`` has
-    x's number of dims and, off ``dim``, sizes no larger than x's; the result has its shape.
+    """PyTorch's gather: ``out[i][j][k] = x[index[i][j][k]][j][k]`` for ``dim=0``; the result has
+    index's shape. As in Jittor, an index of fewer dims than x reads x's trailing dims whole (the
+    result has shape ``index.shape + x.shape[index.ndim:]``) and a float index truncates toward 0.
 
     >>> jt.array([[1, 2], [3, 4]]).gather(1, jt.array([[0, 0], [1, 0]])).numpy()
     array([[1, 1],
            [4, 3]])
     """
-    index = _index_var(index, "gather")
+    index = _int_index(index, "gather")
     if x.ndim == 0:      # a 0-d Var gathers as a 1-element row, as in PyTorch
         return reshape(gather(reshape(x, (1,)), dim, reshape(index, (-1,))), index.shape)
     dim = normalize_dim(dim, x.ndim)
-    if index.ndim != x.ndim or any(n > s for k, (n, s) in enumerate(zip(index.shape, x.shape)) if k != dim):
-        raise ValueError(f"gather along dim {dim}: index of shape {index.shape} does not fit a Var of "
-                         f"shape {x.shape} (same number of dims, no larger off dim {dim})")
+    _check_fits(x, dim, index, "gather")
     _check_range(index, dim, x.shape[dim], "gather")
     return _gather_at(x, dim, index)
 
 
-def _along_index(ndim, dim):
-    """Index expressions reading position ``index[i0, i1, ...]`` along ``dim`` and ``i<k>`` off it."""
-    at = ", ".join(f"i{k}" for k in range(ndim))
-    return [_entry(f"@e0({at})", dim) if k == dim else f"i{k}" for k in range(ndim)]
+def _along_index(ndim, dim, k):
+    """Index expressions into a Var of ``ndim`` dims, at position ``i0, i1, ...`` of an index of
+    ``k <= ndim`` dims (and x's trailing dims past it): the index's value there along ``dim``."""
+    at = ", ".join(f"i{j}" for j in range(k))
+    return [_entry(f"@e0({at})", dim) if j == dim else f"i{j}" for j in range(ndim)]
 
 
 def _gather_at(x, dim, index):
     """``gather`` without its checks: shapes fit and the index is in range (or is dropped)."""
-    return reindex(x, index.shape, _along_index(x.ndim, dim), extras=[index])
+    shape = index.shape + x.shape[index.ndim:]
+    return reindex(x, shape, _along_index(x.ndim, dim, index.ndim), extras=[index])
 
 
 def _scatter_at(v, op, shape, dim, index):
-    """``v`` (of index's shape) sent to ``index`` along ``dim`` in a Var of ``shape``, combined by
-    ``op`` (reindex_reduce's replace, add or mul): gather's map run backwards."""
-    return reindex_reduce(v, op, shape, _along_index(len(shape), dim), extras=[index])
-
-
-_SCATTER_OPS = {"void": "replace", None: "replace", "add": "add", "multiply": "mul"}
+    """``v`` (of gather's result shape) sent to ``index`` along ``dim`` in a Var of ``shape``,
+    combined by reindex_reduce's ``op``: gather's map run backwards."""
+    return reindex_reduce(v, op, shape, _along_index(len(shape), dim, index.ndim), extras=[index])
 
 
 @export("scatter")
 def scatter(x, dim, index, src, reduce="void"):
     """PyTorch's scatter as a new Var: ``src`` written into a copy of ``x`` at ``index`` along ``dim``.
 
-    ``out[index[i][j]][j] = src[i][j]`` for ``dim=0``, and so on for other dims; ``reduce`` "add"
-    or "multiply" combines with x's entry instead of replacing it (repeated indices accumulate;
-    with "void" which of them lands is unspecified). ``index`` has x's number of dims, sizes no
-    larger than src's, nor than x's off ``dim``; a negative entry counts from the end. ``src`` is
-    a Var or a number, cast to x's dtype.
+    ``out[index[i][j]][j] = src[i][j]`` for ``dim=0``, and so on for other dims. ``reduce`` is
+    Jittor's setitem op: "add" ("sum"), "subtract", "multiply", "divide", "maximum" ("max") or
+    "minimum" ("min") fold every src entry sent to a position into x's entry there; with "void"
+    which of repeats lands is unspecified. As in Jittor, an index of fewer dims than x moves x's
+    trailing dims whole (JittorGeometric's ``scatter(out, 0, index, src, "add")`` with an (E,)
+    index and (E, F) src adds rows), a float index truncates toward 0, and src is cut to index's
+    sizes; index's sizes may not exceed x's off ``dim``; a negative entry counts from the end.
+    ``src`` is a Var or a number, cast to x's dtype.
 
     >>> jt.zeros(2, 3).scatter(0, jt.array([[1, 0, 1]]), jt.array([[1.0, 2.0, 3.0]])).numpy()
     array([[0., 2., 0.],
            [1., 0., 3.]], dtype=float32)
     """
-    if reduce not in _SCATTER_OPS:
-        raise ValueError(f"scatter: reduce must be 'void', 'add' or 'multiply', got {reduce!r}")
-    index = _index_var(index, "scatter")
+    op = reduction(reduce, "scatter")
+    index = _int_index(index, "scatter")
     if x.ndim == 0:      # a 0-d Var scatters as a 1-element row, as in PyTorch
         src = reshape(src, (-1,)) if isinstance(src, Var) and src.ndim else src
-        return reshape(scatter(reshape(x, (1,)), dim, reshape(index, (-1,)), src, reduce), ())
+        return reshape(scatter(reshape(x, (1,)), dim, reshape(index, (-1,)), src, op), ())
     dim = normalize_dim(dim, x.ndim)
-    src = _scatter_src(x, dim, index, src)
+    _check_fits(x, dim, index, "scatter")
+    src = _scatter_src(x, index, src)
     if index.numel() == 0:
         return clone(x)
     if isinstance(index._data, np.ndarray):     # known values only: a lazy index is not computed to check
         _check_values(index._data, dim, x.shape[dim], "scatter")
-    op = _SCATTER_OPS[reduce]
-    if op == "mul":
-        return _scatter_multiply(x, dim, index, src)
-    placed = _scatter_at(src, op, x.shape, dim, index)
-    if op == "add":
-        return x + placed
-    written = _scatter_at(creation.full(index.shape, True, "bool"), "replace", x.shape, dim, index)
-    return where(written, placed, x)
+
+    def put(v, how):
+        return _scatter_at(v, how, x.shape, dim, index)
+    return fold(x, op, src, put, lambda v: _gather_at(v, dim, index))
 
 
-def _scatter_src(x, dim, index, src):
-    """``src`` in x's dtype and index's shape: a number (or 0-d Var) spread over it, a Var cut to
-    its extent; ValueError naming the shapes where index does not fit x or src."""
-    if index.ndim != x.ndim or any(n > s for k, (n, s) in enumerate(zip(index.shape, x.shape)) if k != dim):
-        raise ValueError(f"scatter along dim {dim}: index of shape {index.shape} does not fit a Var of "
-                         f"shape {x.shape} (same number of dims, no larger off dim {dim})")
-    src = creation.as_var(src, like=x)
-    if src.ndim == 0:
-        return broadcast_to(cast(src, x.dtype), index.shape)
-    if src.ndim != index.ndim or any(n > s for n, s in zip(index.shape, src.shape)):
-        raise ValueError(f"scatter: index of shape {index.shape} does not fit src of shape {src.shape} "
-                         f"(same number of dims, no larger in any)")
-    src = cast(src, x.dtype)
-    return src if src.shape == index.shape else slice_var(src, [0] * src.ndim, [1] * src.ndim, index.shape)
-
-
-def _scatter_multiply(x, dim, index, src):
-    """``x`` times the product of the src entries sent to each position, with the product rule as
-    its gradient (reindex_reduce's mul has none). An entry's factor is the product of the others
-    at its position: their nonzero product divided by it where none is 0, that product where it is
-    the only 0, and 0 where another entry is 0."""
-    from ..autograd import custom_grad    # here: autograd imports creation, still loading as ops register
-    x, src = clone(x), clone(src)         # own nodes: the rule must not see the caller's handles rebound
-
-    def put(v, op):
-        return _scatter_at(v, op, x.shape, dim, index)
-    factor = put(src, "mul")
-
-    def rule(d):
-        zero = src == 0
-        nonzero_product = _gather_at(put(where(zero, 1, src), "mul"), dim, index)
-        zeros = _gather_at(put(cast(zero, src.dtype), "add"), dim, index)
-        others = where(zero, where(zeros == 1, nonzero_product, 0),
-                       where(zeros == 0, nonzero_product / where(zero, 1, src), 0))
-        return [d * factor, _gather_at(d * x, dim, index) * others]
-    out = x * factor
-    return custom_grad(out, [x, src], rule) if dtypes.is_float(x.dtype) else out
+def _scatter_src(x, index, src):
+    """``src`` in x's dtype and gather's result shape (index's, then x's trailing dims): one entry
+    spread over it, a larger Var cut to index's sizes first, as Jittor's scatter cuts it; then
+    broadcast as setitem broadcasts a value. ValueError naming the shapes where it does not fit."""
+    shape, src = index.shape + x.shape[index.ndim:], creation.as_var(src, like=x)
+    given = src.shape
+    if src.numel() == 1:
+        return broadcast_to(cast(reshape(src, ()), x.dtype), shape)
+    if src.ndim < index.ndim:
+        raise ValueError(f"scatter: src of shape {src.shape} has fewer dims than index of shape {index.shape}")
+    if src.shape != index.shape:
+        sizes = [min(n, s) for n, s in zip(index.shape, src.shape)] + list(src.shape[index.ndim:])
+        src = slice_var(src, [0] * src.ndim, [1] * src.ndim, sizes)
+    if src.ndim > len(shape) or any(s not in (1, n) for s, n in zip(reversed(src.shape), reversed(shape))):
+        raise ValueError(f"scatter: index of shape {index.shape} does not fit src of shape {given} "
+                         f"(src, cut to index's sizes, must cover or broadcast to {shape})")
+    return broadcast_to(cast(src, x.dtype), shape)
 
 
 @export("scatter_")
@@ -783,16 +787,19 @@ def einsum(equation, *operands):
 
 # --- positions of nonzeros (eager) -------------------------------------------------------------
 @export("nonzero")
-def nonzero(x):
-    """The indices of ``x``'s nonzero entries as an (n, ndim) int64 Var, in row-major order. Eager:
-    the count ``n`` is data, so ``x`` is computed now.
+def nonzero(x, dtype="int32"):
+    """The indices of ``x``'s nonzero entries as an (n, ndim) Var of the integer ``dtype`` (int32,
+    as Jittor's), in row-major order. Eager: the count ``n`` is data, so ``x`` is computed now.
 
     >>> jt.array([[0, 1], [2, 0]]).nonzero().numpy()
     array([[0, 1],
-           [1, 0]])
+           [1, 0]], dtype=int32)
     """
+    dtype = dtypes.canonical(dtype)
+    if not dtypes.is_integer(dtype):
+        raise TypeError(f"nonzero: the index dtype must be an integer one, got {dtype}")
     x = creation.as_var(x)
-    return creation.array(np.argwhere(x.numpy()).astype(np.int64), "int64")
+    return creation.array(np.argwhere(x.numpy()).astype(dtype), dtype)
 
 
 @export("diagonal")
