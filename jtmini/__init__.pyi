@@ -4,6 +4,7 @@
 import builtins as _builtins
 from typing import Any
 
+from . import attention as attention
 from . import compile_extern as compile_extern
 from . import contrib as contrib
 from . import creation as creation
@@ -265,6 +266,8 @@ class Var:
         """The diagonal ``offset`` (above the main one when positive) of the matrices spanned by dims"""
     def digamma(self) -> Var:
         """``d/dx log Gamma(x)``, elementwise: -inf at 0 and NaN at the negative integers, as PyTorch."""
+    def dim(self) -> Any:
+        """The number of dims, as ``ndim`` (Jittor's and PyTorch's method form)."""
     def div(self, b: Any) -> Var:
         """Elementwise div with numpy broadcasting."""
     def divide(self, b: Any) -> Var:
@@ -318,7 +321,7 @@ class Var:
     def fuse_transpose(self, *perm: Any) -> Any:
         """Dims reordered: output dim k is input dim ``perm[k]``; no argument reverses the dims (two"""
     def gather(self, dim: Any, index: Any) -> Var:
-        """PyTorch's gather: ``out[i][j][k] = x[index[i][j][k]][j][k]`` for ``dim=0``; ``index`` has"""
+        """PyTorch's gather: ``out[i][j][k] = x[index[i][j][k]][j][k]`` for ``dim=0``; the result has"""
     def gauss_(self, mean: Any = ..., std: Any = ...) -> Var:
         """N(mean, std^2) in place; returns ``var``: ``init.gauss_(linear.weight, 0.0, 0.01)``."""
     def gelu(self) -> Var:
@@ -468,8 +471,8 @@ class Var:
     @staticmethod
     def node(op_name: Any, inputs: Any, **attrs: Any) -> Var:
         """Build a node of the registered op ``op_name``; shape and dtype are inferred (and"""
-    def nonzero(self) -> Var:
-        """The indices of ``x``'s nonzero entries as an (n, ndim) int64 Var, in row-major order. Eager:"""
+    def nonzero(self, dtype: Any = ...) -> Var:
+        """The indices of ``x``'s nonzero entries as an (n, ndim) Var of the integer ``dtype`` (int32,"""
     def norm(self, p: Any = ..., dim: Any = ..., keepdim: Any = ..., eps: Any = ..., *, keepdims: Any = ...) -> Any:
         """The p-norm over ``dim`` (an int or a tuple; every dim when None); ``p`` is 1, 2 (Jittor's"""
     def normal_(self, mean: Any = ..., std: Any = ...) -> Var:
@@ -567,7 +570,7 @@ class Var:
         """``scatter`` in place: the handle ``x`` is rebound to the result; returns ``x``."""
     def searchsorted(self, values: Any, right: Any = ...) -> Any:
         """For each of ``values``, its insertion index in the last dim of ``sorted_sequence`` (sorted"""
-    def setitem(self, index: Any, value: Any) -> Var:
+    def setitem(self, index: Any, value: Any, op: Any = ...) -> Any:
         """``x[index] = value``: ``value`` is cast to x's dtype and broadcast to the shape of"""
     def sigmoid(self) -> Var:
         """Elementwise sigmoid."""
@@ -665,7 +668,7 @@ class Var:
         """``x`` with a new shape of the same size; one dim may be -1."""
     def view_as(self, other: Any) -> Var:
         """``x`` reshaped to ``other``'s shape."""
-    def where(self, x: Any = ..., y: Any = ...) -> Any:
+    def where(self, x: Any = ..., y: Any = ..., dtype: Any = ...) -> Any:
         """Where Operator, as Jittor's: ``x`` where ``condition`` is true, else ``y``, with broadcasting"""
     def xavier_gauss_(self, gain: Any = ...) -> Var:
         """``xavier_gauss`` in place; returns ``var``: ``init.xavier_gauss_(linear.weight, 2.0)``."""
@@ -968,7 +971,7 @@ def from_torch(x: Any) -> Var:
     """A PyTorch tensor's value as a Var (Jittor's ``jt.from_torch``): ``jt.from_torch(t)``."""
 
 def full(shape: Any, value: Any, dtype: Any = ...) -> Var:
-    """A constant Var: ``value`` is a kernel argument, so changing it never recompiles."""
+    """A constant Var: ``value`` is a kernel argument, so changing it never recompiles. As in"""
 
 def full_like(x: Any, value: Any, dtype: Any = ...) -> Var: ...
 
@@ -976,7 +979,7 @@ def fuse_transpose(x: Any, *perm: Any) -> Any:
     """Dims reordered: output dim k is input dim ``perm[k]``; no argument reverses the dims (two"""
 
 def gather(x: Any, dim: Any, index: Any) -> Var:
-    """PyTorch's gather: ``out[i][j][k] = x[index[i][j][k]][j][k]`` for ``dim=0``; ``index`` has"""
+    """PyTorch's gather: ``out[i][j][k] = x[index[i][j][k]][j][k]`` for ``dim=0``; the result has"""
 
 def gc() -> None:
     """Jittor's ``jt.clean()``: free what nothing uses any more, now. A full garbage collection"""
@@ -1211,8 +1214,8 @@ def new_zeros(x: Any, *size: Any) -> Var:
 def nms(dets: Any, thresh: Any) -> Var:
     """Non-maximum suppression, as Jittor's ``jt.nms``: ``dets`` (N, 5) rows ``x1, y1, x2, y2,"""
 
-def nonzero(x: Any) -> Var:
-    """The indices of ``x``'s nonzero entries as an (n, ndim) int64 Var, in row-major order. Eager:"""
+def nonzero(x: Any, dtype: Any = ...) -> Var:
+    """The indices of ``x``'s nonzero entries as an (n, ndim) Var of the integer ``dtype`` (int32,"""
 
 def norm(x: Any, p: Any = ..., dim: Any = ..., keepdim: Any = ..., eps: Any = ..., *, keepdims: Any = ...) -> Any:
     """The p-norm over ``dim`` (an int or a tuple; every dim when None); ``p`` is 1, 2 (Jittor's"""
@@ -1553,7 +1556,7 @@ def view(x: Any, *shape: Any) -> Var:
 def view_as(x: Any, other: Any) -> Var:
     """``x`` reshaped to ``other``'s shape."""
 
-def where(condition: Any, x: Any = ..., y: Any = ...) -> Any:
+def where(condition: Any, x: Any = ..., y: Any = ..., dtype: Any = ...) -> Any:
     """Where Operator, as Jittor's: ``x`` where ``condition`` is true, else ``y``, with broadcasting"""
 
 def zeros(*shape: Any, dtype: Any = ...) -> Var:

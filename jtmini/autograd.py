@@ -253,9 +253,10 @@ class Function:
         result = self.grad(*(douts.get(k) for k in range(n_outputs)))
         result = list(result) if isinstance(result, (tuple, list)) else [result]
         name = type(self).__name__
-        if len(result) != len(args):
+        if len(result) > len(args):
             raise ValueError(f"{name}.grad returned {len(result)} gradient(s) for the {len(args)} "
-                             f"argument(s) of execute: it must return one per argument (None for none)")
+                             f"argument(s) of execute: at most one per argument (None for none)")
+        result += [None] * (len(args) - len(result))    # as Jittor: the arguments left out get none
         grads = []
         for k, (arg, g) in enumerate(zip(args, result)):
             if not isinstance(arg, Var):

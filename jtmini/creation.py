@@ -228,9 +228,17 @@ def _shape_and_dtype(args, dtype):
 @export("full", method=False)
 @keyword_aliases(val="value")           # Jittor's name
 def full(shape, value, dtype="float32"):
-    """A constant Var: ``value`` is a kernel argument, so changing it never recompiles."""
+    """A constant Var: ``value`` is a kernel argument, so changing it never recompiles. As in
+    Jittor, ``value`` may be a Var too (one element, or any shape that broadcasts to ``shape``):
+    the result is it cast and broadcast.
+
+    >>> jt.full((2, 2), 3).numpy().tolist(), jt.full([2], jt.array(-1.5)).numpy().tolist()
+    ([[3.0, 3.0], [3.0, 3.0]], [-1.5, -1.5])
+    """
     shape = _shape((shape,) if isinstance(shape, (tuple, list)) else (shape,))
     dtype = dtypes.canonical(dtype)
+    if isinstance(value, Var):
+        return value.cast(dtype).broadcast_to(shape)
     dtypes.check_scalar(value, dtype)
     return Var.node("const", [], shape=shape, dtype=dtype, value=value)
 

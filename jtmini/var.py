@@ -251,6 +251,10 @@ class Var:
     def ndim(self):
         return len(self.shape)
 
+    def dim(self):
+        """The number of dims, as ``ndim`` (Jittor's and PyTorch's method form)."""
+        return len(self.shape)
+
     def numel(self):
         return math.prod(self.shape)      # np.prod costs ~5 us; the scheduler asks thousands of times a step
 

@@ -256,11 +256,26 @@ def test_adaptive_max_pool2d_matches_torch(size, rng):
     check_grad(lambda xv: P.adaptive_max_pool2d(xv, size), lambda t: TF.adaptive_max_pool2d(t, size),
                [rng.standard_normal((2, 3, 6, 5))], layouts=["sliced"])
     x = rng.standard_normal((2, 3, 6, 5)).astype(np.float32)
-    out, indices = P.AdaptiveMaxPool2d(size, return_indices=True)(jt.array(x))
+    out, indices = P.adaptive_max_pool2d(jt.array(x), size, return_indices=True)
     ref, ref_indices = TF.adaptive_max_pool2d(torch.tensor(x), size, return_indices=True)
     np.testing.assert_array_equal(out.numpy(), ref.numpy())
     assert indices.dtype == "int64"
     np.testing.assert_array_equal(indices.numpy(), ref_indices.numpy())
+
+
+@pytest.mark.parametrize("layer", ["AdaptiveAvgPool2d", "AdaptiveMaxPool2d"])
+def test_adaptive_pool_layers_have_jittors_windows(layer, rng):
+    """Jittor's layers pool with stride H // oh and kernel H - (oh - 1) * stride (8 to 3: windows
+    [0, 4), [2, 6), [4, 8)); the functional forms keep PyTorch's windows."""
+    x = rng.standard_normal((2, 3, 8, 6))
+    stride, kernel = (2, 3), (4, 3)          # (8, 6) to (3, 2)
+    pool = TF.avg_pool2d if layer == "AdaptiveAvgPool2d" else TF.max_pool2d
+    check_grad(lambda a: getattr(P, layer)((3, 2))(a), lambda t: pool(t, kernel, stride), [x], layouts=["sliced"])
+    np.testing.assert_allclose(getattr(P, layer)((3, 1))(jt.array(np.arange(8.0).reshape(1, 1, 8, 1))).numpy().ravel(),
+                               [1.5, 3.5, 5.5] if layer == "AdaptiveAvgPool2d" else [3, 5, 7])
+    up = getattr(P, layer)((10, 6))(jt.array(x))         # larger than the input: PyTorch's windows
+    want = (TF.adaptive_avg_pool2d if layer == "AdaptiveAvgPool2d" else TF.adaptive_max_pool2d)(torch.tensor(x), (10, 6))
+    np.testing.assert_allclose(up.numpy(), want.numpy(), rtol=1e-6)
 
 
 def test_adaptive_max_pool2d_unbatched_kept_dim_and_global(rng):

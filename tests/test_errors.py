@@ -164,10 +164,17 @@ def test_broadcast_to_takes_an_int_and_refuses_what_is_not_a_shape():
         jt.array([1.0]).broadcast_to(None)
 
 
-def test_zero_dim_vars_cannot_be_concatenated_but_can_be_stacked():
-    with pytest.raises(ValueError, match=r"0-d Vars cannot be concatenated \(shapes \[\(\), \(\)\]\).*jt\.stack"):
-        jt.concat([jt.array(1.0), jt.array(2.0)])
+def test_zero_dim_vars_join_as_jittors_one_element_reductions():
+    """Jittor's full reductions have shape [1]: its programs concatenate them, and stack them with
+    (1,) Vars (retinanet's focal loss stacks ``x.mean()`` values with a ``zeros((1,))``)."""
+    x = jt.array([1.0, 3.0])
+    np.testing.assert_array_equal(jt.concat([x.mean(), x.sum()]).numpy(), [2.0, 4.0])
+    np.testing.assert_array_equal(jt.stack([x.mean(), jt.zeros((1,))]).numpy(), [[2.0], [0.0]])
     np.testing.assert_array_equal(jt.stack([jt.array(1.0), 2.0]).numpy(), [1.0, 2.0])
+    with pytest.raises(ValueError, match=r"0-d Vars cannot be concatenated \(shapes \[\(\), \(1, 2\)\]\).*jt\.stack"):
+        jt.concat([jt.array(1.0), jt.zeros((1, 2))])
+    with pytest.raises(ValueError, match=r"stack: all Vars must have one shape, got \[\(\), \(2,\)\]"):
+        jt.stack([x.mean(), x])
 
 
 def test_reductions_and_joins_take_arrays_as_numpy_does():

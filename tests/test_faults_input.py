@@ -263,23 +263,15 @@ def test_leaky_relu_refuses_a_slope_that_is_not_a_number_at_construction():
     np.testing.assert_allclose(nn.Softmax()(jt.zeros(2, 4), 1).numpy(), np.full((2, 4), 0.25))
 
 
-@pytest.mark.parametrize("layer,t_layer,shape,want", [
-    (nn.BatchNorm2d, torch.nn.BatchNorm2d, (4, 3), r"BatchNorm2d\(3\): expected 4-D \(N, 3, H, W\) input, "
-                                                   r"got 2-D input of shape \(4, 3\)"),
-    (nn.BatchNorm1d, torch.nn.BatchNorm1d, (2, 3, 2, 2), r"BatchNorm1d\(3\): expected 2-D \(N, 3\) or 3-D "
-                                                         r"\(N, 3, L\) input, got 4-D"),
-])
-def test_batch_norm_refuses_an_input_of_the_wrong_rank_as_pytorch_does(layer, t_layer, shape, want):
-    with pytest.raises(ValueError, match=want):
-        layer(3)(jt.randn(*shape))
-    with pytest.raises(ValueError, match="expected"):
-        t_layer(3)(torch.randn(*shape))
-
-
-def test_batch_norm_takes_the_ranks_it_is_for():
-    assert nn.BatchNorm1d(3)(jt.randn(4, 3, 5)).shape == (4, 3, 5)
-    assert nn.BatchNorm(3)(jt.randn(4, 3)).shape == (4, 3)          # Jittor's: any rank from 2
-    assert isinstance(nn.BatchNorm2d(3), nn.BatchNorm)
+def test_batch_norm_layers_are_jittors_one_layer_for_any_rank():
+    """Jittor's BatchNorm1d/2d/3d are BatchNorm: daVinci applies BatchNorm2d to a Linear's (N, C)
+    output, and ``isinstance(m, nn.BatchNorm2d)`` in an init loop finds every one of them."""
+    x = jt.randn(4, 3)
+    np.testing.assert_allclose(nn.BatchNorm2d(3)(x).numpy(), nn.BatchNorm1d(3)(x).numpy(), rtol=1e-6)
+    assert nn.BatchNorm1d(3)(jt.randn(2, 3, 2, 2)).shape == (2, 3, 2, 2)
+    assert isinstance(nn.BatchNorm1d(3), nn.BatchNorm2d) and nn.BatchNorm3d is nn.BatchNorm
+    with pytest.raises(ValueError, match=r"BatchNorm\(3\) needs float input of shape \(N, 3, ...\), got \(4, 2\)"):
+        nn.BatchNorm2d(3)(jt.randn(4, 2))
 
 
 def test_stack_of_mismatched_shapes_names_stack_and_the_shapes():

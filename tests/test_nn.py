@@ -270,24 +270,35 @@ def test_parameter_names_match_pytorch_and_modes_propagate():
     assert model.layer2[0].bn1.is_train and isinstance(jt.Module(), nn.Module)
 
 
-def test_module_walks_lists_dicts_and_forward_alias():
+def test_module_walks_attributes_not_plain_containers_as_jittor():
+    """As Jittor's and PyTorch's: modules and Vars in plain lists and dicts are not parameters (a
+    module held both in a list and as an attribute is named by the attribute, as in checkpoints
+    Jittor writes); ``forward`` is an alias of ``execute``; parameters() names the Vars."""
     class Net(jt.Module):
         def __init__(self):
             self.blocks = [nn.Linear(3, 3), nn.Linear(3, 3)]
+            self.block_1 = self.blocks[1]
             self.heads = {"a": nn.Linear(3, 1)}
+            self.store = {"m": jt.ones(2)}
+            self.layers = nn.ModuleList([nn.Linear(3, 3)])
             self.scale = init.constant((1,), "float32", 2.0)
             self._private = nn.Linear(3, 3)
 
         def forward(self, x):
             for block in self.blocks:
                 x = block(x)
-            return self.heads["a"](x) * self.scale
+            return self.heads["a"](self.layers[0](x)) * self.scale
 
     net = Net()
     names = [n for n, _ in net.named_parameters()]
-    assert names == ["scale", "blocks.0.weight", "blocks.0.bias", "blocks.1.weight", "blocks.1.bias",
-                     "heads.a.weight", "heads.a.bias"]
+    assert names == ["scale", "block_1.weight", "block_1.bias", "layers.0.weight", "layers.0.bias"]
+    assert [p.name() for p in net.parameters()] == names
+    assert [n for n, _ in net.named_children()] == ["block_1", "layers"]
     assert net(jt.ones(2, 3)).shape == (2, 1) and net.execute(jt.ones(2, 3)).shape == (2, 1)
+    net.load_parameters({"block_1.weight": np.full((3, 3), 7, np.float32)})
+    assert (net.blocks[1].weight.numpy() == 7).all()
+    seq = nn.Sequential(nn.Linear(2, 10), nn.ReLU(), nn.Linear(10, 2))      # Jittor's docstring example
+    assert [p.name() for p in seq.parameters()] == ["0.weight", "0.bias", "2.weight", "2.bias"]
 
 
 def test_state_dict_save_load_round_trip_is_exact(tmp_path):

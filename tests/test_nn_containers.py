@@ -208,8 +208,8 @@ def test_container_errors_name_what_was_wrong():
         ModuleList([nn.ReLU(), nn.ReLU()])[-3]
     with pytest.raises(TypeError, match="ModuleList indices must be ints or slices, got str"):
         ModuleList([nn.ReLU()])["0"]
-    with pytest.raises(TypeError, match="ModuleList is not callable"):
-        ModuleList([nn.ReLU()])(jt.ones(2))
+    with pytest.raises(TypeError, match="ParameterList is not callable"):
+        nn.ParameterList([jt.ones(2)])(jt.ones(2))
     with pytest.raises(TypeError, match="ModuleList.insert: index must be an int, got float"):
         ModuleList().insert(0.5, nn.ReLU())
     with pytest.raises(TypeError, match="ParameterList: item 0 must be a Var, got ndarray"):
@@ -405,3 +405,10 @@ def test_interpolate_errors_name_what_was_wrong():
         Dropout2d(1.5)
     with pytest.raises(ValueError, match=r"dropout2d: input must be 3-d or 4-d, got shape \(4, 4\)"):
         dropout2d(jt.ones(4, 4))
+
+
+def test_module_list_called_runs_its_layers_in_order_as_jittor():
+    """Jittor's ModuleList is Sequential: ccnet-jittor calls one (``self.convs(x)``)."""
+    layers = ModuleList(nn.Linear(3, 4), nn.ReLU())
+    x = jt.randn(2, 3)
+    np.testing.assert_allclose(layers(x).numpy(), nn.relu(layers[0](x)).numpy())

@@ -2,8 +2,8 @@
 
 Their items are named by position ("0", "1", ...) or by key, as in PyTorch, so a model holding
 ``self.blocks = nn.ModuleList([...])`` has parameters ``blocks.0.weight``, ``blocks.1.weight``, ...
-and its ``state_dict`` loads into the PyTorch twin by name. None of them is callable: a model's
-``execute`` indexes or iterates them.
+and its ``state_dict`` loads into the PyTorch twin by name. A model's ``execute`` indexes or
+iterates them; a ModuleList called runs its layers in order, as Jittor's (which is Sequential).
 
     >>> import jtmini as jt
     >>> from jtmini import nn
@@ -132,6 +132,12 @@ class ModuleList(_ListContainer):
     """
 
     _kind = Module
+
+    def execute(self, x):
+        """Jittor's ModuleList is its Sequential: called, it runs its layers in order."""
+        for layer in self._items:
+            x = layer(x)
+        return x
 
 
 class ParameterList(_ListContainer):

@@ -77,7 +77,6 @@ class Bilinear(Module):
         return bilinear(in1, in2, self.weight, self.bias)
 
 
-_BN_SHAPES = {2: "(N, C)", 3: "(N, C, L)", 4: "(N, C, H, W)", 5: "(N, C, D, H, W)"}
 
 
 class BatchNorm(Module):
@@ -100,8 +99,6 @@ class BatchNorm(Module):
     >>> bn.eval(); y = bn(jt.randn(8, 16, 5, 5))
     """
 
-    NDIMS = None            # the input ranks the layer takes (None: any from 2 up, as Jittor's)
-
     def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=True, is_train=True, sync=True):
         who = type(self).__name__
         self.num_features = count(who, "num_features", num_features)
@@ -114,7 +111,6 @@ class BatchNorm(Module):
         self.running_var = init.constant(channels, "float32", 1.0).stop_grad()
 
     def execute(self, x):
-        self._check_rank(x)
         if getattr(x, "dtype", None) == "float16":    # statistics in float32, the result rounded once
             return self.execute(x.float32()).float16()
         if x.ndim < 2 or x.shape[1] != self.num_features or x.dtype not in ("float32", "float64"):
@@ -136,15 +132,6 @@ class BatchNorm(Module):
         # declared (what else the rule reads), so a model with BatchNorm keeps a gradient recipe
         key = ("batch_norm", self.eps, self.affine, self.sync and world.in_mpi)
         return custom_grad(y, inputs, lambda d: self._batch_grad(d, x, table), key=key, saved=[table])
-
-    def _check_rank(self, x):
-        """PyTorch's rule for BatchNorm1d (2-D or 3-D) and BatchNorm2d (4-D): a 2-D input to
-        BatchNorm2d would otherwise be normalised as if it were a batch of images."""
-        if self.NDIMS is not None and x.ndim not in self.NDIMS:
-            want = " or ".join(f"{n}-D {_BN_SHAPES[n].replace('C', str(self.num_features))}"
-                               for n in self.NDIMS)
-            raise ValueError(f"{type(self).__name__}({self.num_features}): expected {want} input, "
-                             f"got {x.ndim}-D input of shape {x.shape}")
 
     def _normalize_by_running_statistics(self, x):
         kept = (1, self.num_features) + (1,) * (x.ndim - 2)
@@ -176,19 +163,9 @@ class BatchNorm(Module):
         return [d_x, bn.row(factors, 3), bn.row(factors, 4)]
 
 
-class BatchNorm1d(BatchNorm):
-    """BatchNorm of (N, C) or (N, C, L) input, as PyTorch's."""
-    NDIMS = (2, 3)
-
-
-class BatchNorm2d(BatchNorm):
-    """BatchNorm of (N, C, H, W) input, as PyTorch's."""
-    NDIMS = (4,)
-
-
-class BatchNorm3d(BatchNorm):
-    """BatchNorm of (N, C, D, H, W) input, as PyTorch's (Jittor's name of its BatchNorm)."""
-    NDIMS = (5,)
+# Jittor's names: one layer for any rank from 2 up, so ``isinstance(m, nn.BatchNorm2d)`` in an
+# init loop also finds the BatchNorm1d layers, as it does in Jittor
+BatchNorm1d = BatchNorm2d = BatchNorm3d = BatchNorm
 
 
 class Dropout(Module):

@@ -1,9 +1,11 @@
 """``Module``: Jittor-style layers whose parameters are found by walking attributes.
 
-A module's parameters are the Vars it holds in attributes (directly, or in lists, tuples and
-dicts), plus those of the modules it holds the same way. Names are dotted attribute paths, as in
-PyTorch (``layer1.0.conv1.weight``), so weights can be copied between the two by name. Attributes
-whose name starts with ``_`` are private and not walked.
+A module's parameters are the Vars it holds as attributes, plus those of the modules it holds as
+attributes. As in Jittor and PyTorch, Vars and modules inside plain lists, tuples and dicts are
+not walked (they are not trained or saved): hold them in ``nn.ModuleList``, ``nn.Sequential``,
+``nn.ModuleDict`` or ``nn.ParameterList``. Names are dotted attribute paths, as in PyTorch
+(``layer1.0.conv1.weight``), so weights can be copied between the two by name. Attributes whose
+name starts with ``_`` are private and not walked.
 
     >>> import jtmini as jt
     >>> from jtmini import nn
@@ -33,19 +35,6 @@ from ..var import Var
 
 
 _UNSET = object()      # extra_repr: an argument the module keeps no attribute of
-
-
-def _members(name, value, kind, _open=()):
-    """(dotted name, item) for each ``kind`` instance in an attribute value, looking inside lists,
-    tuples and dicts at any depth (``stages.0.1``) but not inside the items found. ``_open`` holds
-    the ids of the containers being walked, so a container holding itself ends the walk."""
-    if isinstance(value, kind):
-        yield name, value
-    elif isinstance(value, (list, tuple, dict)) and id(value) not in _open:
-        items = value.items() if isinstance(value, dict) else enumerate(value)
-        for key, item in items:
-            if isinstance(item, (kind, list, tuple, dict)):
-                yield from _members(f"{name}.{key}", item, kind, _open + (id(value),))
 
 
 class Module:
@@ -92,8 +81,7 @@ class Module:
 
     def named_children(self):
         """(name, module) for the modules held directly by this one."""
-        for key, value in self._attributes():
-            yield from _members(key, value, Module)
+        return ((key, value) for key, value in self._attributes() if isinstance(value, Module))
 
     def children(self):
         return [m for _, m in self.named_children()]
@@ -188,14 +176,17 @@ class Module:
     def named_parameters(self, recurse=True):
         """(dotted name, Var) for every Var held by this module tree (this module's own only,
         with ``recurse=False``), each Var once. As in Jittor this includes non-trainable state
-        such as BatchNorm's running statistics (which are ``stop_grad``); optimizers skip those."""
+        such as BatchNorm's running statistics (which are ``stop_grad``); optimizers skip those.
+        As Jittor's, it names each Var by its path where it has no longer name (``p.name()``)."""
         seen, out = set(), []
         for prefix, module in self.named_modules() if recurse else [("", self)]:
-            for key, value in module._attributes():
-                for name, var in _members(key, value, Var):
-                    if id(var) not in seen:
-                        seen.add(id(var))
-                        out.append((f"{prefix}.{name}" if prefix else name, var))
+            for key, var in module._attributes():
+                if isinstance(var, Var) and id(var) not in seen:
+                    seen.add(id(var))
+                    name = f"{prefix}.{key}" if prefix else key
+                    if len(name) > len(var._name):
+                        var._name = name
+                    out.append((name, var))
         return out
 
     def parameters(self, recurse=True):
@@ -212,8 +203,9 @@ class Module:
         return self
 
     def register_buffer(self, name, value, persistent=True):
-        """Hold ``value`` (a Var or array) as attribute ``name``, not trained (``stop_grad``, as
-        BatchNorm's statistics); ``persistent=False`` keeps it out of ``state_dict``. Returns it.
+        """Hold ``value`` (a Var or array) as attribute ``name``; ``persistent=False`` keeps it out
+        of ``state_dict``. Returns it. As in Jittor, a buffer is a Var like any other: an optimizer
+        trains a float one unless it is ``stop_grad`` (call ``.stop_grad()`` for fixed state).
 
             >>> self.register_buffer("mask", jt.ones(8, 8).tril(), persistent=False)
         """
@@ -221,15 +213,15 @@ class Module:
             raise ValueError(f"register_buffer: the name must be a non-empty string without '.', got {name!r}")
         if value is not None:
             value = value if isinstance(value, Var) else array(value)
-            value.stop_grad()
             value.persistent = bool(persistent)
         setattr(self, name, value)
         return value
 
     def named_buffers(self, recurse=True):
         """(dotted name, Var) for every Var of the tree (of this module, with ``recurse=False``)
-        that is not trained (``stop_grad``): registered buffers and BatchNorm statistics."""
-        return [(name, v) for name, v in self.named_parameters(recurse) if v.is_stop_grad()]
+        registered with ``register_buffer`` or not trained (``stop_grad``: BatchNorm statistics)."""
+        return [(name, v) for name, v in self.named_parameters(recurse)
+                if v.is_stop_grad() or getattr(v, "persistent", None) is not None]
 
     def buffers(self, recurse=True):
         return [v for _, v in self.named_buffers(recurse)]

@@ -187,22 +187,17 @@ class GroupNorm(Module):
         return group_norm(x, self.num_groups, self.weight, self.bias, self.eps)
 
 
-_POSITIONS = {1: "L", 2: "H, W", 3: "D, H, W"}
-
-
 class InstanceNorm(Module):
     """Normalise each channel of each sample of (N, C, ...) input over its positions; with
     ``affine`` (Jittor's default, True), then a per-channel ``weight`` (ones) and ``bias`` (zeros).
     No running statistics are kept, as in Jittor and PyTorch's default; Jittor's ``momentum``,
     ``is_train`` and ``sync`` are accepted and, as in Jittor, have no effect. ``InstanceNorm1d``,
-    ``InstanceNorm2d`` and ``InstanceNorm3d`` take (N, C, L), (N, C, H, W), (N, C, D, H, W) input,
-    or the same without N.
+    ``InstanceNorm2d`` and ``InstanceNorm3d`` are this layer, as in Jittor: each takes any
+    (N, C, ...) input with at least one position dim.
 
     >>> nn.InstanceNorm2d(3)(jt.randn(2, 3, 4, 4)).shape
     (2, 3, 4, 4)
     """
-    spatial = None          # how many position dims the input has; None: any number, batched
-
     def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=True, is_train=True, sync=True):
         who = type(self).__name__
         self.num_features = count(who, "num_features", num_features)
@@ -216,26 +211,15 @@ class InstanceNorm(Module):
         x = _float_input(x, who)
         if x.dtype == "float16":        # statistics in float32, the result rounded once
             return self.execute(x.float32()).float16()
-        k = x.ndim - 2 if self.spatial is None else self.spatial
-        batched = x.ndim == k + 2
-        if k < 1 or not (batched or x.ndim == k + 1) or x.shape[-k - 1] != c:
-            dims = _POSITIONS.get(self.spatial)
-            want = f"(N, {c}, ...)" if dims is None else f"(N, {c}, {dims}) or ({c}, {dims})"
-            raise ValueError(f"{who}({c}) needs input of shape {want}, got {x.shape}")
+        k = x.ndim - 2
+        if k < 1 or x.shape[1] != c:
+            raise ValueError(f"{who}({c}) needs input of shape (N, {c}, ...) with at least one position "
+                             f"dim, got {x.shape}")
         y = _standardize(x, tuple(range(x.ndim - k, x.ndim)), self.eps)
         return _scale_shift(y, self.weight, self.bias, (c,) + (1,) * k)
 
 
-class InstanceNorm1d(InstanceNorm):
-    spatial = 1
-
-
-class InstanceNorm2d(InstanceNorm):
-    spatial = 2
-
-
-class InstanceNorm3d(InstanceNorm):
-    spatial = 3
+InstanceNorm1d = InstanceNorm2d = InstanceNorm3d = InstanceNorm      # Jittor's names: one layer for any rank
 
 
 @_float16_in_float32

@@ -120,6 +120,19 @@ def _adaptive_size(output_size, who="adaptive_avg_pool2d"):
     return tuple(None if s is None else int(s) for s in size)
 
 
+def _jittor_windows(sizes, outputs):
+    """Jittor's adaptive layers' windows over dims of ``sizes`` for ``outputs`` (None keeps a dim):
+    stride ``size // out`` and kernel ``size - (out - 1) * stride``, a plain pooling, as (kernel,
+    stride) tuples; they differ from PyTorch's where a size is not a multiple of its output (8 to
+    3: [0, 4), [2, 6), [4, 8) against [0, 3), [2, 6), [5, 8)). None where an output is larger than
+    its size (Jittor's stride would be 0; PyTorch's windows serve)."""
+    outputs = [size if out is None else out for size, out in zip(sizes, outputs)]
+    if any(out > size for size, out in zip(sizes, outputs)):
+        return None
+    strides = tuple(size // out for size, out in zip(sizes, outputs))
+    return tuple(size - (out - 1) * st for size, out, st in zip(sizes, outputs, strides)), strides
+
+
 @_batch_optional
 def adaptive_avg_pool2d(x, output_size):
     """Mean over PyTorch's adaptive windows so the result is ``output_size`` (an int or a pair;
@@ -174,7 +187,9 @@ class AvgPool2d(Module):
 
 
 class AdaptiveAvgPool2d(Module):
-    """Adaptive average pooling to a fixed ``output_size`` (``(1, 1)`` is global average pooling).
+    """Adaptive average pooling to a fixed ``output_size`` (``(1, 1)`` is global average pooling)
+    over Jittor's windows (``_jittor_windows``: PyTorch's where the sizes divide; the functional
+    ``adaptive_avg_pool2d`` has PyTorch's).
 
     >>> nn.AdaptiveAvgPool2d(1)(jt.randn(2, 512, 7, 7)).shape
     (2, 512, 1, 1)
@@ -185,6 +200,9 @@ class AdaptiveAvgPool2d(Module):
         self.output_size = output_size
 
     def execute(self, x):
+        windows = isinstance(x, Var) and x.ndim >= 3 and _jittor_windows(x.shape[-2:], _adaptive_size(self.output_size))
+        if windows:
+            return avg_pool2d(x, *windows)
         return adaptive_avg_pool2d(x, self.output_size)
 
 
@@ -325,7 +343,8 @@ def adaptive_max_pool2d(x, output_size, return_indices=False):
 
 
 class AdaptiveMaxPool2d(Module):
-    """Adaptive max pooling to a fixed ``output_size``; see ``adaptive_max_pool2d``.
+    """Adaptive max pooling to a fixed ``output_size`` over Jittor's windows (see
+    ``AdaptiveAvgPool2d``); see ``adaptive_max_pool2d`` for the rest.
 
     >>> nn.AdaptiveMaxPool2d((2, 2))(jt.randn(1, 8, 5, 5)).shape
     (1, 8, 2, 2)
@@ -338,6 +357,10 @@ class AdaptiveMaxPool2d(Module):
         self.output_size, self.return_indices = output_size, bool(return_indices)
 
     def execute(self, x):
+        size = _adaptive_size(self.output_size, "AdaptiveMaxPool2d")
+        windows = isinstance(x, Var) and x.ndim >= 3 and _jittor_windows(x.shape[-2:], size)
+        if windows and dtypes.is_float(x.dtype):
+            return MaxPool2d(*windows, return_indices=self.return_indices)(x)
         return adaptive_max_pool2d(x, self.output_size, self.return_indices)
 
 
@@ -553,6 +576,15 @@ def avg_pool3d(x, kernel_size, stride=None, padding=0, ceil_mode=False, count_in
 
 
 # --- adaptive 3-d pooling ------------------------------------------------------------------------
+def _adaptive_size3(who, output_size):
+    """``output_size`` as a (d, h, w) triple of ints >= 1 or None (None keeps that dim)."""
+    size = (output_size,) * 3 if output_size is None or is_count(output_size) else items(output_size)
+    if len(size) != 3 or any(s is not None and not (is_count(s) and s >= 1) for s in size):
+        raise ValueError(f"{who}: output_size must be an int >= 1 or a (d, h, w) triple of them "
+                         f"(None keeps a dim), got {output_size!r}")
+    return tuple(None if s is None else int(s) for s in size)
+
+
 def _adaptive3d(who, x, output_size, pool2d):
     """Adaptive pooling of (N, C, D, H, W) (or (C, D, H, W)) ``x`` to ``output_size`` (an int or
     (d, h, w), None keeping a dim) with PyTorch's windows. A window is a box, so the mean (or max)
@@ -563,15 +595,19 @@ def _adaptive3d(who, x, output_size, pool2d):
                          f"{getattr(x, 'shape', type(x).__name__)}")
     if x.ndim == 4:
         return _adaptive3d(who, x.unsqueeze(0), output_size, pool2d).squeeze(0)
-    size = (output_size,) * 3 if output_size is None or is_count(output_size) else items(output_size)
-    if len(size) != 3 or any(s is not None and not (is_count(s) and s >= 1) for s in size):
-        raise ValueError(f"{who}: output_size must be an int >= 1 or a (d, h, w) triple of them "
-                         f"(None keeps a dim), got {output_size!r}")
+    size = _adaptive_size3(who, output_size)
     n, c, d, h, w = x.shape
     od, oh, ow = (int(s) if s is not None else full for s, full in zip(size, (d, h, w)))
     planes = pool2d(x.reshape(n, c * d, h, w), (oh, ow))                       # (N, C*D, oh, ow)
     depth = pool2d(planes.reshape(n, c, d, oh * ow), (od, oh * ow))            # (N, C, od, oh*ow)
     return depth.reshape(n, c, od, oh, ow)
+
+
+def _jittor_windows3d(who, x, output_size):
+    """Jittor's windows (``_jittor_windows``) of the 3-D adaptive layers over (N, C, D, H, W) ``x``."""
+    if not isinstance(x, Var) or x.ndim != 5:
+        return None
+    return _jittor_windows(x.shape[2:], _adaptive_size3(who, output_size))
 
 
 def adaptive_avg_pool3d(x, output_size):
@@ -587,7 +623,8 @@ def adaptive_max_pool3d(x, output_size):
 
 
 class AdaptiveAvgPool3d(Module):
-    """Adaptive 3-D average pooling; see ``adaptive_avg_pool3d``.
+    """Adaptive 3-D average pooling over Jittor's windows (see ``AdaptiveAvgPool2d``); see
+    ``adaptive_avg_pool3d`` for the rest.
 
     >>> nn.AdaptiveAvgPool3d((1, 2, 2))(jt.randn(2, 4, 5, 6, 7)).shape
     (2, 4, 1, 2, 2)
@@ -597,12 +634,14 @@ class AdaptiveAvgPool3d(Module):
         self.output_size = output_size
 
     def execute(self, x):
-        return adaptive_avg_pool3d(x, self.output_size)
+        windows = _jittor_windows3d("AdaptiveAvgPool3d", x, self.output_size)
+        return AvgPool3d(*windows)(x) if windows else adaptive_avg_pool3d(x, self.output_size)
 
 
 class AdaptiveMaxPool3d(Module):
-    """Adaptive 3-D max pooling; see ``adaptive_max_pool3d``. ``return_indices`` is refused:
-    jtmini gives max indices for 2-D pooling only."""
+    """Adaptive 3-D max pooling over Jittor's windows (see ``AdaptiveAvgPool2d``); see
+    ``adaptive_max_pool3d`` for the rest. ``return_indices`` is refused: jtmini gives max
+    indices for 2-D pooling only."""
 
     def __init__(self, output_size, return_indices=False):
         if return_indices:
@@ -611,4 +650,7 @@ class AdaptiveMaxPool3d(Module):
         self.output_size = output_size
 
     def execute(self, x):
+        windows = _jittor_windows3d("AdaptiveMaxPool3d", x, self.output_size)
+        if windows and dtypes.is_float(x.dtype):
+            return MaxPool3d(*windows)(x)
         return adaptive_max_pool3d(x, self.output_size)

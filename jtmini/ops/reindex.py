@@ -563,6 +563,14 @@ def pad(x, padding, mode="constant", value=0):
 
 
 # --- concat, stack -----------------------------------------------------------------------------
+def _reductions_as_jittor(xs):
+    """0-d Vars as shape (1,) where every Var has at most one dim: Jittor's full reductions have
+    shape [1], so its programs concatenate them, or stack them with (1,) Vars."""
+    if any(x.ndim == 0 for x in xs) and all(x.ndim <= 1 for x in xs):
+        return [x.reshape((1,)) if x.ndim == 0 else x for x in xs]
+    return xs
+
+
 @export("concat", "cat", method=False)
 def concat(xs, dim=0):
     """Join Vars along ``dim``, each read once into its own range of the result.
@@ -577,6 +585,7 @@ def concat(xs, dim=0):
     xs = [as_var(x) for x in xs]
     if not xs:
         raise ValueError("concat needs at least one Var")
+    xs = _reductions_as_jittor(xs)
     if any(x.ndim == 0 for x in xs):
         raise ValueError(f"concat: 0-d Vars cannot be concatenated (shapes {[tuple(v.shape) for v in xs]}); "
                          "jt.stack joins them along a new dim")
@@ -606,7 +615,9 @@ def stack(xs, dim=0):
     if not xs:
         raise ValueError("stack needs at least one Var")
     if any(x.shape != xs[0].shape for x in xs):
-        raise ValueError(f"stack: all Vars must have one shape, got {[tuple(x.shape) for x in xs]}")
+        given, xs = xs, _reductions_as_jittor(xs)
+        if any(x.shape != xs[0].shape for x in xs):
+            raise ValueError(f"stack: all Vars must have one shape, got {[tuple(x.shape) for x in given]}")
     dim = normalize_dim(dim, xs[0].ndim + 1)
     return concat([x.reshape(x.shape[:dim] + (1,) + x.shape[dim:]) for x in xs], dim)
 
