@@ -685,6 +685,22 @@ class _Builder:
             strides.append(form[0])
         return strides
 
+    def widest_stride(self, var):
+        """The largest stride (in elements, either sign) along loop index ``var`` of a buffer read
+        whose offset is affine in it with compiled-in dims; 0 when none is known (dims read from
+        ``ip`` at run time: no read has a constant stride)."""
+        if self.dims_in_source is None:
+            return 0
+        env = {f"i{k}": 0 for k in range(max(x.ndim for x in [*self.nodes, *self.ins]) + 1)}
+        env.update(zip(self.symbols, self.dims_in_source))
+        env.update((name, 0) for name in self.arg_names)
+        widest = 0
+        for offset in self.accesses:
+            form = offset.replace(self.expand).linear([var], env)
+            if form is not None:
+                widest = max(widest, abs(form[0][0]))
+        return widest
+
     def build_map(self, root):
         dims = self.dims(root)
         if self.flat:
@@ -725,6 +741,7 @@ class _Builder:
         position = {var: d for d, (var, _) in enumerate(loops)}
         columns = not arg and len(outer) == 1 and inner and position[inner[-1][0]] < position[outer[0][0]]
         context = {"outer": outer, "inner": inner, "out_index": out_index.render(), "columns": columns,
+                   "column_simd": bool(columns) and self.widest_stride(outer[0][0]) <= COLUMN_SIMD_STRIDE,
                    "collapse": _collapse([self.known(n) for _, n in outer], keep_innermost=False),
                    "vector_loops": _vector_loops([self.known(n) for _, n in inner]),
                    "n_out": " * ".join(n for _, n in outer) or "1",
@@ -773,6 +790,10 @@ def _unused(names, source):
 
 PARALLEL_CHUNKS = 64     # outer iterations a map loop nest should offer its threads
 VECTOR_SPAN = 64         # iterations a SIMD loop should have to fill its vectors
+# The widest stride (elements) along the kept index at which a "columns" reduce still forces its
+# tile loop to SIMD: past it GCC 12 turns the strided reads into a gather the size of the stride
+# and compiles for minutes (docs/DESIGN.md 4.18); GCC's cost model then decides, same sums.
+COLUMN_SIMD_STRIDE = 16
 
 
 def _collapse(bounds, keep_innermost=True):
