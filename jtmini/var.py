@@ -760,18 +760,15 @@ def _reflected(fn_name):
 
 
 def _in_place(fn_name):
-    """``a += b`` and the like, as in Jittor and numpy: the handle ``a`` takes the new value and
-    keeps its shape, dtype and ``stop_grad`` (Vars built from ``a`` earlier keep the old value);
-    an integer ``a`` given a float result (``a /= b``) takes the float, as in Jittor."""
+    """``a += b`` and the like, as in Jittor: the handle ``a`` becomes the result, with the
+    result's shape and dtype (``jt.float16(0) += float32`` is float32, a (3,) Var plus a (2, 3) one
+    is (2, 3)); a ``stop_grad`` handle stays one (Jittor's ``assign_var``), so state updated by
+    ``+=`` keeps no history. Vars built from ``a`` earlier keep the old value."""
     def op(self, other):
         result = METHODS[fn_name](self, other)
-        if result.shape != self.shape:
-            raise ValueError(f"in-place {fn_name}: the result's shape {result.shape} does not fit "
-                             f"the Var's {self.shape}")
-        # a float result (``/=`` on an integer Var) is kept, as in Jittor: a cast back would truncate it
-        keep = result.dtype == self.dtype or (_is_float(result.dtype) and not _is_float(self.dtype))
-        self._rebind(result if keep else result.cast(self.dtype))
-        self.dtype = result.dtype if keep else self.dtype      # the handle's dtype follows a kept float
+        self._rebind(result)
+        self.shape, self.dtype = result.shape, result.dtype
+        self._stop_grad = self._stop_grad or result._stop_grad
         return self
     return op
 

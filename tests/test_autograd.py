@@ -203,13 +203,25 @@ def test_in_place_operators_rebind_the_handle(op, rng):
     np.testing.assert_allclose(jt.grad(v.sum(), [w])[0].numpy(), ref_w.grad.numpy(), rtol=1e-4, atol=1e-6)
 
 
-def test_in_place_keeps_dtype_and_refuses_a_new_shape():
+def test_in_place_takes_the_results_dtype_and_shape_as_jittor():
+    """Jittor's ``a += b`` rebinds ``a`` to the result (APF-GAN sums float32 losses into a
+    ``jt.float16(0)``, which becomes float32)."""
     counts = jt.array(np.array([1, 2], "int32"))
     counts += 1
     assert counts.dtype == "int32" and counts.numpy().tolist() == [2, 3]
-    with pytest.raises(ValueError, match=r"\(3, 2\).*\(2,\)"):
-        zeros = jt.zeros(2)
-        zeros += jt.zeros((3, 2))
+    total = jt.float16(0)
+    total += jt.float32(1.0001)
+    assert total.dtype == "float32" and abs(total.item() - 1.0001) < 1e-6
+    small = jt.int8(1)
+    small += jt.int32(300)
+    assert small.dtype == "int32" and small.item() == 301
+    zeros = jt.zeros(2)
+    zeros += jt.ones((3, 2))
+    assert zeros.shape == (3, 2) and zeros.numpy().sum() == 6
+    w = jt.array([2.0])
+    x = jt.zeros(1)
+    x += w * 3                          # not stop_grad: the gradient reaches w
+    assert jt.grad(x.sum(), w).item() == 3.0
 
 
 def test_stop_grad_state_updated_in_place_keeps_no_history():

@@ -162,3 +162,15 @@ def test_topk_past_the_dim_gives_all_of_it_as_jittor():
     values, index = jt.topk(x, 5, dim=1)              # a top-5 accuracy over 3 classes
     np.testing.assert_array_equal(values.numpy(), [[5, 3, 1], [4, 2, 0]])
     np.testing.assert_array_equal(index.numpy(), [[1, 2, 0], [2, 0, 1]])
+
+
+def test_activation_layers_take_pytorchs_inplace_argument():
+    """``activation=nn.ReLU(False)`` as a default argument (SPADE's ResnetBlock) is evaluated at
+    import: the layers take PyTorch's ``inplace``, which changes nothing."""
+    x = jt.array([-2.0, 3.0])
+    for layer in (nn.ReLU(False), nn.ReLU(inplace=True), nn.ReLU6(True), nn.SiLU(inplace=True), nn.ELU(1.0, True),
+                  nn.Hardtanh(-1, 1, True)):
+        before = x.numpy().copy()
+        assert layer(x).shape == (2,)
+        np.testing.assert_array_equal(x.numpy(), before)
+    np.testing.assert_allclose(nn.LeakyReLU(0.2, True)(x).numpy(), [-0.4, 3.0])     # PyTorch's (slope, inplace)

@@ -175,11 +175,14 @@ class GELU(Module):
 
 
 class SiLU(Module):
-    """Layer form of ``silu``.
+    """Layer form of ``silu``; PyTorch's ``inplace`` is accepted, with no effect (as ReLU's).
 
     >>> nn.SiLU()(jt.zeros(3)).numpy()
     array([0., 0., 0.], dtype=float32)
     """
+
+    def __init__(self, inplace=False):
+        self.inplace = bool(inplace)
 
     def execute(self, x):
         return silu(x)
@@ -192,8 +195,8 @@ class ELU(Module):
     array([-0.4999773], dtype=float32)
     """
 
-    def __init__(self, alpha=1.0):
-        self.alpha = real("ELU", "alpha", alpha)
+    def __init__(self, alpha=1.0, inplace=False):
+        self.alpha, self.inplace = real("ELU", "alpha", alpha), bool(inplace)
 
     def execute(self, x):
         return elu(x, self.alpha)
@@ -216,11 +219,14 @@ class Softplus(Module):
 
 
 class ReLU6(Module):
-    """Layer form of ``relu6``.
+    """Layer form of ``relu6``; PyTorch's ``inplace`` is accepted, with no effect (as ReLU's).
 
     >>> nn.ReLU6()(jt.array([7.0])).numpy()
     array([6.], dtype=float32)
     """
+
+    def __init__(self, inplace=False):
+        self.inplace = bool(inplace)
 
     def execute(self, x):
         return relu6(x)
@@ -233,7 +239,8 @@ class Hardtanh(Module):
     array([-2.,  1.], dtype=float32)
     """
 
-    def __init__(self, min_val=-1.0, max_val=1.0):
+    def __init__(self, min_val=-1.0, max_val=1.0, inplace=False):
+        self.inplace = bool(inplace)            # PyTorch's; no effect, as ReLU's
         self.min_val, self.max_val = real("Hardtanh", "min_val", min_val), real("Hardtanh", "max_val", max_val)
         if self.min_val > self.max_val:
             raise ValueError(f"Hardtanh: min_val ({self.min_val}) must not exceed max_val ({self.max_val})")

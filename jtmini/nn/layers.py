@@ -183,6 +183,12 @@ class Dropout(Module):
 
 
 class ReLU(Module):
+    """max(x, 0). PyTorch's ``inplace`` is accepted (``nn.ReLU(True)`` in ported code) and has no
+    effect: jtmini never writes over a layer's input."""
+
+    def __init__(self, inplace=False):
+        self.inplace = bool(inplace)
+
     def execute(self, x):
         return F.relu(x)
 
@@ -195,7 +201,10 @@ class LeakyReLU(Module):
     (array([-0.1,  2. ], dtype=float32), array([-0.5], dtype=float32))
     """
 
-    def __init__(self, scale=0.01, negative_slope=None):
+    def __init__(self, scale=0.01, negative_slope=None, inplace=False):
+        if isinstance(negative_slope, bool):    # PyTorch's positional order: (negative_slope, inplace)
+            negative_slope, inplace = None, negative_slope
+        self.inplace = bool(inplace)            # PyTorch's; no effect, as ReLU's
         # checked here: a string slope would otherwise fail at the first forward, far from its cause
         self.scale = real("LeakyReLU", "scale" if negative_slope is None else "negative_slope",
                           scale if negative_slope is None else negative_slope)
