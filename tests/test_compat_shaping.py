@@ -63,6 +63,20 @@ def test_reindex_reduce_jittor_names(rng, op, torch_op):
     np.testing.assert_allclose(dx.numpy(), t.grad.numpy(), rtol=1e-4, atol=1e-5)
 
 
+def test_reindex_reduce_multiply_gradient_through_an_index_var(rng):
+    """The product gradient's own scatter and gather read the index Vars too (``@e0``)."""
+    x = rng.standard_normal(8)
+    x[2] = 0.0
+    groups = np.array([0, 1, 0, 2, 1, 2, 0, 1])
+    t = torch.tensor(x, requires_grad=True)
+    expected = torch.ones(3, dtype=torch.float64).scatter_reduce(0, torch.tensor(groups), t, "prod")
+    expected.sum().backward()
+    xv = jt.array(x.astype("float32"))
+    y = xv.reindex_reduce("multiply", [3], ["@e0(i0)"], extras=[jt.array(groups.astype("int32"))])
+    np.testing.assert_allclose(y.numpy(), expected.detach().numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(jt.grad(y.sum(), xv).numpy(), t.grad.numpy(), rtol=1e-4, atol=1e-5)
+
+
 @pytest.mark.parametrize("args, error", [(("add", [3], []), ValueError), (("add", [3], ["i0", "i0"]), ValueError),
                                          (("???", [3], ["i0"]), ValueError), (("add", [-1], ["i0"]), ValueError)])
 def test_reindex_reduce_errors(args, error):

@@ -153,22 +153,24 @@ def _scatter_grad(d, out, x, a):
                        overflow_value=0, conditions=conditions) == source
         gathered = gathered * hit
     elif a["op"] == "mul":
-        gathered = gathered * _product_of_others(x[0], a, exprs, conditions)
+        gathered = gathered * _product_of_others(x[0], x[1:], a, exprs, conditions)
     elif a["op"] not in ("add", "replace"):
         raise NotImplementedError(f"no gradient for reindex_reduce op {a['op']!r}")
     return [gathered] + [None] * (len(x) - 1)
 
 
-def _product_of_others(x, a, exprs, conditions):
+def _product_of_others(x, extras, a, exprs, conditions):
     """For each element of ``x``, the product of the other elements reduced into its output
     element: the product of the non-zero ones divided by it, or with one zero in the group
-    (itself) that product, and 0 with more zeros; exact where ``out / x`` would divide by 0."""
+    (itself) that product, and 0 with more zeros; exact where ``out / x`` would divide by 0.
+    ``extras``: the index Vars the expressions read (``@e0(...)``)."""
     zero = x == 0
     def scatter(v, op):
-        return Var.node("reindex_reduce", [v], op=op, shape=a["shape"], exprs=a["exprs"],
+        return Var.node("reindex_reduce", [v, *extras], op=op, shape=a["shape"], exprs=a["exprs"],
                         conditions=a["conditions"])
     def gather(v):
-        return Var.node("reindex", [v], shape=x.shape, exprs=exprs, overflow_value=0, conditions=conditions)
+        return Var.node("reindex", [v, *extras], shape=x.shape, exprs=exprs, overflow_value=0,
+                        conditions=conditions)
     nonzero = gather(scatter(zero.ternary(1, x), "mul"))
     zeros = gather(scatter(zero.cast(x.dtype), "add"))
     return zero.ternary((zeros == 1).ternary(nonzero, 0), (zeros == 0).ternary(nonzero / x, 0))
