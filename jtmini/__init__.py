@@ -54,7 +54,7 @@ def __getattr__(name):
         return getattr(world, name)
     # the training stack is imported on first use, so `import jtmini` stays cheap
     if name in ("nn", "optim", "init", "models", "lr_scheduler", "misc", "transform", "dataset",
-                "compile_extern", "distributions", "loss3d", "contrib", "attention"):
+                "compile_extern", "distributions", "loss3d", "contrib", "attention", "gradfunctional"):
         return _importlib.import_module(f"{__name__}.{name}")
     if name in ("linalg", "sparse"):      # LAPACK-backed matrix functions, sparse COO Vars
         return _importlib.import_module(f"{__name__}.{name}")

@@ -10,6 +10,7 @@ from . import contrib as contrib
 from . import creation as creation
 from . import dataset as dataset
 from . import distributions as distributions
+from . import gradfunctional as gradfunctional
 from . import init as init
 from . import linalg as linalg
 from . import loss3d as loss3d
