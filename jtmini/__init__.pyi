@@ -1413,6 +1413,9 @@ def set_global_seed(seed: Any, different_seed_for_mpi: Any = ...) -> None:
 def set_seed(n: Any) -> None:
     """Reset Jittor's random engine (``jt.random``, ``rand``, ``randn``, ``randint``, ``init``,"""
 
+def setitem(x: Any, index: Any, value: Any, op: Any = ...) -> Any:
+    """``x[index] = value``: ``value`` is cast to x's dtype and broadcast to the shape of"""
+
 def sigmoid(x: Any) -> Var:
     """Elementwise sigmoid."""
 

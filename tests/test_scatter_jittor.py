@@ -309,3 +309,12 @@ def test_where_and_nonzero_give_int32_or_the_dtype_asked(rng):
     _raises(TypeError, ["nonzero", "integer", "float64"], lambda: jt.nonzero(x, dtype="float64"))
     # int32 indices read back into x as int64 ones do
     assert_var(x[jt.where(x != 0)], ref[ref != 0].astype(np.float32))
+
+
+def test_jt_setitem_function_is_jittors_functional_form():
+    """``jt.setitem(x, slices, y, op)`` returns the new value and leaves ``x`` as it was."""
+    x = jt.zeros(4, 3)
+    out = jt.setitem(x, (jt.array([0, 0, 1]),), jt.ones(3, 3), "add")
+    np.testing.assert_array_equal(out.numpy()[:, 0], [2, 1, 0, 0])
+    np.testing.assert_array_equal(x.numpy(), np.zeros((4, 3)))
+    np.testing.assert_array_equal(jt.setitem(x, slices=(1,), y=jt.ones(3)).numpy()[:, 0], [0, 1, 0, 0])

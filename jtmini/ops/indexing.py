@@ -32,7 +32,7 @@ import numpy as np
 from .. import creation, dtypes
 from ..var import Var
 from .elementwise import binary, broadcast_shapes, cast, where
-from .registry import export
+from .registry import export, keyword_aliases
 from .reindex import reindex, reindex_reduce, slice_var, unslice_var
 
 _PLAIN = ("slice", "new")        # entries that give the result one dim of their own
@@ -297,7 +297,8 @@ def _ints_and_full_slices(x, index):
 _FULL = slice(None)
 
 
-@export("setitem", function=False)
+@export("setitem")
+@keyword_aliases(slices="index", y="value")       # Jittor's names, as in jt.setitem(x, slices, y, op)
 def setitem(x, index, value, op="void"):
     """``x[index] = value``: ``value`` is cast to x's dtype and broadcast to the shape of
     ``x[index]``; the handle ``x`` is rebound to the new value, nodes built from it earlier keep
