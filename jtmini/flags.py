@@ -243,6 +243,9 @@ _SPECS = {
     "enable_tuner": (True, _parse_bool, _check_bool,
                      "Jittor's switch for its op tuners (rewrites onto mkl/cuDNN kernels); jtmini has no tuners "
                      "(products always go to BLAS), so either value changes nothing: kept for Jittor scripts"),
+    "node_order": (False, _parse_bool, _check_bool,
+                   "Jittor's switch of the order its executor runs nodes in, set around its optimizers' steps; "
+                   "jtmini plans its own order, so it changes nothing: kept for optimizers copied from Jittor"),
     "compile_options": (dict, json.loads, _check_compile_options,
                         "Jittor's options for its op compiler ({'compile_shapes': 1}, 'FLAGS: ...'); jtmini builds "
                         "every kernel with its own fixed flags, so it changes nothing: kept for Jittor scripts"),

@@ -50,6 +50,15 @@ class Optimizer:
     and optional per-group hyper-parameters (``lr``, ``momentum``, ...) overriding the
     optimizer's attributes. Vars marked ``stop_grad`` are not updated (BatchNorm statistics).
 
+    As in Jittor, each group holds its per-parameter state as lists of zero Vars made by the
+    constructor, one per parameter (``STATE_KEYS``: SGD's ``values``, Adam's ``m`` and ``values``),
+    and the step reads and updates those very Vars, so a custom ``step`` or a checkpoint can use
+    them; ``n_step`` counts ``backward`` calls (one per ``step(loss)``), as Jittor's.
+
+        >>> opt = jt.optim.Adam(model.parameters(), 1e-3)
+        >>> opt.param_groups[0]["m"][0].shape == model.parameters()[0].shape     # zeros until a step
+        True
+
     Under mpirun the constructor broadcasts every Var of ``params`` (BatchNorm statistics too)
     from rank 0, so ranks that initialised their models differently train identically. It is done
     here rather than in the first ``step``: by then the first loss is already built from each
@@ -68,7 +77,8 @@ class Optimizer:
         if not dtypes.is_int(param_sync_iter) or isinstance(param_sync_iter, bool) or param_sync_iter < 1:
             raise ValueError(f"optimizer: param_sync_iter={param_sync_iter!r} must be an int >= 1 (steps)")
         self.param_sync_iter = int(param_sync_iter)
-        self.n_step = 0
+        self.n_step = 0         # backward calls, Jittor's count (Adam's bias correction)
+        self._updates = 0       # steps taken (MPI's param_sync_iter)
         self._grads = None      # accumulated gradients, one Var per trainable parameter, or None
         self._summed = None     # the same summed over ranks, each a handle of the optimizer's own
         self._clipped = None    # (gradients summed over ranks, clipping coefficient) not yet scaled
@@ -91,7 +101,8 @@ class Optimizer:
         broadcast_in_place(group["params"], root=0)
         _check_hyper(self, group)
         for key in self.STATE_KEYS:
-            group[key] = [None] * len(group["params"])
+            lazy = key in self.LAZY_STATE_KEYS
+            group[key] = [None if lazy else _zero_state(p, self.state_fill(group, key)) for p in group["params"]]
         group["steps"] = [0] * len(group["params"])
         self.param_groups.append(group)
 
@@ -102,31 +113,43 @@ class Optimizer:
         lr = self.hyper(group, "lr")
         return [(p, p - g * lr) for p, g in zip(self.trainable(group), grads)]
 
-    # Names of the per-parameter state lists kept in each group. ``group[key][k]`` belongs to
-    # ``group["params"][k]``: a zero buffer made on the parameter's first update (None until then,
-    # and for parameters never updated, such as BatchNorm statistics), so freezing or unfreezing
-    # a parameter later never hands one parameter another's state. ``group["steps"][k]`` counts
-    # the updates of ``group["params"][k]``: a parameter unfrozen later starts at its own step 1
-    # (Adam's bias correction, SGD's first momentum buffer), as in PyTorch.
+    # Names of the per-parameter state lists kept in each group, Jittor's names. ``group[key][k]``
+    # belongs to ``group["params"][k]``: a stop_grad Var made by ``add_param_group`` for every
+    # parameter, BatchNorm statistics too (Jittor's zeros), that the step rebinds to its new value,
+    # so whoever holds it sees the step and a Var put in its place is what the next step reads.
+    # Keys of LAZY_STATE_KEYS (Jittor has none) hold None until the first update that needs them.
+    # ``group["steps"][k]`` counts the updates of ``group["params"][k]``: SGD's first momentum
+    # buffer and Adagrad's decay follow it, as PyTorch's per-parameter step (see ``bias_steps``).
     STATE_KEYS = ()
+    LAZY_STATE_KEYS = ()
 
-    def state(self, group, key, fill=0):
-        """``group[key]`` for the trainable parameters of ``group``, in order, made on first use
-        (filled with ``fill``: Adagrad's ``initial_accumulator_value``)."""
+    def state_fill(self, group, key):
+        """The value state ``key`` of ``group`` starts at: 0 (Adagrad's is its accumulator's)."""
+        return 0
+
+    def state(self, group, key, fill=None):
+        """``group[key]`` for the trainable parameters of ``group``, in order; an entry that is None
+        (a lazy key, an old checkpoint's) is made now, filled with ``fill`` (default ``state_fill``)."""
         states = group[key]
         for k, p in enumerate(group["params"]):
             if states[k] is None and not p.is_stop_grad():
-                # a real buffer, not a lazy constant: the first step then builds the same graph
-                # as every later one, so its kernels are all the training loop ever compiles;
-                # zeros from calloc, untouched until the first update writes them
-                value = np.zeros(p.shape, p.dtype) if fill == 0 else np.full(p.shape, fill, p.dtype)
-                states[k] = creation.owning(value)
+                states[k] = _zero_state(p, self.state_fill(group, key) if fill is None else fill)
         return [states[k] for k, p in enumerate(group["params"]) if not p.is_stop_grad()]
 
     @staticmethod
     def steps_taken(group):
         """Updates made so far of each trainable parameter of ``group``, in order."""
         return [n for n, p in zip(group["steps"], group["params"]) if not p.is_stop_grad()]
+
+    def bias_steps(self, group):
+        """The step number ``n`` of Adam's and Adan's bias correction for each trainable parameter
+        of ``group``: Jittor's ``n_step`` (``backward`` calls, this step's included), less the steps
+        the parameter sat out as stop_grad, so one unfrozen later starts at its own step 1 as in
+        PyTorch. With one ``backward`` a step that is also its own update count.
+
+            >>> opt.n_step = 10; opt.step(loss)       # a restored count: this step's n is 11
+        """
+        return [max(1, self.n_step - (self._updates - n)) for n in self.steps_taken(group)]
 
     # --- the step --------------------------------------------------------------------------------
     def hyper(self, group, name):
@@ -174,6 +197,7 @@ class Optimizer:
         if self._grads is not None:
             grads = [g + old for g, old in zip(grads, self._grads)]
         self._grads = grads
+        self.n_step += 1        # Jittor counts here: two backward calls and one step make n_step 2
 
     @paused
     def step(self, loss=None, retain_graph=False):
@@ -214,8 +238,8 @@ class Optimizer:
     def _count_step(self):
         for group in self.param_groups:
             group["steps"] = [n + (not p.is_stop_grad()) for n, p in zip(group["steps"], group["params"])]
-        self.n_step += 1
-        if world.in_mpi and self.n_step % self.param_sync_iter == 0:
+        self._updates += 1
+        if world.in_mpi and self._updates % self.param_sync_iter == 0:
             broadcast_in_place([p for group in self.param_groups for p in group["params"]], root=0)
 
     def pre_step(self, loss=None, retain_graph=False):
@@ -236,8 +260,8 @@ class Optimizer:
             self.backward(loss)
 
     def post_step(self):
-        """The last call of a custom ``step``: compute the new parameter values (one schedule),
-        forget the gradients and count the step."""
+        """The last call of a custom ``step``: compute the new parameter values (one schedule) and
+        forget the gradients (``n_step`` was counted by ``backward``)."""
         self.zero_grad()        # first: gradients held while the step computes keep it out of place
         self._realize(None, [])
         self._count_step()
@@ -335,7 +359,8 @@ class Optimizer:
         summed over ranks under mpirun, and clipped if ``clip_grad_norm`` was called. The same
         handle until the step (or ``zero_grad``), so rebinding it changes what the step applies;
         Jittor's ``v.opt_grad(optimizer)`` is this method. Under mpirun, call it on every rank
-        (its value needs the ranks' sum).
+        (its value needs the ranks' sum). A stop_grad parameter (frozen, an integer buffer) has
+        zeros, as in Jittor, so a loop over ``model.parameters()`` needs no check.
 
             >>> opt.backward(loss)
             >>> g = opt.opt_grad(model.weight)
@@ -343,6 +368,8 @@ class Optimizer:
             >>> opt.step()
         """
         k = self._grad_index(v)
+        if k is None:
+            return creation.zeros(v.shape, v.dtype)
         return self._summed_grads("opt_grad()", own=True)[k]
 
     def _group_grads(self, group):
@@ -356,17 +383,15 @@ class Optimizer:
         return [zero if p.is_stop_grad() else next(grads) for p, zero in zip(group["params"], zeros)]
 
     def _grad_index(self, v):
-        """Position of ``v`` among the trainable parameters, in gradient order."""
+        """Position of ``v`` among the trainable parameters, in gradient order; None for a
+        stop_grad parameter of this optimizer."""
         if not isinstance(v, Var):
             raise TypeError(f"opt_grad: expected a Var (a parameter), got {type(v).__name__}")
         index = 0
-        for n, group in enumerate(self.param_groups):
-            for k, p in enumerate(group["params"]):
-                if p is v and p.is_stop_grad():
-                    raise ValueError(f"opt_grad: param {k} of group {n} (shape {p.shape}) is stop_grad: "
-                                     f"the optimizer does not train it, so it has no gradient")
+        for group in self.param_groups:
+            for p in group["params"]:
                 if p is v:
-                    return index
+                    return None if p.is_stop_grad() else index
                 index += not p.is_stop_grad()
         raise ValueError(f"opt_grad: the Var of shape {v.shape} is not a parameter of this optimizer")
 
@@ -394,25 +419,49 @@ class Optimizer:
 
     # --- state -----------------------------------------------------------------------------------
     def state_dict(self):
-        """Hyper-parameters, step counts and per-parameter state, as plain Python and numpy."""
-        per_param = ("params", "steps") + self.STATE_KEYS
-        groups = [{k: v for k, v in g.items() if k not in per_param} for g in self.param_groups]
-        state = [dict({k: [None if v is None else v.numpy() for v in g[k]] for k in self.STATE_KEYS},
-                      steps=list(g["steps"])) for g in self.param_groups]
-        return {"lr": self.lr, "n_step": self.n_step, "param_groups": groups, "state": state}
+        """Jittor's layout, ``{"defaults": {hyper-parameters, "n_step", "param_groups"}}``: each
+        group a dict of its own hyper-parameters, its state lists (the state Vars themselves, as
+        Jittor's; ``jt.save`` writes their values) and ``steps``, without its params and grads.
+
+            >>> jt.save({"model": model.state_dict(), "opt": opt.state_dict()}, "ckpt.pkl")
+            >>> opt.load_state_dict(jt.load("ckpt.pkl")["opt"])
+        """
+        groups = [{k: list(v) if isinstance(v, list) else v for k, v in g.items() if k not in ("params", "grads")}
+                  for g in self.param_groups]
+        return {"defaults": dict(self.defaults, n_step=self.n_step, param_groups=groups)}
 
     def load_state_dict(self, state):
-        """Restore what ``state_dict`` returned, for an optimizer of the same kind over parameters
-        of the same shapes. Everything is checked before anything changes: a mismatch raises
-        ValueError naming the group, the entry and both shapes, and leaves this optimizer as it was."""
-        _check_loadable(self, state)
-        self.lr, self.n_step = state["lr"], state["n_step"]
-        for group, saved, saved_state in zip(self.param_groups, state["param_groups"], state["state"]):
-            group.update(saved)
-            for key in self.STATE_KEYS:
-                group[key] = [None if value is None else array(np.array(value, p.dtype))
-                              for p, value in zip(group["params"], saved_state[key])]
-            group["steps"] = _saved_steps(saved_state, self.STATE_KEYS, state["n_step"], len(group["params"]))
+        """Restore ``state``: what ``state_dict`` returned or a checkpoint of it (arrays for Vars),
+        Jittor's included (its params and grads are skipped), or jtmini's older layout (``lr``,
+        ``n_step``, ``param_groups``, ``state``). The optimizer must be of the same kind over params
+        of the same shapes: everything is checked before anything changes, and a mismatch raises
+        ValueError naming the group, the entry and both shapes. State is copied into new Vars of
+        each param's dtype, so two optimizers never share one."""
+        defaults = _jittor_layout(self, state)
+        saved_groups = defaults.get("param_groups")
+        _check_loadable(self, saved_groups)
+        for key, value in defaults.items():
+            # methods and class constants are not state (Jittor's defaults leave out "step" too)
+            if key != "param_groups" and not hasattr(type(self), key):
+                setattr(self, key, _loaded(value))
+        for group, saved in zip(self.param_groups, saved_groups or []):
+            self._load_group(group, saved)
+        self._updates = max((n for group in self.param_groups for n in group["steps"]), default=0)
+
+    def _load_group(self, group, saved):
+        """``group`` takes the hyper-parameters, state (new Vars) and step counts of ``saved``."""
+        params = group["params"]
+        for key, value in saved.items():
+            if key in ("params", "grads"):      # Jittor saves both: the model and backward own them
+                continue
+            if key in self.STATE_KEYS:
+                group[key] = [None if v is None else _state_copy(v, p) for p, v in zip(params, value)]
+            else:
+                group[key] = _loaded(value)
+        for key in self.LAZY_STATE_KEYS:
+            if key not in saved:
+                group[key] = [None] * len(params)
+        group["steps"] = _saved_steps(saved, self.STATE_KEYS, self.n_step, len(params))
 
     def save(self, path):
         """``state_dict()`` written atomically to ``path``."""
@@ -541,39 +590,104 @@ def _check_hyper(optimizer, group):
         need(value("momentum") > 0, "nesterov", "used with momentum > 0")
 
 
-def _saved_steps(saved_state, keys, n_step, count):
-    """Per-parameter step counts of a saved group of ``count`` parameters. A state saved before
-    they were kept gives every parameter that has state the optimizer's step count."""
-    if "steps" in saved_state:
-        return [int(n) for n in saved_state["steps"]]
-    if keys:
-        return [0 if value is None else n_step for value in saved_state[keys[0]]]
+def _zero_state(p, fill):
+    """A new stop_grad Var of ``p``'s shape and dtype filled with ``fill``: a real buffer, not a
+    lazy constant, so the first step builds the same graph as every later one (its kernels are all
+    a training loop compiles); zeros come from calloc, untouched until an update writes them."""
+    value = np.zeros(p.shape, p.dtype) if fill == 0 else np.full(p.shape, fill, p.dtype)
+    return creation.owning(value).stop_grad()
+
+
+def _state_copy(value, p):
+    """A loaded state entry (an array or a Var) as a new stop_grad Var in ``p``'s dtype."""
+    value = value.numpy() if isinstance(value, Var) else value
+    return creation.owning(np.array(value, dtype=p.dtype, order="C")).stop_grad()
+
+
+def _loaded(value):
+    """A loaded hyper-parameter or custom state with every array or Var in its lists and dicts a new
+    stop_grad Var of its own (Jittor's ``load_state_dict`` makes them Vars too)."""
+    if isinstance(value, list):
+        return [_loaded(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _loaded(v) for k, v in value.items()}
+    if isinstance(value, Var) or (isinstance(value, np.ndarray) and value.dtype.kind in "biuf"):
+        data = value.numpy() if isinstance(value, Var) else value
+        return creation.owning(np.array(data, order="C")).stop_grad()
+    return value
+
+
+def _saved_steps(saved, keys, n_step, count):
+    """Per-parameter step counts of a saved group of ``count`` parameters. A group saved without
+    them (by Jittor, or by jtmini before it kept them) gives every parameter that has state the
+    optimizer's step count."""
+    if "steps" in saved:
+        return [int(n) for n in saved["steps"]]
+    if keys and keys[0] in saved:
+        return [0 if value is None else n_step for value in saved[keys[0]]]
     return [n_step] * count
 
 
-def _check_loadable(optimizer, state):
+def _jittor_layout(optimizer, state):
+    """The ``defaults`` of ``state`` in Jittor's layout; a state of jtmini's older layout (``lr``,
+    ``n_step``, ``param_groups`` of hyper-parameters, ``state`` of per-parameter lists, Adam's
+    second moment named ``v``) converted."""
     name = type(optimizer).__name__
+    if not isinstance(state, dict):
+        raise TypeError(f"{name}.load_state_dict: expected a dict (from state_dict()), got {type(state).__name__}")
+    if "defaults" in state:
+        if not isinstance(state["defaults"], dict):
+            raise ValueError(f"{name}.load_state_dict: 'defaults' must be a dict, got "
+                             f"{type(state['defaults']).__name__}")
+        return state["defaults"]
     missing = [key for key in ("lr", "n_step", "param_groups", "state") if key not in state]
     if missing:
-        raise ValueError(f"{name}.load_state_dict: not an optimizer state (no {', '.join(missing)})")
-    if len(state["param_groups"]) != len(optimizer.param_groups) or len(state["state"]) != len(optimizer.param_groups):
+        raise ValueError(f"{name}.load_state_dict: not an optimizer state (no 'defaults', as Jittor's, "
+                         f"nor jtmini's older {', '.join(missing)})")
+    if len(state["param_groups"]) != len(state["state"]):
         raise ValueError(f"{name}.load_state_dict: the state has {len(state['param_groups'])} parameter "
+                         f"groups and {len(state['state'])} lists of their state")
+    rename = "v" not in optimizer.STATE_KEYS and "values" in optimizer.STATE_KEYS
+    groups = [dict(hyper, **{"values" if rename and key == "v" else key: value for key, value in saved.items()})
+              for hyper, saved in zip(state["param_groups"], state["state"])]
+    return {"lr": state["lr"], "n_step": state["n_step"], "param_groups": groups}
+
+
+def _check_loadable(optimizer, groups):
+    """ValueError unless the saved ``groups`` (None: none saved) fit ``optimizer``'s."""
+    name = type(optimizer).__name__
+    if groups is None:
+        return
+    if len(groups) != len(optimizer.param_groups):
+        raise ValueError(f"{name}.load_state_dict: the state has {len(groups)} parameter "
                          f"groups, this optimizer {len(optimizer.param_groups)}")
-    for n, (group, saved) in enumerate(zip(optimizer.param_groups, state["state"])):
+    for n, (group, saved) in enumerate(zip(optimizer.param_groups, groups)):
+        if not isinstance(saved, dict):
+            raise ValueError(f"{name}.load_state_dict: group {n} is a {type(saved).__name__}, not a dict")
         for key in optimizer.STATE_KEYS:
-            if key not in saved:
+            if key not in saved and key not in optimizer.LAZY_STATE_KEYS:
+                lists = sorted(k for k, v in saved.items()
+                               if isinstance(v, list) and k not in ("params", "grads", "steps"))
                 raise ValueError(f"{name}.load_state_dict: group {n} has no {key!r} state (saved by "
-                                 f"another kind of optimizer? it has {sorted(saved)})")
-            if len(saved[key]) != len(group["params"]):
-                raise ValueError(f"{name}.load_state_dict: group {n} has {len(saved[key])} {key!r} "
-                                 f"entries for {len(group['params'])} params")
-            for k, (p, value) in enumerate(zip(group["params"], saved[key])):
-                if value is not None and np.shape(value) != p.shape:
-                    raise ValueError(f"{name}.load_state_dict: {key!r} of param {k} in group {n} has shape "
-                                     f"{np.shape(value)}, the param {p.shape}")
+                                 f"another kind of optimizer? it has {lists})")
+            _check_saved_list(name, n, key, saved.get(key), group["params"])
         if "steps" in saved and len(saved["steps"]) != len(group["params"]):
             raise ValueError(f"{name}.load_state_dict: group {n} has {len(saved['steps'])} step counts "
                              f"for {len(group['params'])} params")
+
+
+def _check_saved_list(name, n, key, values, params):
+    """ValueError unless ``values`` (None: not saved) has one entry of each param's shape (or None)."""
+    if values is None:
+        return
+    if len(values) != len(params):
+        raise ValueError(f"{name}.load_state_dict: group {n} has {len(values)} {key!r} "
+                         f"entries for {len(params)} params")
+    for k, (p, value) in enumerate(zip(params, values)):
+        shape = tuple(value.shape) if isinstance(value, Var) else np.shape(value)
+        if value is not None and shape != tuple(p.shape):
+            raise ValueError(f"{name}.load_state_dict: {key!r} of param {k} in group {n} has shape "
+                             f"{shape}, the param {p.shape}")
 
 
 class _ParamGroup(dict):
@@ -671,12 +785,14 @@ def _one_float_dtype(params, grads):
 
 class Adam(Optimizer):
     """Adam (Kingma & Ba) with bias correction and L2 ``weight_decay`` added to the gradient, as
-    PyTorch's ``Adam``. ``AdamW`` decays the weights directly instead.
+    PyTorch's ``Adam``. ``AdamW`` decays the weights directly instead. The moments are Jittor's
+    ``pg["m"]`` (first) and ``pg["values"]`` (second); the bias correction's step number is
+    Jittor's ``n_step`` (see ``bias_steps``).
 
     >>> opt = nn.Adam(model.parameters(), lr=1e-3, betas=(0.9, 0.999))
     """
 
-    STATE_KEYS = ("m", "v")
+    STATE_KEYS = ("m", "values")
     decoupled = False
 
     def __init__(self, params, lr, eps=1e-8, betas=(0.9, 0.999), weight_decay=0):
@@ -687,9 +803,9 @@ class Adam(Optimizer):
         lr, eps, decay = self.hyper(group, "lr"), self.hyper(group, "eps"), self.hyper(group, "weight_decay")
         b1, b2 = self.hyper(group, "betas")
         out = []
-        params = zip(self.trainable(group), grads, self.state(group, "m"), self.state(group, "v"), self.steps_taken(group))
-        for p, g, m, v, steps in params:
-            t = steps + 1           # this parameter's own step: bias correction as in PyTorch
+        params = zip(self.trainable(group), grads, self.state(group, "m"), self.state(group, "values"),
+                     self.bias_steps(group))
+        for p, g, m, v, t in params:
             step_size, root_c2 = lr / (1 - b1 ** t), (1 - b2 ** t) ** 0.5
             shrink = 1 - lr * decay if decay and self.decoupled else None     # AdamW: inside the update
             if decay and not self.decoupled:
@@ -728,9 +844,8 @@ def _packed_adam(optimizer, grads, coef):
         if not all(isinstance(h, numbers.Real) for h in (lr, eps, decay, b1, b2)) or (decay and not optimizer.decoupled):
             return None
         decays = decays or bool(decay)
-        for p, m, v, steps in zip(optimizer.trainable(group), optimizer.state(group, "m"), optimizer.state(group, "v"),
-                                  optimizer.steps_taken(group)):
-            t = steps + 1
+        for p, m, v, t in zip(optimizer.trainable(group), optimizer.state(group, "m"),
+                              optimizer.state(group, "values"), optimizer.bias_steps(group)):
             hyper.append((lr / (1 - b1 ** t), (1 - b2 ** t) ** 0.5, b1, 1 - b1, b2, 1 - b2, eps,
                           1 - lr * decay if decay else 1.0))
             params.append(p), ms.append(m), vs.append(v)
@@ -765,8 +880,10 @@ class RMSprop(Optimizer):
     """
 
     # "values" is the running mean square (Jittor's name), "momentum_buffer" PyTorch's name: a
-    # group's "momentum" key is already its hyper-parameter
+    # group's "momentum" key is already its hyper-parameter. Jittor has only "values": the others
+    # are made when centered or momentum first needs them.
     STATE_KEYS = ("values", "grad_avg", "momentum_buffer")
+    LAZY_STATE_KEYS = ("grad_avg", "momentum_buffer")
 
     def __init__(self, params, lr=1e-2, eps=1e-8, alpha=0.99, weight_decay=0, momentum=0, centered=False):
         self.alpha, self.eps, self.weight_decay = alpha, eps, weight_decay
@@ -814,7 +931,7 @@ class Adagrad(Optimizer):
     def updates(self, group, grads):
         lr, lr_decay, decay = self.hyper(group, "lr"), self.hyper(group, "lr_decay"), self.hyper(group, "weight_decay")
         eps, out = self.hyper(group, "eps"), []
-        sums = self.state(group, "sum", fill=self.hyper(group, "initial_accumulator_value"))
+        sums = self.state(group, "sum")
         for p, g, total, steps in zip(self.trainable(group), grads, sums, self.steps_taken(group)):
             g = axpby(1, g, decay, p) if decay else g
             total_new = axpby(1, total, 1, g * g)
@@ -822,6 +939,9 @@ class Adagrad(Optimizer):
             step_lr = lr / (1 + steps * lr_decay)
             out += [(total, total_new), (p, axpby(1, p, -step_lr, g / (total_new.sqrt() + eps)))]
         return out
+
+    def state_fill(self, group, key):
+        return self.hyper(group, "initial_accumulator_value")
 
 
 class Adan(Optimizer):
@@ -853,9 +973,8 @@ class Adan(Optimizer):
         b1, b2, b3 = self.hyper(group, "betas")
         out = []
         params = zip(self.trainable(group), grads, *(self.state(group, k) for k in self.STATE_KEYS),
-                     self.steps_taken(group))
-        for p, g, m, v, d, previous, steps in params:
-            t = steps + 1
+                     self.bias_steps(group))
+        for p, g, m, v, d, previous, t in params:
             root_c3 = math.sqrt(1 - b3 ** t)
             change = g - previous
             m_new, d_new = axpby(b1, m, 1 - b1, g), axpby(b2, d, 1 - b2, change)

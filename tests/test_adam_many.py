@@ -126,7 +126,7 @@ def test_packed_step_equals_the_composed_step_bit_for_bit(cls, clip, groups, thr
     assert fast[0] == slow[0]
     for a, b in zip(fast[1], slow[1]):
         np.testing.assert_array_equal(a, b)
-    for key in ("m", "v"):
+    for key in ("m", "values"):        # Jittor's names: first and second moment
         for a, b in zip(fast[2].param_groups[0][key], slow[2].param_groups[0][key]):
             assert (a is None) == (b is None)
             if a is not None:
