@@ -253,10 +253,13 @@ class Function:
         result = self.grad(*(douts.get(k) for k in range(n_outputs)))
         result = list(result) if isinstance(result, (tuple, list)) else [result]
         name = type(self).__name__
-        if len(result) > len(args):
+        left_out = args[len(result):]
+        # as Jittor's: arguments left out at the end need no gradient only if no Var there takes one
+        if len(result) > len(args) or any(isinstance(a, Var) and not a._stop_grad for a in left_out):
             raise ValueError(f"{name}.grad returned {len(result)} gradient(s) for the {len(args)} "
-                             f"argument(s) of execute: at most one per argument (None for none)")
-        result += [None] * (len(args) - len(result))    # as Jittor: the arguments left out get none
+                             f"argument(s) of execute: it must return one per argument (None for none; "
+                             f"trailing arguments that are not Vars may be left out)")
+        result += [None] * len(left_out)
         grads = []
         for k, (arg, g) in enumerate(zip(args, result)):
             if not isinstance(arg, Var):
