@@ -174,3 +174,13 @@ def test_activation_layers_take_pytorchs_inplace_argument():
         assert layer(x).shape == (2,)
         np.testing.assert_array_equal(x.numpy(), before)
     np.testing.assert_allclose(nn.LeakyReLU(0.2, True)(x).numpy(), [-0.4, 3.0])     # PyTorch's (slope, inplace)
+
+
+def test_bmm_broadcasts_batches_and_takes_more_dims_as_jittor(rng):
+    """Jittor's bmm is matmul of batches (FLAME's lbs multiplies a (B, 3, 3) by an eye(3)[None])."""
+    a, b = rng.standard_normal((2, 4, 5, 6)), rng.standard_normal((1, 4, 6, 7))
+    np.testing.assert_allclose(jt.bmm(jt.array(a), jt.array(b)).numpy(), a @ b, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(nn.bmm_transpose(jt.array(a), jt.array(b.swapaxes(-1, -2))).numpy(), a @ b,
+                               rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match=r"bmm: shapes \(2, 3, 4\) and \(2, 3, 4\) do not line up"):
+        jt.bmm(jt.zeros(2, 3, 4), jt.zeros(2, 3, 4))

@@ -35,11 +35,11 @@ def matmul_transpose(a, b):
 
 
 def bmm_transpose(a, b):
-    """Batched a @ b^T: (B, n, k) and (B, m, k) give (B, n, m)."""
+    """Batched a @ b^T: (..., n, k) and (..., m, k) give (..., n, m), the batch dims broadcast."""
     b = _var("bmm_transpose", "b", b)
-    if b.ndim != 3:
-        raise ValueError(f"bmm_transpose: b must be 3-D, got shape {b.shape}")
-    return bmm(a, b.transpose(1, 2))
+    if b.ndim < 3:
+        raise ValueError(f"bmm_transpose: b must have 3 or more dims, got shape {b.shape}")
+    return bmm(a, b.transpose(-1, -2))
 
 
 def baddbmm(input, batch1, batch2, beta=1, alpha=1):

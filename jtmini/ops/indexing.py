@@ -89,7 +89,9 @@ def _item(it):
     else:
         it = whole_numbers(it)                            # Jittor's float index Vars
     kind = np.dtype(it.dtype).kind
-    if kind not in "iub" or (kind == "b" and it.ndim == 0):
+    if kind == "b" and it.ndim == 0:      # a 0-d mask (``scores[scores > t]`` of a 0-d Var) is
+        it = it.reshape(1)                # Jittor's shape [1], as every Jittor Var of one element
+    if kind not in "iub":
         raise IndexError(f"invalid index {it!r} (dtype {it.dtype}): use ints, slices, None, ..., "
                          f"int arrays (or float Vars of whole numbers) or bool masks")
     return it
@@ -106,10 +108,24 @@ def _consumed(it):
     return it.ndim if _is_mask(it) else 1
 
 
-def _normalize(x, index):
-    """``index`` as a list of _Axis: ``...`` and missing trailing dims become full slices, masks
-    become int arrays, and every int and index array is range-checked."""
+def _parse(x, index):
+    """``(x, index as a list of _Axis)``. An index that reads a dim of a 0-d ``x`` (an int, a
+    slice, an index array or a mask) reads it as Jittor's shape [1] (Jittor has no 0-d Vars: a
+    full reduction or ``v[i]`` there has shape [1], and its programs index it so): the ``x``
+    returned is then ``x.reshape(1)``. ``None``, ``...`` and ``()`` keep numpy's 0-d reading."""
     items = [_item(it) for it in (index if isinstance(index, tuple) else (index,))]
+    if x.ndim or not any(_consumed(it) for it in items):
+        return x, _normalize(x, items)
+    x = x.reshape(1)
+    try:
+        return x, _normalize(x, items)
+    except IndexError as err:
+        raise IndexError(f"{err}: a 0-d Var is indexed as Jittor's shape [1]") from None
+
+
+def _normalize(x, items):
+    """The checked index entries ``items`` as a list of _Axis: ``...`` and missing trailing dims
+    become full slices, masks become int arrays, and every int and index array is range-checked."""
     used = sum(_consumed(it) for it in items)
     if used > x.ndim:
         raise IndexError(f"too many indices: {used} dims indexed on a Var of shape {x.shape}")
@@ -135,20 +151,22 @@ def _axes(x, it, dim):
         start, stop, step = it.indices(size)
         return [_Axis("slice", dim, start, step, len(range(start, stop, step)))]
     if isinstance(it, int):
-        _check_range(it, it, dim, size)
+        _check_range(it, it, dim, x.shape)
         return [_Axis("int", dim, it % size)]
     if _is_mask(it):
         return _mask_axes(x, it, dim)
     values = it._value() if isinstance(it, Var) else it      # syncs a lazy index Var
     if values.size:
-        _check_range(int(values.min()), int(values.max()), dim, size)
+        _check_range(int(values.min()), int(values.max()), dim, x.shape)
     return [_Axis("array", dim, array=it if isinstance(it, Var) else creation.array(it))]
 
 
-def _check_range(lo, hi, dim, size):
+def _check_range(lo, hi, dim, shape):
+    size = shape[dim]
     bad = lo if lo < -size else hi if hi >= size else None
     if bad is not None:
-        raise IndexError(f"index {bad} is out of bounds for dim {dim} with size {size}")
+        raise IndexError(f"index {bad} is out of bounds for dim {dim} with size {size} "
+                         f"(a Var of shape {tuple(shape)})")
 
 
 def _mask_axes(x, mask, dim):
@@ -261,7 +279,7 @@ def getitem(x, index):
     if window is not None:
         starts, sizes, shape = window
         return slice_var(x, starts, [1] * len(starts), sizes).reshape(shape)
-    axes = _normalize(x, index)
+    x, axes = _parse(x, index)
     if not any(a.kind == "array" for a in axes):
         read = [a for a in axes if a.dim is not None]
         # a new node even for x[...]: returning the handle x would let a later x[i] = v show through
@@ -284,7 +302,8 @@ def _ints_and_full_slices(x, index):
         if type(it) is int and -size <= it < size:
             starts.append(it % size)
             sizes.append(1)
-        elif type(it) is slice and it == _FULL:
+        elif type(it) is slice and it.start is None and it.stop is None and it.step is None:
+            # not ``it == slice(None)``: that compares the bounds, and a Var bound's == is a Var
             starts.append(0)
             sizes.append(size)
             kept.append(size)
@@ -294,7 +313,6 @@ def _ints_and_full_slices(x, index):
     return starts + [0] * len(rest), sizes + rest, kept + rest
 
 
-_FULL = slice(None)
 
 
 @export("setitem")
@@ -316,12 +334,14 @@ def setitem(x, index, value, op="void"):
     array([2., 1., 0., 0.], dtype=float32)
     """
     op = reduction(op, "setitem")
-    axes = _normalize(x, index)
+    read, axes = _parse(x, index)        # a 0-d x indexed as Jittor's [1] is read as x.reshape(1)
     if op != "void":
-        return _fold_at(x, axes, value, op)
-    place = _place_advanced if any(a.kind == "array" for a in axes) else _place_basic
-    placed, mask = place(x, axes, value)
-    return where(mask, placed, x)
+        out = _fold_at(read, axes, value, op)
+    else:
+        place = _place_advanced if any(a.kind == "array" for a in axes) else _place_basic
+        placed, mask = place(read, axes, value)
+        out = where(mask, placed, read)
+    return out if read is x else out.reshape(x.shape)
 
 
 def _fold_at(x, axes, value, op):

@@ -222,13 +222,13 @@ def var(x, dim=None, dims=None, unbiased=False, keepdims=False, *, keepdim=False
 def std(x, dim=None, keepdim=False, *, keepdims=False, unbiased=True):
     """Standard deviation over ``dim`` (an int or a tuple; every dim when None). As in Jittor and
     PyTorch it is the unbiased estimate, dividing by N - 1 (``unbiased=False`` divides by N), unlike
-    ``var``'s default. Unlike Jittor, the variance is not floored at 1e-6: the std of a constant is
-    0 (its gradient is NaN, as in PyTorch).
+    ``var``'s default. As Jittor's, the variance is floored at 1e-6 first: the std of a constant is
+    0.001 (PyTorch's is 0), so ``(x - mean) / std`` stays finite, and its gradient there is 0.
 
-    >>> jt.array([1.0, 2.0, 3.0, 4.0]).std().item()
-    1.2909...
+    >>> jt.array([1.0, 2.0, 3.0, 4.0]).std().item(), jt.array([2.0, 2.0]).std().item()
+    (1.2909..., 0.001...)
     """
-    return _variance(x, dim, 1 if unbiased else 0, keepdim or keepdims, "std").sqrt()
+    return _variance(x, dim, 1 if unbiased else 0, keepdim or keepdims, "std").maximum(1e-6).sqrt()
 
 
 def _norm_order(p):
@@ -457,9 +457,8 @@ def _ordered(x, dim, descending, k, who):
     from ..creation import array
     x = _as_var(x)
     dim = _one_dim(x, dim, who)
-    if x.ndim == 0:                  # one element: it is its own order
-        values, index = _ordered(x.reshape(1), 0, descending, k, who)
-        return (values.reshape(()), index.reshape(())) if values.numel() else (values, index)
+    if x.ndim == 0:                  # sorted as Jittor's shape [1] (it has no 0-d Vars): results [1]
+        return _ordered(x.reshape(1), 0, descending, k, who)
     order = _order(x, dim, descending)
     if k is not None:
         order = np.take(order, np.arange(k), axis=dim)

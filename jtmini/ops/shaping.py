@@ -655,16 +655,17 @@ def linspace(start, end, steps, dtype="float32"):
 # --- products ----------------------------------------------------------------------------------
 @export("bmm")
 def bmm(a, b):
-    """Batched matrix product of 3-D Vars: (B, n, k) @ (B, k, m) -> (B, n, m), with no broadcasting.
+    """Batched matrix product of Vars of 3 or more dims: (..., n, k) @ (..., k, m) -> (..., n, m),
+    the batch dims broadcast, as Jittor's (``matmul`` of two batches).
 
-    >>> jt.bmm(jt.zeros(4, 2, 3), jt.zeros(4, 3, 5)).shape
-    (4, 2, 5)
+    >>> jt.bmm(jt.zeros(4, 2, 3), jt.zeros(4, 3, 5)).shape, jt.bmm(jt.zeros(2, 4, 2, 3), jt.zeros(1, 3, 5)).shape
+    ((4, 2, 5), (2, 4, 2, 5))
     """
-    if a.ndim != 3 or b.ndim != 3:
-        raise ValueError(f"bmm: both operands must be 3-D, got shapes {a.shape} and {b.shape}")
-    if a.shape[0] != b.shape[0] or a.shape[2] != b.shape[1]:
-        raise ValueError(f"bmm: shapes {a.shape} and {b.shape} do not line up "
-                         f"(batch {a.shape[0]} vs {b.shape[0]}, inner {a.shape[2]} vs {b.shape[1]})")
+    if a.ndim < 3 or b.ndim < 3:
+        raise ValueError(f"bmm: both operands must have 3 or more dims (batched matrices), got shapes "
+                         f"{a.shape} and {b.shape}")
+    if a.shape[-1] != b.shape[-2]:
+        raise ValueError(f"bmm: shapes {a.shape} and {b.shape} do not line up (inner {a.shape[-1]} vs {b.shape[-2]})")
     return matmul(a, b)
 
 
