@@ -23,13 +23,17 @@ def _close(a, b, tol=2e-5):
     np.testing.assert_allclose(a.numpy(), b.detach().numpy(), rtol=tol, atol=tol)
 
 
-@pytest.mark.parametrize("kw", [dict(scale_factor=2), dict(size=(9, 4)), dict(scale_factor=(0.7, 1.5))])
+# a fractional scale_factor only sets the output size, int(in * factor), as in Jittor: PyTorch
+# given that size is the oracle (5 x 7 by (0.7, 1.5) is 3 x 10)
+@pytest.mark.parametrize("kw,torch_kw", [(dict(scale_factor=2), dict(scale_factor=2)),
+                                         (dict(size=(9, 4)), dict(size=(9, 4))),
+                                         (dict(scale_factor=(0.7, 1.5)), dict(size=(3, 10)))])
 @pytest.mark.parametrize("align", [False, True])
-def test_bicubic_matches_torch_with_gradient(kw, align):
+def test_bicubic_matches_torch_with_gradient(kw, torch_kw, align):
     x = rng.standard_normal((2, 3, 5, 7)).astype("float32")
     jx, tx = _both(x)
     jy = nn.interpolate(jx, mode="bicubic", align_corners=align, **kw)
-    ty = F.interpolate(tx, mode="bicubic", align_corners=align, **kw)
+    ty = F.interpolate(tx, mode="bicubic", align_corners=align, **torch_kw)
     _close(jy, ty)
     mask = rng.standard_normal(ty.shape).astype("float32")
     (ty * torch.tensor(mask)).sum().backward()

@@ -9,8 +9,9 @@ import jtmini as jt
 from jtmini import nn
 from jtmini.nn.containers import ModuleDict, ModuleList, ParameterList
 from jtmini.nn.resample import (ConstantPad2d, Dropout2d, PixelShuffle, ReflectionPad2d,
-                                ReplicationPad2d, Resize, Upsample, ZeroPad2d, dropout2d,
-                                interpolate, pad, pixel_shuffle)
+                                ReplicationPad2d, Resize, Upsample, UpsamplingBilinear2d,
+                                UpsamplingNearest2d, ZeroPad2d, dropout2d, interpolate, pad,
+                                pixel_shuffle)
 from conftest import assert_var, check_grad
 
 torch = pytest.importorskip("torch")
@@ -323,22 +324,52 @@ def test_pixel_shuffle_errors():
 
 
 # --- interpolate ---------------------------------------------------------------------------------
-@pytest.mark.parametrize("kwargs,layout", [
-    (dict(scale_factor=2, mode="nearest"), "transposed"),
-    (dict(scale_factor=3, mode="nearest"), "sliced"),
-    (dict(size=(10, 18), mode="nearest"), "contig"),
-    (dict(scale_factor=(2, 1), mode="nearest"), "transposed"),
-    (dict(size=(3, 8), mode="nearest"), "sliced"),
-    (dict(scale_factor=(1.5, 0.7), mode="nearest"), "contig"),
-    (dict(size=(3, 8)), "sliced"),                  # Jittor's default mode, bilinear
-    (dict(size=(7, 4), mode="bilinear"), "transposed"),
-    (dict(scale_factor=1.7, mode="bilinear"), "sliced"),
-    (dict(size=(8, 9), mode="bilinear", align_corners=True), "sliced"),
-    (dict(scale_factor=(0.5, 2), mode="bilinear", align_corners=True), "transposed"),
+# A scale_factor only sets the output size, int(in * factor) per dim, as in Jittor; where that
+# product is fractional (SHAPE's 5 x 6 by (1.5, 0.7) is 7 x 4, by 1.7 is 8 x 10, by (0.5, 2) is
+# 2 x 12) PyTorch given that size is the oracle, since PyTorch's scale_factor maps by 1 / factor.
+@pytest.mark.parametrize("kwargs,torch_kwargs,layout", [
+    (dict(scale_factor=2, mode="nearest"), None, "transposed"),
+    (dict(scale_factor=3, mode="nearest"), None, "sliced"),
+    (dict(size=(10, 18), mode="nearest"), None, "contig"),
+    (dict(scale_factor=(2, 1), mode="nearest"), None, "transposed"),
+    (dict(size=(3, 8), mode="nearest"), None, "sliced"),
+    (dict(scale_factor=(1.5, 0.7), mode="nearest"), dict(size=(7, 4), mode="nearest"), "contig"),
+    (dict(size=(3, 8)), None, "sliced"),                  # Jittor's default mode, bilinear
+    (dict(size=(7, 4), mode="bilinear"), None, "transposed"),
+    (dict(scale_factor=1.7, mode="bilinear"), dict(size=(8, 10), mode="bilinear"), "sliced"),
+    (dict(size=(8, 9), mode="bilinear", align_corners=True), None, "sliced"),
+    (dict(scale_factor=(0.5, 2), mode="bilinear", align_corners=True),
+     dict(size=(2, 12), mode="bilinear", align_corners=True), "transposed"),
 ])
-def test_interpolate_matches_torch(kwargs, layout, rng):
-    check_grad(lambda x: interpolate(x, **kwargs), lambda t: TF.interpolate(t, **{"mode": "bilinear", **kwargs}),
+def test_interpolate_matches_torch(kwargs, torch_kwargs, layout, rng):
+    torch_kwargs = {"mode": "bilinear", **(torch_kwargs or kwargs)}
+    check_grad(lambda x: interpolate(x, **kwargs), lambda t: TF.interpolate(t, **torch_kwargs),
                [rng.standard_normal(SHAPE)], layouts=[layout])
+
+
+@pytest.mark.parametrize("mode", ["nearest", "bilinear", "bicubic", "area"])
+@pytest.mark.parametrize("factor,size", [(0.5, 2), (1.5, 7), ((0.5, 1.5), (2, 7)), (0.7, 3)])
+def test_scale_factor_resizes_as_jittor_does_by_its_size(mode, factor, size):
+    """Jittor's interpolate and Upsample take int(in * factor) pixels and resize as that size
+    does: 5 -> 2 by 0.5 samples arange(5) at 0.75 and 3.25 (PyTorch's 1 / 0.5 gives 0.5, 2.5)."""
+    x = jt.array(np.tile(np.arange(5.0, dtype=np.float32), (1, 1, 5, 1)))
+    by_size = interpolate(x, size=size, mode=mode).numpy()
+    np.testing.assert_array_equal(interpolate(x, scale_factor=factor, mode=mode).numpy(), by_size)
+    np.testing.assert_array_equal(Upsample(factor, mode)(x).numpy(), by_size)
+    if mode == "bilinear":
+        np.testing.assert_array_equal(UpsamplingBilinear2d(factor)(x).numpy(), by_size)
+    if mode == "nearest":
+        np.testing.assert_array_equal(UpsamplingNearest2d(factor)(x).numpy(), by_size)
+
+
+def test_half_scale_bilinear_samples_as_jittor():
+    x = jt.array(np.tile(np.arange(5.0, dtype=np.float32), (1, 1, 5, 1)))
+    for out in (interpolate(x, scale_factor=0.5, mode="bilinear"), Upsample(0.5, "bilinear")(x)):
+        np.testing.assert_allclose(out.numpy()[0, 0, 0], [0.75, 3.25], rtol=0, atol=1e-6)
+        np.testing.assert_allclose(out.numpy()[0, 0, 1], [0.75, 3.25], rtol=0, atol=1e-6)   # rows alike
+    tx = torch.tensor(x.numpy())
+    np.testing.assert_allclose(interpolate(x, scale_factor=0.5).numpy(),
+                               TF.interpolate(tx, size=(2, 2), mode="bilinear").numpy(), rtol=0, atol=1e-6)
 
 
 def test_nearest_by_whole_factors_repeats_pixels(rng):

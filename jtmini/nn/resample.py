@@ -3,7 +3,8 @@
 Everything is a composition of jtmini's movement ops, so it fuses with its neighbours and its
 gradient is the ops' own. Padding is one ``reindex`` whose index expressions mirror, clamp or wrap
 the output index into the input; resizing gathers rows and columns through index tables computed
-on the host with PyTorch's formulas (in the input's float type), and bilinear weights them.
+on the host with PyTorch's formulas for the output size (in the input's float type; a scale factor
+only sets that size, as in Jittor), and bilinear weights them.
 
     >>> import jtmini as jt
     >>> from jtmini.nn import resample as R
@@ -11,7 +12,6 @@ on the host with PyTorch's formulas (in the input's float type), and bilinear we
     >>> R.ReflectionPad2d(1)(x).shape, R.interpolate(x, scale_factor=2, mode="bilinear").shape
     ((2, 3, 6, 6), (2, 3, 8, 8))
 """
-import math
 import numbers
 
 import numpy as np
@@ -21,6 +21,7 @@ from ..autograd import custom_grad
 from ..ops import random_op
 from ..ops.elementwise import add_n
 from ..ops.reindex import pad as constant_pad
+from ..ops.registry import keyword_aliases
 from ..ops.reindex import reindex
 from ..var import Var
 from .arguments import count, is_count, items
@@ -311,33 +312,34 @@ def _positive_real(value):
 
 
 def _output_geometry(x, size, scale_factor):
-    """((out_h, out_w), (scale_h, scale_w) or (None, None)) as PyTorch derives them: a scale
-    factor gives floor(in * factor) pixels, and its reciprocal maps them back."""
+    """(out_h, out_w): ``size``, or int(in * factor) per dim as Jittor derives it. As in Jittor,
+    a scale factor only sets the output size: pixels map back by in / out, as if that size had
+    been given (PyTorch maps them by 1 / factor, which differs where in * factor is fractional)."""
     if (size is None) == (scale_factor is None):
         raise ValueError("interpolate: give exactly one of size and scale_factor, got "
                          f"size={size!r}, scale_factor={scale_factor!r}")
     if size is not None:
-        return _spatial_pair(size, "size", lambda s: count("interpolate", "size", s)), (None, None)
+        return _spatial_pair(size, "size", lambda s: count("interpolate", "size", s))
     factors = _spatial_pair(scale_factor, "scale_factor", _positive_real)
-    sizes = tuple(math.floor(s * f) for s, f in zip(x.shape[2:], factors))
+    sizes = tuple(int(s * f) for s, f in zip(x.shape[2:], factors))
     if min(sizes) < 1:
         raise ValueError(f"interpolate: scale_factor {scale_factor!r} leaves no pixels of input "
                          f"{x.shape} (output size {sizes})")
-    return sizes, factors
+    return sizes
 
 
-def _nearest_table(in_size, out_size, scale):
-    """PyTorch's nearest source rows: floor(i * in/out) in float32, or i / factor."""
-    ratio = np.float32(1.0 / scale) if scale else np.float32(in_size) / np.float32(out_size)
+def _nearest_table(in_size, out_size):
+    """PyTorch's nearest source rows for a given size: floor(i * in/out) in float32."""
+    ratio = np.float32(in_size) / np.float32(out_size)
     source = np.floor(np.arange(out_size, dtype=np.float32) * ratio).astype(np.int64)
     return np.minimum(source, in_size - 1)
 
 
-def _repeats(in_size, out_size, scale):
+def _repeats(in_size, out_size):
     """Whether nearest resizing repeats each row ``out_size / in_size`` times (PyTorch's table
     is ``i // factor``: a factor of 2, or a size that is a multiple of the input's)."""
     return out_size % in_size == 0 and np.array_equal(
-        _nearest_table(in_size, out_size, scale), np.arange(out_size) // (out_size // in_size))
+        _nearest_table(in_size, out_size), np.arange(out_size) // (out_size // in_size))
 
 
 def _repeat_pixels(x, sizes):
@@ -355,7 +357,7 @@ def _repeat_pixels(x, sizes):
     return custom_grad(out, [x], rule, key=("repeat_pixels", kh, kw))
 
 
-def _linear_table(in_size, out_size, scale, align_corners, dtype, tf_mode=False):
+def _linear_table(in_size, out_size, align_corners, dtype, tf_mode=False):
     """(low rows, high rows, weight of the high row) of linear interpolation, with PyTorch's
     arithmetic in the input's float type, so the rows picked match it exactly; ``tf_mode`` maps
     output pixel i to input position i * ratio, with no half-pixel shift (Jittor's tf_mode,
@@ -366,7 +368,7 @@ def _linear_table(in_size, out_size, scale, align_corners, dtype, tf_mode=False)
         ratio = real(in_size - 1) / real(out_size - 1) if out_size > 1 else real(0)
         source = ratio * i
     else:
-        ratio = real(1.0 / scale) if scale else real(in_size) / real(out_size)
+        ratio = real(in_size) / real(out_size)
         source = ratio * i if tf_mode else np.maximum(ratio * (i + real(0.5)) - real(0.5), real(0))
     low = np.minimum(np.floor(source).astype(np.int64), in_size - 1)
     weight = np.clip(source - low.astype(dtype), 0, 1).astype(dtype)
@@ -391,7 +393,7 @@ def _along(values, dim, ndim, dtype):
 _CUBIC_A = -0.75      # PyTorch's (and Jittor's) bicubic convolution constant
 
 
-def _cubic_table(in_size, out_size, scale, align_corners, dtype):
+def _cubic_table(in_size, out_size, align_corners, dtype):
     """(4 row arrays, 4 weight arrays) of bicubic interpolation: the rows floor(s)-1 .. floor(s)+2
     clamped into the input and Keys' cubic weights of the fraction of s, with PyTorch's source
     position s (not clamped at 0, unlike bilinear's)."""
@@ -400,7 +402,7 @@ def _cubic_table(in_size, out_size, scale, align_corners, dtype):
     if align_corners:
         source = (real(in_size - 1) / real(out_size - 1) if out_size > 1 else real(0)) * i
     else:
-        ratio = real(1.0 / scale) if scale else real(in_size) / real(out_size)
+        ratio = real(in_size) / real(out_size)
         source = ratio * (i + real(0.5)) - real(0.5)
     low = np.floor(source)
     t = (source - low).astype(dtype)
@@ -411,18 +413,18 @@ def _cubic_table(in_size, out_size, scale, align_corners, dtype):
     return rows, [w.astype(dtype) for w in weights]
 
 
-def _resample_dim(x, dim, out_size, scale, mode, align_corners, tf_mode=False):
+def _resample_dim(x, dim, out_size, mode, align_corners, tf_mode=False):
     """``x`` resized along ``dim`` to ``out_size``; PyTorch copies a dim whose size is kept."""
     in_size = x.shape[dim]
     if out_size == in_size:
         return x
     if mode == "nearest":
-        return _gather(x, dim, _nearest_table(in_size, out_size, scale))
+        return _gather(x, dim, _nearest_table(in_size, out_size))
     if mode == "bicubic":
-        rows, weights = _cubic_table(in_size, out_size, scale, align_corners, x.dtype)
+        rows, weights = _cubic_table(in_size, out_size, align_corners, x.dtype)
         terms = [_gather(x, dim, r) * _along(w, dim, x.ndim, x.dtype) for r, w in zip(rows, weights)]
         return (terms[0] + terms[1]) + (terms[2] + terms[3])
-    low, high, weight = _linear_table(in_size, out_size, scale, align_corners, x.dtype, tf_mode)
+    low, high, weight = _linear_table(in_size, out_size, align_corners, x.dtype, tf_mode)
     low_weight = (1 - weight).astype(weight.dtype)
     return _gather(x, dim, low) * _along(low_weight, dim, x.ndim, x.dtype) \
         + _gather(x, dim, high) * _along(weight, dim, x.ndim, x.dtype)
@@ -436,9 +438,13 @@ def _check_mode(mode, align_corners, who):
                          f"has no corners to align")
 
 
+@keyword_aliases(X="x")         # Jittor's name of the input
 def interpolate(x, size=None, scale_factor=None, mode="bilinear", align_corners=False, tf_mode=False):
     """Resize the (H, W) dims of a (N, C, H, W) input to ``size`` or by ``scale_factor`` (one
-    number or a pair), with PyTorch's values and gradients: "nearest" picks the pixel at
+    number or a pair). As in Jittor, ``scale_factor`` only sets the output size, int(in * factor)
+    per dim, and the result is then that of PyTorch's ``interpolate`` given this size (values
+    and gradients), so pixels map back by scale = in / out (PyTorch maps them by 1 / factor,
+    which differs where in * factor is fractional): "nearest" picks the pixel at
     floor(out_index * scale); "bilinear" (Jittor's default mode; PyTorch's is "nearest") weighs
     the four nearest pixels, sampling at pixel centres (``align_corners=False``), with the corner
     pixels of input and output aligned, or with Jittor's ``tf_mode`` at out_index * scale (no
@@ -450,24 +456,28 @@ def interpolate(x, size=None, scale_factor=None, mode="bilinear", align_corners=
     array([0., 0., 1., 1.], dtype=float32)
     >>> nn.interpolate(x, size=(3, 3), mode="bilinear", align_corners=True).numpy()[0, 0, 0]
     array([0. , 0.5, 1. ], dtype=float32)
+    >>> row = jt.array(np.tile(np.arange(5.0), (1, 1, 5, 1)))
+    >>> nn.interpolate(row, scale_factor=0.5).numpy()[0, 0, 0]     # as size=(2, 2)
+    array([0.75, 3.25], dtype=float32)
     """
     _check_mode(mode, align_corners, "interpolate")
     _input(x, "interpolate", (4,), floats=mode != "nearest")
-    sizes, scales = _output_geometry(x, size, scale_factor)
+    sizes = _output_geometry(x, size, scale_factor)
     if mode == "area":               # PyTorch's "area" is adaptive average pooling to the size
         from .pool import adaptive_avg_pool2d
         return adaptive_avg_pool2d(x, sizes)
-    if mode == "nearest" and all(_repeats(n, out, scale) for n, out, scale in zip(x.shape[2:], sizes, scales)):
+    if mode == "nearest" and all(_repeats(n, out) for n, out in zip(x.shape[2:], sizes)):
         return _repeat_pixels(x, sizes)
     # width first, then height: PyTorch's order of the multiply-adds
     tf_mode = bool(tf_mode) and not align_corners
-    x = _resample_dim(x, 3, sizes[1], scales[1], mode, align_corners, tf_mode)
-    return _resample_dim(x, 2, sizes[0], scales[0], mode, align_corners, tf_mode)
+    x = _resample_dim(x, 3, sizes[1], mode, align_corners, tf_mode)
+    return _resample_dim(x, 2, sizes[0], mode, align_corners, tf_mode)
 
 
 class Upsample(Module):
     """Layer form of ``interpolate``, in Jittor's argument order (``scale_factor``, ``mode``,
-    ``align_corners``); PyTorch's ``size`` is accepted as a keyword.
+    ``align_corners``); PyTorch's ``size`` is accepted as a keyword. As in Jittor, a
+    ``scale_factor`` gives int(in * factor) pixels per dim, resized as that size would be.
 
     >>> nn.Upsample(scale_factor=2, mode="bilinear")(jt.randn(1, 3, 4, 5)).shape
     (1, 3, 8, 10)
