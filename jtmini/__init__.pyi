@@ -83,6 +83,8 @@ class Var:
     def __format__(self, spec: Any) -> Any:
         '``f"{loss:.4f}"`` on a one-element Var formats its number, as Jittor\'s.'
     def __ge__(self, other: Any) -> Var: ...
+    def __getattr__(self, name: Any) -> Any:
+        """Called only for a missing attribute. Jittor gives every Var method an in-place twin,"""
     def __getitem__(self, index: Any) -> Var:
         """``x[index]``; a basic index (ints, slices, None, ...) remembers x, the index and x's version:"""
     def __gt__(self, other: Any) -> Var: ...
@@ -208,7 +210,7 @@ class Var:
     def bitwise_xor(self, b: Any) -> Var:
         """Elementwise bitwise_xor with numpy broadcasting."""
     def bmm(self, b: Any) -> Var:
-        """Batched matrix product of 3-D Vars: (B, n, k) @ (B, k, m) -> (B, n, m), with no broadcasting."""
+        """Batched matrix product of Vars of 3 or more dims: (..., n, k) @ (..., k, m) -> (..., n, m),"""
     def bool(self) -> Var: ...
     def broadcast(self, shape: Any, dims: Any = ...) -> Var:
         """Jittor's broadcast: ``x`` and ``shape`` (a tuple, or a Var whose shape is used) broadcast"""
@@ -502,7 +504,7 @@ class Var:
         """Jittor's ``Var.peek()``: dtype and shape as text, without computing anything."""
     def permute(self, *perm: Any) -> Any:
         """Dims reordered: output dim k is input dim ``perm[k]``; no argument reverses the dims (two"""
-    def pow(self, b: Any) -> Var:
+    def pow(self, y: Any) -> Var:
         """Elementwise pow with numpy broadcasting."""
     def prod(self, dims: Any = ..., keepdims: Any = ..., *, dim: Any = ..., axis: Any = ..., keepdim: Any = ...) -> Var: ...
     def rad2deg(self) -> Var:
@@ -789,7 +791,7 @@ def bitwise_xor(a: Any, b: Any) -> Var:
     """Elementwise bitwise_xor with numpy broadcasting."""
 
 def bmm(a: Any, b: Any) -> Var:
-    """Batched matrix product of 3-D Vars: (B, n, k) @ (B, k, m) -> (B, n, m), with no broadcasting."""
+    """Batched matrix product of Vars of 3 or more dims: (..., n, k) @ (..., k, m) -> (..., n, m),"""
 
 def broadcast(x: Any, shape: Any, dims: Any = ...) -> Var:
     """Jittor's broadcast: ``x`` and ``shape`` (a tuple, or a Var whose shape is used) broadcast"""
@@ -1268,7 +1270,7 @@ def pending_roots() -> Any:
 def permute(x: Any, *perm: Any) -> Any:
     """Dims reordered: output dim k is input dim ``perm[k]``; no argument reverses the dims (two"""
 
-def pow(a: Any, b: Any) -> Var:
+def pow(x: Any, y: Any) -> Var:
     """Elementwise pow with numpy broadcasting."""
 
 def prod(x: Any, dims: Any = ..., keepdims: Any = ..., *, dim: Any = ..., axis: Any = ..., keepdim: Any = ...) -> Var: ...
@@ -1383,13 +1385,13 @@ def safe_clip(x: Any, left: Any = ..., right: Any = ...) -> Var:
 def safe_log(x: Any) -> Var:
     """log(x) with x clipped to [1e-30, 1e30] first: finite for x <= 0 (Jittor's safe_log)."""
 
-def safepickle(obj: Any, path: Any) -> None:
+def safepickle(obj: Any, path: Any) -> Any:
     """Pickle ``obj`` to ``path`` atomically; Vars inside (in dicts, lists, tuples) are saved as"""
 
 def safeunpickle(path: Any) -> Any:
     """The object saved at ``path`` (Vars, and a ``torch.save`` file's tensors, come back as numpy"""
 
-def save(obj: Any, path: Any) -> None:
+def save(obj: Any, path: Any) -> Any:
     """Pickle ``obj`` to ``path`` atomically; Vars inside (in dicts, lists, tuples) are saved as"""
 
 def save_image(x: Any, filepath: Any, nrow: Any = ..., padding: Any = ..., normalize: Any = ..., range: Any = ..., scale_each: Any = ..., pad_value: Any = ..., format: Any = ..., value_range: Any = ...) -> None:

@@ -31,6 +31,7 @@ import zipfile
 import numpy as np
 
 from .compiler import owner_is_dead, temp_owner
+from .ops.registry import keyword_aliases
 from .var import Var
 
 # (module, name) a checkpoint's pickle may call: how numpy rebuilds arrays, dtypes and scalars
@@ -61,6 +62,7 @@ def _values(obj):
     return obj
 
 
+@keyword_aliases(params_dict="obj")         # Jittor's name: jt.save(params_dict=..., path=...)
 def save(obj, path):
     """Pickle ``obj`` to ``path`` atomically; Vars inside (in dicts, lists, tuples) are saved as
     their numpy values, as Jittor's ``jt.save`` does.

@@ -201,6 +201,19 @@ class Var:
     # not a numpy array computed then and there, off the graph (ufuncs still convert: np.exp(x))
     __array_priority__ = 1000
 
+    def __getattr__(self, name):
+        """Called only for a missing attribute. Jittor gives every Var method an in-place twin,
+        ``x.masked_fill_(m, 0)`` being ``x.assign(x.masked_fill(m, 0))``: a method without a
+        ``name_`` of its own has this one (made on use: the nn methods come later, on import)."""
+        found = getattr(type(self), name, None)
+        if isinstance(found, property):     # its getter raised AttributeError: that one, with its advice
+            return found.fget(self)
+        if name.endswith("_") and not name.startswith("_"):
+            method = getattr(type(self), name[:-1], None)
+            if callable(method):
+                return lambda *args, **kwargs: self.assign(method(self, *args, **kwargs))
+        raise AttributeError(f"'Var' object has no attribute {name!r}", name=name, obj=self)
+
     def __init__(self, op, inputs=None, attrs=None, shape=None, dtype=None, data=None):
         if shape is None:           # jt.Var(data[, dtype]): a leaf holding a copy, as jt.array
             leaf = services.array(op, inputs if inputs is not None else dtype)

@@ -184,3 +184,48 @@ def test_bmm_broadcasts_batches_and_takes_more_dims_as_jittor(rng):
                                rtol=1e-5, atol=1e-5)
     with pytest.raises(ValueError, match=r"bmm: shapes \(2, 3, 4\) and \(2, 3, 4\) do not line up"):
         jt.bmm(jt.zeros(2, 3, 4), jt.zeros(2, 3, 4))
+
+
+def test_jittors_keyword_names_are_taken(tmp_path):
+    """Jittor programs name arguments as Jittor's signatures do (Make-it-3D's
+    ``register_buffer(key=..., value=...)``)."""
+    class M(nn.Module):
+        def __init__(self):
+            self.register_buffer(key="mean", value=jt.array([0.5, 0.25]))
+    m = M()
+    np.testing.assert_array_equal(m.mean.numpy(), [0.5, 0.25])
+    seen = []
+    m.apply(func=lambda mod: seen.append(type(mod).__name__))
+    assert seen == ["M"]
+    lin = nn.Linear(2, 2)
+    lin.register_forward_hook(func=lambda *a: seen.append("hook"))
+    lin(jt.ones(1, 2))
+    assert seen[-1] == "hook"
+    lin.load_state_dict(params={"bias": np.ones(2, np.float32)})
+    np.testing.assert_array_equal(lin.bias.numpy(), [1, 1])
+    jt.save(params_dict={"w": jt.ones(2)}, path=str(tmp_path / "w.pkl"))
+    np.testing.assert_array_equal(jt.load(str(tmp_path / "w.pkl"))["w"], [1, 1])
+    x = jt.array([3.0, 1.0, 2.0])
+    np.testing.assert_array_equal(jt.sort(input=x)[0].numpy(), [1, 2, 3])
+    np.testing.assert_allclose(jt.normalize(input=jt.ones(1, 4), dim=1).numpy(), [[0.5] * 4])
+    assert jt.searchsorted(sorted=jt.array([1.0, 2.0, 3.0]), values=jt.array([2.5])).numpy().tolist() == [2]
+    np.testing.assert_array_equal(jt.pow(x=x, y=2).numpy(), [9, 1, 4])
+    with pytest.raises(TypeError, match=r"sort\(\) missing its first argument 'x'"):
+        jt.sort()
+
+
+def test_every_method_has_jittors_in_place_twin():
+    """Jittor makes ``name_`` for each Var method: ``x.name_(...)`` is ``x.assign(x.name(...))``
+    (nk-yolo's assigner: ``count.masked_fill_(count > 1, 0)``); gradients flow as assign's do."""
+    x = jt.array([3.0, 1.0, 2.0])
+    x.masked_fill_(jt.array([True, False, True]), 0)
+    np.testing.assert_array_equal(x.numpy(), [0, 1, 0])
+    y = jt.array([[1.0, 2.0]])
+    y.transpose_()
+    assert y.shape == (2, 1)
+    w = jt.array([1.0, 2.0])
+    v = w * 1
+    v.exp_()
+    np.testing.assert_allclose(jt.grad(v.sum(), w).numpy(), np.exp([1.0, 2.0]), rtol=1e-6)
+    with pytest.raises(AttributeError, match="'Var' object has no attribute 'no_such_method_'"):
+        x.no_such_method_()

@@ -31,6 +31,7 @@ from ..creation import array
 from ..flags import flags
 from ..gc_pause import paused
 from ..ops.collective import broadcast_in_place
+from ..ops.registry import keyword_aliases
 from ..var import Var
 
 
@@ -202,6 +203,7 @@ class Module:
         setattr(self, name, module)
         return self
 
+    @keyword_aliases(key="name")             # Jittor's name
     def register_buffer(self, name, value, persistent=True):
         """Hold ``value`` (a Var or array) as attribute ``name``; ``persistent=False`` keeps it out
         of ``state_dict``. Returns it. As in Jittor, a buffer is a Var like any other: an optimizer
@@ -243,6 +245,7 @@ class Module:
         flags.use_cuda = 1
         return self
 
+    @keyword_aliases(func="fn")              # Jittor's name
     def apply(self, fn):
         """Call ``fn(module)`` on every module of the tree; returns self."""
         for module in self.modules():
@@ -250,6 +253,7 @@ class Module:
         return self
 
     # --- hooks ---------------------------------------------------------------------------------
+    @keyword_aliases(func="hook")            # Jittor's name
     def register_forward_hook(self, hook):
         """Call ``hook(module, args, output)`` after each forward (``hook(module, args, output,
         kwargs)`` when keywords were given, as Jittor); a returned value replaces the output.
@@ -260,6 +264,7 @@ class Module:
         from .hooks import add_hook
         return add_hook(self, "forward", hook)
 
+    @keyword_aliases(func="hook")
     def register_pre_forward_hook(self, hook):
         """Call ``hook(module, args)`` (``hook(module, args, kwargs)`` when keywords are given)
         before each forward; a returned ``(args, kwargs)`` pair (Jittor's form) replaces both, any
@@ -269,6 +274,7 @@ class Module:
 
     register_forward_pre_hook = register_pre_forward_hook
 
+    @keyword_aliases(func="hook")
     def register_backward_hook(self, hook):
         """Call ``hook(module, grad_input, grad_output)`` (tuples of Vars) when the gradient of
         the module's input is computed; a returned tuple replaces ``grad_input``. The module must
@@ -394,6 +400,7 @@ class Module:
         """named_parameters without the buffers registered with ``persistent=False``."""
         return [(n, v) for n, v in self.named_parameters(recurse) if getattr(v, "persistent", True)]
 
+    @keyword_aliases(params="state", state_dict="state")       # Jittor's and PyTorch's names
     def load_state_dict(self, state, strict=False):
         """Give each Var the value stored under its name. As Jittor's, this is ``load_parameters``:
         entries that do not fit are skipped with one warning, Vars without an entry keep their

@@ -520,14 +520,14 @@ def _known_negative(exponent):
 def _checked_pow(pow_op):
     """``pow`` refusing integers to negative integer powers, as numpy does: C's integer power
     has no such value and the kernel would give 0 (or 1 for a base of 1) without a word."""
-    def checked(a, b):
-        if _is_integer_operand(a) and _is_integer_operand(b):
-            bad = _known_negative(b)
+    def checked(x, y):          # Jittor's names: jt.pow(x=..., y=...)
+        if _is_integer_operand(x) and _is_integer_operand(y):
+            bad = _known_negative(y)
             if bad is not None:
-                base = a.dtype if isinstance(a, Var) else type(a).__name__
+                base = x.dtype if isinstance(x, Var) else type(x).__name__
                 raise ValueError(f"pow: integers to negative integer powers are not allowed (base of "
                                  f"dtype {base}, exponent {bad}); cast the base to a float first")
-        return pow_op(a, b)
+        return pow_op(x, y)
     checked.__name__, checked.__doc__ = pow_op.__name__, pow_op.__doc__
     return checked
 

@@ -17,6 +17,7 @@ collective      MPI collectives (never fused, issued in program order)
 """
 import dataclasses
 import functools
+import inspect
 from dataclasses import dataclass
 from typing import Callable, NamedTuple, Optional
 
@@ -246,12 +247,25 @@ def keyword_aliases(**aliases):
 _NOT_VARS = (bool, int, float, complex, str, bytes, list, tuple, dict, set, slice, type(None), type(Ellipsis), np.generic)
 
 
+def _first_by_keyword(fn, kwargs):
+    """The first argument of ``fn`` given by keyword, taken out of ``kwargs``: by its own name, one
+    of its ``keyword_aliases``, or Jittor's ``input`` (``jt.sort(input=x)``); TypeError if none."""
+    first = next(iter(inspect.signature(fn).parameters))
+    names = [first, *(a for a, n in getattr(fn, "keyword_aliases", {}).items() if n == first), "input"]
+    for key in names:
+        if key in kwargs:
+            return kwargs.pop(key)
+    raise TypeError(f"{fn.__name__}() missing its first argument {first!r}")
+
+
 def _taking_arrays(fn, name):
     """``fn`` with a numpy array as its first argument made a Var first (``jt.array``). A plain
     Python value there, which ``fn`` fails on by reaching for a Var's attribute, is a TypeError
-    naming ``jt.<name>`` and what it got instead of an AttributeError from deep inside."""
+    naming ``jt.<name>`` and what it got instead of an AttributeError from deep inside. The first
+    argument may come by keyword too (its name, an alias, Jittor's ``input``)."""
     @functools.wraps(fn)
-    def public(x, *args, **kwargs):
+    def public(*args, **kwargs):
+        x, args = (args[0], args[1:]) if args else (_first_by_keyword(fn, kwargs), ())
         if isinstance(x, np.ndarray):
             x = services.array(x)
         try:

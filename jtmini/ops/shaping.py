@@ -826,6 +826,7 @@ def diagonal(x, offset=0, dim1=0, dim2=1):
 
 
 @export("searchsorted")
+@keyword_aliases(sorted="sorted_sequence")         # Jittor's name
 def searchsorted(sorted_sequence, values, right=False):
     """For each of ``values``, its insertion index in the last dim of ``sorted_sequence`` (sorted
     ascending), int32: the count of entries ``< value`` (``right``: ``<= value``). The leading dims
