@@ -261,6 +261,36 @@ _SPECS = {
 # Jittor's names of flags jtmini has under another name: the same flag, read and set through either
 _ALIASES = {"cache_path": "cache_dir"}
 
+# Jittor's flags for machinery jtmini does not have (its allocators, tracers, op compiler and
+# profiler switches), with Jittor's defaults: scripts set them at the top (``use_tensorcore = 1``,
+# ``use_cuda_managed_allocator = 1``), so they are taken, checked for their kind and kept, and
+# change nothing.
+_JITTOR_ONLY = {
+    **dict.fromkeys(("check_graph", "exec_called", "gdb_attach", "has_pybt", "jit_search_kernel", "no_fuse",
+                     "profiler_enable", "profiler_hide_relay", "profiler_record_peek", "profiler_record_shape",
+                     "profiler_rerun", "profiler_warmup", "reuse_array", "th_mode", "trace_py_var",
+                     "trace_var_data", "try_use_32bit_index", "use_cuda_managed_allocator", "use_nfef_allocator",
+                     "use_stat_allocator", "use_tensorcore", "use_threading", "disable_lock"), 0),
+    **dict.fromkeys(("log_sync", "rewrite_op", "sync_run", "use_cuda_host_allocator", "use_sfrl_allocator",
+                     "use_temp_allocator"), 1),
+    "device_id": -1, "jit_search_rerun": 10, "jit_search_warmup": 2, "l1_cache_size": 32768,
+    "para_opt_level": 3, "trace_depth": 10, "use_parallel_op_compiler": 16, "cpu_mem_limit": -1,
+    "device_mem_limit": -1, "sfrl_large_block_size_device": 5242880,
+    **dict.fromkeys(("addr2line_path", "cc_flags", "cc_type", "exclude_pass", "extra_gdb_cmd", "gdb_path",
+                     "jittor_path", "log_file", "log_op_hash", "nvcc_flags", "nvcc_path", "python_path"), ""),
+}
+
+
+def _check_jittor_only(name, value):
+    """A value of the kind of Jittor's flag ``name``: an int (bools too) or a str."""
+    want = type(_JITTOR_ONLY[name])
+    if want is int and (_is_int(value) or isinstance(value, (bool, np.bool_))):
+        return int(value)
+    if want is str and isinstance(value, str):
+        return value
+    raise TypeError(f"flag {name} (Jittor's; no effect in jtmini) takes {'an int' if want is int else 'a str'}, "
+                    f"got {value!r} ({type(value).__name__})")
+
 
 def _from_env(name, text):
     """The flag's value parsed from its environment variable; ValueError naming the variable."""
@@ -282,6 +312,8 @@ class Flags:
     def __getattr__(self, name):
         if name in _ALIASES:
             return getattr(self, _ALIASES[name])
+        if name in _JITTOR_ONLY:
+            return _JITTOR_ONLY[name]
         if name not in _SPECS:
             raise AttributeError(f"unknown flag {name!r}; known flags: {', '.join(sorted(_SPECS))}")
         default = _SPECS[name][0]
@@ -294,6 +326,9 @@ class Flags:
         """Set a flag, checked first: a bad value (``num_threads = 'x'``) would otherwise be
         taken and break every later kernel launch far from the assignment."""
         name = _ALIASES.get(name, name)
+        if name in _JITTOR_ONLY:
+            object.__setattr__(self, name, _check_jittor_only(name, value))
+            return
         if name not in _SPECS:
             raise AttributeError(f"unknown flag {name!r}; known flags: {', '.join(sorted(_SPECS))}")
         object.__setattr__(self, name, _SPECS[name][2](name, value))

@@ -272,15 +272,13 @@ class Var:
         return math.prod(self.shape)      # np.prod costs ~5 us; the scheduler asks thousands of times a step
 
     def __len__(self):
-        if not self.shape:
-            raise TypeError("len() of a 0-d Var")
-        return self.shape[0]
+        """The length of dim 0; 1 for a 0-d Var, Jittor's shape [1] (``len(x.sum())``)."""
+        return self.shape[0] if self.shape else 1
 
     def __iter__(self):
-        """The sub-Vars along dim 0 (as a numpy array iterates); a 0-d Var is not iterable."""
-        if not self.shape:
-            raise TypeError("iteration over a 0-d Var")
-        return (self[k] for k in range(self.shape[0]))
+        """The sub-Vars along dim 0 (as a numpy array iterates); a 0-d Var, Jittor's shape [1],
+        gives itself once."""
+        return (self[k] for k in range(len(self)))
 
     def is_realized(self):
         return self._data is not None

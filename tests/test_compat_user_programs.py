@@ -229,3 +229,14 @@ def test_every_method_has_jittors_in_place_twin():
     np.testing.assert_allclose(jt.grad(v.sum(), w).numpy(), np.exp([1.0, 2.0]), rtol=1e-6)
     with pytest.raises(AttributeError, match="'Var' object has no attribute 'no_such_method_'"):
         x.no_such_method_()
+
+
+def test_jittors_own_flags_are_taken_and_change_nothing():
+    """Scripts set Jittor's allocator and tracer flags at the top (JDet's ``use_cuda_managed_allocator``,
+    Jittor's own memory-profiling example's ``trace_py_var``)."""
+    with jt.flag_scope(use_cuda_managed_allocator=1, use_tensorcore=True, trace_py_var=3, nvcc_path="/x"):
+        assert jt.flags.use_tensorcore == 1 and jt.flags.nvcc_path == "/x"
+        np.testing.assert_array_equal((jt.ones(2) * 2).numpy(), [2, 2])
+    assert jt.flags.trace_py_var == 0 and jt.flags.log_sync == 1
+    with pytest.raises(TypeError, match=r"flag use_tensorcore \(Jittor's; no effect in jtmini\) takes an int"):
+        jt.flags.use_tensorcore = "yes"

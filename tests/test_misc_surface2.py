@@ -190,10 +190,13 @@ def ctc_case(rng, steps, classes, batch, size, min_size, short_inputs=False):
 
 
 def check_ctc(logits, targets, input_lengths, target_lengths, dtype="float32", layout="contig", **kw):
-    """Loss and gradient (with respect to the logits, through log_softmax) against PyTorch's float64."""
+    """Loss and gradient (with respect to the logits, through log_softmax) against PyTorch's float64;
+    "mean" is Jittor's, the mean of the losses (PyTorch's divides each by its target length first)."""
     args = [torch.tensor(v) for v in (targets, input_lengths, target_lengths)]
+    jittor_mean = kw.get("reduction") == "mean"
+    t_kw = dict(kw, reduction="none") if jittor_mean else kw
     check_grad(lambda x: jt.ctc_loss(x.log_softmax(2), *[jt.array(v) for v in (targets, input_lengths, target_lengths)], **kw),
-               lambda x: tF.ctc_loss(x.log_softmax(2), *args, **kw),
+               lambda x: (lambda out: out.mean() if jittor_mean else out)(tF.ctc_loss(x.log_softmax(2), *args, **t_kw)),
                [logits], layouts=[layout], dtype=dtype, rng=np.random.default_rng(0))
 
 
@@ -222,7 +225,8 @@ def test_ctc_loss_concatenated_targets_and_module(rng):
     logits, targets, input_lengths, target_lengths = ctc_case(rng, 15, 5, 3, 4, 0)
     flat = np.concatenate([t[:n] for t, n in zip(targets, target_lengths)])
     lp = torch.tensor(logits).log_softmax(2)
-    want = tF.ctc_loss(lp, torch.tensor(flat), torch.tensor(input_lengths), torch.tensor(target_lengths))
+    want = tF.ctc_loss(lp, torch.tensor(flat), torch.tensor(input_lengths), torch.tensor(target_lengths),
+                       reduction="none").mean()           # Jittor's mean: of the losses
     got = nn.CTCLoss()(jt.array(logits).log_softmax(2), jt.array(flat), jt.array(input_lengths), target_lengths)
     assert_var(got, want.numpy(), rtol=1e-7)
 

@@ -443,3 +443,12 @@ def test_module_list_called_runs_its_layers_in_order_as_jittor():
     layers = ModuleList(nn.Linear(3, 4), nn.ReLU())
     x = jt.randn(2, 3)
     np.testing.assert_allclose(layers(x).numpy(), nn.relu(layers[0](x)).numpy())
+
+
+def test_module_dict_entries_read_as_attributes():
+    """PyTorch's ``heads.cls`` (Make-it-3D's GatedBlock); a missing one names the key."""
+    heads = ModuleDict({"cls": nn.Linear(2, 3)})
+    assert heads.cls is heads["cls"]
+    with pytest.raises(AttributeError, match="ModuleDict has no attribute or entry 'box'"):
+        heads.box
+    assert [n for n, _ in heads.named_parameters()] == ["cls.weight", "cls.bias"]

@@ -158,7 +158,8 @@ class ModuleDict(Module):
     """An ordered dict of modules whose parameters the owning module finds, each under its key
     (``heads.cls.weight``). Takes a dict or an iterable of (key, module) pairs; keys are non-empty
     strings without ".". Supports ``[]``, ``[]=``, ``del``, ``in``, ``len``, iteration over the
-    keys, ``keys``, ``values``, ``items``, ``update`` and ``pop``.
+    keys, ``keys``, ``values``, ``items``, ``update`` and ``pop``; ``heads.cls`` reads an entry, as
+    PyTorch's.
 
     >>> heads = nn.ModuleDict({"cls": nn.Linear(8, 10), "box": nn.Linear(8, 4)})
     >>> heads["box"].weight.shape, "cls" in heads, list(heads.keys())
@@ -174,6 +175,13 @@ class ModuleDict(Module):
 
     def _attributes(self):
         return iter(self._modules.items())
+
+    def __getattr__(self, name):
+        """Called only for a missing attribute: an entry by its key (``heads.cls``), as PyTorch's."""
+        entries = vars(self).get("_modules", {})
+        if name in entries:
+            return entries[name]
+        raise AttributeError(f"{type(self).__name__} has no attribute or entry {name!r}")
 
     def named_children(self):
         return iter([(k, m) for k, m in self._modules.items() if isinstance(m, Module)])

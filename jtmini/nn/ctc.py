@@ -101,10 +101,10 @@ def _log_likelihood(log_probs, ext, skip, in_len):
 
 
 def ctc_loss(log_probs, targets, input_lengths, target_lengths, blank=0, reduction="mean", zero_infinity=False):
-    """PyTorch's CTC loss: -log p(target | input) summed over the alignments of each target with
-    its input. log_probs (T, N, C) are log-probabilities (``log_softmax(2)``); targets (N, S) padded
-    or 1-D concatenated; lengths (N,). ``reduction`` "mean" divides each loss by its target length
-    and averages (as PyTorch's; Jittor's averages the losses alone), "sum" adds, "none" keeps (N,).
+    """The CTC loss: -log p(target | input) summed over the alignments of each target with its
+    input. log_probs (T, N, C) are log-probabilities (``log_softmax(2)``); targets (N, S) padded
+    or 1-D concatenated; lengths (N,). ``reduction`` "mean" averages the losses, as Jittor's
+    (PyTorch's first divides each by its target length), "sum" adds, "none" keeps (N,).
     An impossible alignment gives inf, or 0 with no gradient under ``zero_infinity``. Targets and
     lengths are read as values (computed now, if lazy): they fix the recursion's steps.
 
@@ -133,7 +133,7 @@ def ctc_loss(log_probs, targets, input_lengths, target_lengths, blank=0, reducti
         return loss
     if reduction == "sum":
         return loss.sum()
-    return (loss / creation.array(np.maximum(known.target_lengths, 1)).cast(loss.dtype)).mean()
+    return loss.mean()
 
 
 class CTCLoss(Module):

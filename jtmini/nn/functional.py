@@ -59,30 +59,25 @@ def softmax(x, dim=None, log=False):
     return _softmax(x, dim, log)
 
 
-def one_hot(x, num_classes=-1, dtype="float32"):
+def one_hot(x, num_classes=-1, dtype=None):
     """Class values ``x`` (bool or integer, any shape) -> ``x.shape + (num_classes,)`` with a 1 at
     each value's index, by comparing against ``arange`` (one fused kernel, no gather). As in
-    Jittor, ``num_classes=-1`` takes ``max(x) + 1`` (reading ``x``, computing it if lazy). A value
-    outside ``0..num_classes-1`` raises ValueError naming it and ``num_classes`` (Jittor gives an
-    all-zero row) when ``x`` holds its values (numpy input, a computed Var); a lazy ``x`` with a
-    given ``num_classes`` is not computed to check it, as the losses' labels are not.
+    Jittor, the result has ``x``'s dtype (``dtype`` picks another), ``num_classes=-1`` takes
+    ``max(x) + 1`` (reading ``x``, computing it if lazy), and a value outside
+    ``0..num_classes-1`` gives an all-zero row (detection code one-hots its background class so).
 
-    >>> nn.one_hot(jt.array([0, 2]), 3).numpy()
-    array([[1., 0., 0.],
-           [0., 0., 1.]], dtype=float32)
+    >>> nn.one_hot(jt.array([0, 2, 3]), 3).numpy()
+    array([[1, 0, 0],
+           [0, 0, 1],
+           [0, 0, 0]], dtype=int32)
     """
     x = creation.as_var(x)
     if x.dtype != "bool" and not dtypes.is_integer(x.dtype):
         raise ValueError(f"one_hot: x must hold class indices (bool or an integer dtype), got dtype {x.dtype}")
-    known = num_classes == -1 or x.is_realized()
-    values = np.asarray(x._value(), dtype=np.int64) if known else None
+    values = np.asarray(x._value(), dtype=np.int64) if num_classes == -1 else None
     num_classes = _num_classes(num_classes, values)
-    bad = values[(values < 0) | (values >= num_classes)] if known else ()
-    if len(bad):
-        raise ValueError(f"one_hot: class value {bad.flat[0]} is out of range for num_classes="
-                         f"{num_classes} (values must be in [0, {num_classes}))")
     classes = creation.arange(num_classes).reshape((1,) * x.ndim + (num_classes,))
-    return (classes == x.reshape(x.shape + (1,))).cast(dtype)
+    return (classes == x.reshape(x.shape + (1,))).cast(x.dtype if dtype is None else dtype)
 
 
 def _num_classes(num_classes, values):

@@ -89,11 +89,14 @@ class Module:
 
     @property
     def _modules(self):
-        """Jittor's (and PyTorch's) dict of the modules held directly as attributes, in order; a
-        container that keeps its modules in a ``_modules`` dict of its own (ModuleDict) gives that."""
+        """Jittor's dict of the modules held directly as attributes, in order: as in Jittor, not a
+        Sequential's or ModuleList's layers (its ``_modules`` is empty: code that recurses through
+        ``_modules`` stops there, as in Jittor). A container that keeps its modules in a
+        ``_modules`` dict of its own (ModuleDict, PyTorch's) gives that."""
         if "_modules" in vars(self):
             return vars(self)["_modules"]
-        return collections.OrderedDict((k, v) for k, v in self._attributes() if isinstance(v, Module))
+        return collections.OrderedDict((k, v) for k, v in vars(self).items()
+                                       if not k.startswith("_") and isinstance(v, Module))
 
     @_modules.setter
     def _modules(self, value):
