@@ -19,7 +19,7 @@ def test_dfs_walks_as_jittors():
     _model().dfs([], None, lambda parents, k, m, n: entered.append((k, type(m).__name__, n, len(parents))),
                  lambda parents, k, m, n: left.append(k))
     assert entered == [(None, "Sequential", 2, 0), ("0", "Linear", 0, 1), ("1", "Sequential", 2, 1),
-                       ("0", "ReLU", 0, 2), ("1", "BatchNorm1d", 0, 2)]
+                       ("0", "ReLU", 0, 2), ("1", "BatchNorm", 0, 2)]      # Jittor's BatchNorm1d is BatchNorm
     assert left == ["0", "0", "1", "1", None]
     pruned = []
     _model().dfs([], None, lambda parents, k, m, n: pruned.append(k) or k != "1")      # False: skip its children

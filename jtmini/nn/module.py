@@ -164,6 +164,8 @@ class Module:
         shown = []
         for p in params:
             value = self.__dict__.get(p.name, _UNSET)
+            if p.name == "inplace" and value is False:      # PyTorch's ``inplace`` shows only when set
+                continue
             if p.name != "self" and isinstance(value, (bool, numbers.Number, str, tuple)):
                 shown.append(f"{p.name}={value!r}")
         return ", ".join(shown)
