@@ -115,8 +115,7 @@ def test_other_value_errors():
         jt.randint(5, 5)
     with pytest.raises(ValueError):
         jt.pad(x, (1,))
-    with pytest.raises(TypeError):
-        len(jt.array(1.0))
+    assert len(jt.array(1.0)) == 1          # Jittor's shape [1]
     with pytest.raises(TypeError):
         [0, 1][jt.array(1.0)]
     with pytest.raises(AttributeError, match="no_such_flag"):
